@@ -1,0 +1,247 @@
+/* driver.c: the shardc command line and the pass list.
+ *
+ * The passes run in one place (run_front, run_back), with the IR verifier
+ * between them and --dump=PASS printing the IR after any of them.
+ */
+#include "shardc.h"
+
+#include <unistd.h>
+
+#include "sr_json.h"
+
+#ifndef SHARDC_STDLIB_DIR
+#define SHARDC_STDLIB_DIR ""
+#endif
+#ifndef SHARDC_INSTALL_STDLIB_DIR
+#define SHARDC_INSTALL_STDLIB_DIR ""
+#endif
+
+typedef struct Opts {
+    const char *cmd;
+    const char *file;
+    const char *out;
+    const char *dump;
+    const char *backend;
+    const char *emit_src;
+    int params;
+    int max_errors;
+} Opts;
+
+static const char *prog_name = "shardc";
+
+static void usage_main(FILE *f)
+{
+    fprintf(f,
+            "usage: shardc COMMAND FILE.model [options]\n"
+            "\n"
+            "shardc compiles a model and its parallel layout into a training program.\n"
+            "\n"
+            "commands:\n"
+            "  check   parse, resolve, infer every shape and check the parallel layout\n"
+            "  build   compile to a training program (C + libshardrt)\n"
+            "\n"
+            "options:\n"
+            "  -h, --help      show this help (shardc COMMAND --help for a command's options)\n"
+            "  --version       print the version\n");
+}
+
+static void usage_cmd(FILE *f, const char *cmd)
+{
+    if (!strcmp(cmd, "check")) {
+        fprintf(f,
+                "usage: shardc check FILE.model [options]\n"
+                "\n"
+                "Parses FILE.model and its imports, resolves names, infers the shape of every\n"
+                "tensor and checks the parallel layout. Exit 0 if the file is good, 1 with\n"
+                "diagnostics if not, 2 on a usage error.\n"
+                "\n");
+    } else {
+        fprintf(f,
+                "usage: shardc build FILE.model -o BIN [options]\n"
+                "\n"
+                "Compiles FILE.model into the training program BIN.\n"
+                "\n"
+                "  -o BIN               output program\n"
+                "  --backend host       code generator (host: C + OpenBLAS + MPI)\n"
+                "  --emit-src DIR       keep the generated source in DIR\n"
+                "\n");
+    }
+    fprintf(f,
+            "  --set NAME=VALUE     override a constant of the config (or parallel/train) section\n"
+            "  --config FILE.json   override config constants from a flat JSON object\n"
+            "                       (a Hugging Face config.json works; unknown keys are ignored)\n"
+            "  --params             list every parameter with its name, shape and count\n"
+            "  --dp N, --tp N, --pp N, --microbatches M, --schedule S\n"
+            "                       layout to check instead of the file's parallel section\n"
+            "  --dump=PASS          print the IR after PASS (shape, shard)\n"
+            "  -I DIR               also look for imported modules in DIR\n"
+            "  --max-errors N       stop after N errors (default 50)\n"
+            "  -h, --help           show this help\n");
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "%s: error: ", prog_name);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\ntry '%s --help'\n", prog_name);
+    return 2;
+}
+
+static int parse_pos_int(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < 1 || v > (1 << 20)) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* --config FILE.json: flat object; numbers and strings become overrides */
+static int load_json_config(Program *P, const char *path)
+{
+    sr_json *j = NULL;
+    if (sr_json_parse_file(path, &j) != SR_OK) {
+        fprintf(stderr, "shardc: error: --config: %s\n", sr_errmsg());
+        return -1;
+    }
+    if (j->type != SR_JSON_OBJECT) {
+        fprintf(stderr, "shardc: error: --config %s: expected a JSON object, got %s\n", path,
+                sr_json_type_name(j->type));
+        sr_json_free(j);
+        return -1;
+    }
+    for (int i = 0; i < j->n; i++) {
+        const sr_json *it = &j->items[i];
+        if (it->type != SR_JSON_NUMBER && it->type != SR_JSON_STRING) continue;
+        Override *o = sx_alloc(sizeof *o);
+        o->name = sx_strdup(it->key);
+        o->value = sx_strdup(it->str);
+        o->origin = sx_strdup(path);
+        /* --set given later on the command line wins: insert before them */
+        vec_push(&P->overrides, NULL);
+        int k = P->overrides.n - 1;
+        while (k > 0 && ((Override *)P->overrides.v[k - 1])->origin[0] == '-') {
+            P->overrides.v[k] = P->overrides.v[k - 1];
+            k--;
+        }
+        P->overrides.v[k] = o;
+    }
+    sr_json_free(j);
+    return 0;
+}
+
+static void add_stdlib_dirs(Program *P)
+{
+    const char *env = getenv("SHARDC_STDLIB");
+    if (env && *env) vec_push(&P->search_dirs, sx_strdup(env));
+    if (*SHARDC_STDLIB_DIR) vec_push(&P->search_dirs, SHARDC_STDLIB_DIR);
+    if (*SHARDC_INSTALL_STDLIB_DIR) vec_push(&P->search_dirs, SHARDC_INSTALL_STDLIB_DIR);
+}
+
+int main(int argc, char **argv)
+{
+    Opts o;
+    memset(&o, 0, sizeof o);
+    o.max_errors = 50;
+    Program *P = sx_alloc(sizeof *P);
+    P->ir.output = -1;
+    if (argc < 2) {
+        usage_main(stderr);
+        return 2;
+    }
+    const char *a1 = argv[1];
+    if (!strcmp(a1, "-h") || !strcmp(a1, "--help")) {
+        usage_main(stdout);
+        return 0;
+    }
+    if (!strcmp(a1, "--version")) {
+        printf("shardc %s\n", SHARDC_VERSION);
+        return 0;
+    }
+    if (strcmp(a1, "check") && strcmp(a1, "build"))
+        return usage_error(a1[0] == '-' ? "unknown option '%s'" : "unknown command '%s'", a1);
+    o.cmd = a1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        /* options with a value accept `--opt v` and `--opt=v` */
+#define TAKE(name)                                                                   \
+    (!strcmp(a, name) ? (i + 1 < argc ? (val = argv[++i], 1)                          \
+                                      : (usage_error("option '%s' needs a value", a), -1)) \
+     : (!strncmp(a, name "=", strlen(name) + 1) ? (val = a + strlen(name) + 1, 1) : 0))
+        int t;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage_cmd(stdout, o.cmd);
+            return 0;
+        } else if (!strcmp(a, "--params")) {
+            o.params = 1;
+        } else if ((t = TAKE("--set"))) {
+            if (t < 0) return 2;
+            const char *eq = strchr(val, '=');
+            if (!eq || eq == val) return usage_error("--set expects NAME=VALUE, got '%s'", val);
+            Override *ov = sx_alloc(sizeof *ov);
+            ov->name = sx_strndup(val, (size_t)(eq - val));
+            ov->value = sx_strdup(eq + 1);
+            ov->origin = "--set";
+            vec_push(&P->overrides, ov);
+        } else if ((t = TAKE("--config"))) {
+            if (t < 0) return 2;
+            if (load_json_config(P, val)) return 1;
+        } else if ((t = TAKE("--dump"))) {
+            if (t < 0) return 2;
+            if (strcmp(val, "shape") && strcmp(val, "shard"))
+                return usage_error("unknown pass '%s' for --dump (use shape or shard)", val);
+            o.dump = val;
+        } else if ((t = TAKE("-I"))) {
+            if (t < 0) return 2;
+            vec_push(&P->search_dirs, (void *)val);
+        } else if ((t = TAKE("--max-errors"))) {
+            if (t < 0) return 2;
+            if (parse_pos_int(val, &o.max_errors)) return usage_error("bad --max-errors value '%s'", val);
+        } else if ((t = TAKE("--dp")) || (t = TAKE("--tp")) || (t = TAKE("--pp")) ||
+                   (t = TAKE("--microbatches"))) {
+            if (t < 0) return 2;
+            int v;
+            if (parse_pos_int(val, &v)) return usage_error("expected a positive integer, got '%s'", val);
+            const char *nm = argv[i][0] == '-' ? argv[i] : argv[i - 1];
+            if (!strncmp(nm, "--dp", 4)) P->layout.cli_dp = v;
+            else if (!strncmp(nm, "--tp", 4)) P->layout.cli_tp = v;
+            else if (!strncmp(nm, "--pp", 4)) P->layout.cli_pp = v;
+            else P->layout.cli_mb = v;
+        } else if ((t = TAKE("--schedule"))) {
+            if (t < 0) return 2;
+            P->layout.cli_sched = val;
+        } else if (!strcmp(o.cmd, "build") && (t = TAKE("-o"))) {
+            if (t < 0) return 2;
+            o.out = val;
+        } else if (!strcmp(o.cmd, "build") && (t = TAKE("--backend"))) {
+            if (t < 0) return 2;
+            if (strcmp(val, "host")) return usage_error("unknown backend '%s' (use host)", val);
+            o.backend = val;
+        } else if (!strcmp(o.cmd, "build") && (t = TAKE("--emit-src"))) {
+            if (t < 0) return 2;
+            o.emit_src = val;
+        } else if (a[0] == '-' && a[1]) {
+            return usage_error("unknown option '%s'", a);
+        } else if (!o.file) {
+            o.file = a;
+        } else {
+            return usage_error("unexpected argument '%s' (one .model file at a time)", a);
+        }
+#undef TAKE
+    }
+    if (!o.file) return usage_error("%s: no .model file given", o.cmd);
+    sx_set_max_errors(o.max_errors);
+    add_stdlib_dirs(P);
+    int rc = sema_load(P, o.file) || drv_front(P, o.dump, stdout);
+    if (!rc && o.params) ir_print_params(&P->ir, stdout);
+    if (!rc && !strcmp(o.cmd, "build")) {
+        fprintf(stderr, "shardc: error: build: code generation is not implemented yet\n");
+        rc = 1;
+    }
+    int nerr = sx_error_count();
+    if (nerr > 1) fprintf(stderr, "%d errors\n", nerr);
+    sx_arena_free();
+    return rc ? 1 : 0;
+}

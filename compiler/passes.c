@@ -1,0 +1,24 @@
+/* passes.c: the pass list, in one place (as QBE keeps it).
+ *
+ * The front end runs on a loaded program: resolve, elaborate with shapes,
+ * shard; the IR verifier runs after each pass that changes the IR, and
+ * `dump` names the pass after which the IR is printed.
+ */
+#include "shardc.h"
+
+int drv_front(Program *P, const char *dump, FILE *out)
+{
+    if (sx_error_count()) return 1;
+    if (sema_check(P)) return 1;
+    if (shard_layout(P)) return 1;
+    if (shape_elaborate(P)) return 1;
+    ir_verify(&P->ir, "shape");
+    if (dump && !strcmp(dump, "shape")) ir_dump(&P->ir, out);
+    if (shard_check(P)) return 1;
+    ir_verify(&P->ir, "shard");
+    if (dump && !strcmp(dump, "shard")) {
+        ir_dump(&P->ir, out);
+        shard_dump(P, out);
+    }
+    return 0;
+}

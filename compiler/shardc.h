@@ -1,0 +1,322 @@
+/* shardc.h: the compiler's one internal header.
+ *
+ * Module prefixes on cross-file names: sx_ (utilities, diagnostics),
+ * ast_ (syntax tree), sema_ (name resolution), shape_ (elaboration and
+ * shapes), ir_ (IR, verifier, dumps), shard_ (sharding), ad_ (autodiff),
+ * mp_ (memory plan), cg_ (code generation), drv_ (driver).
+ */
+#ifndef SHARDC_H
+#define SHARDC_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARDC_VERSION "0.1.0"
+#define SX_INT_MAX ((long long)1 << 53) /* integers stay exact as doubles */
+
+/* ---- memory: one arena per compilation, freed at exit ------------------ */
+void *sx_alloc(size_t n);              /* zeroed, never NULL (aborts on OOM) */
+char *sx_strdup(const char *s);
+char *sx_strndup(const char *s, size_t n);
+char *sx_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void sx_arena_free(void);
+
+/* growable vector of pointers */
+typedef struct Vec {
+    void **v;
+    int n, cap;
+} Vec;
+void vec_push(Vec *v, void *p);
+
+/* ---- source locations and diagnostics ---------------------------------- */
+typedef struct sx_loc {
+    const char *file;
+    int line, col, last_col;
+} sx_loc;
+
+typedef struct SrcFile {
+    const char *path;
+    const char *text;
+    size_t len;
+} SrcFile;
+
+void sx_register_file(const char *path, const char *text, size_t len);
+void sx_error(const sx_loc *loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sx_note(const sx_loc *loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sx_warn(const sx_loc *loc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int sx_error_count(void);
+void sx_reset(void); /* forget errors, files and the arena (fuzzing runs many inputs) */
+void sx_set_max_errors(int n);
+/* internal compiler error: names the compiler's own file and line, aborts */
+#define sx_ice(...) sx_ice_at(__FILE__, __LINE__, __VA_ARGS__)
+_Noreturn void sx_ice_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+char *sx_unquote(const char *lit);
+char *sx_read_file(const char *path, size_t *len); /* NULL on failure, errno set */
+
+/* ---- syntax tree -------------------------------------------------------- */
+typedef enum NodeKind {
+    N_USE,      /* use "name": name */
+    N_SECTION,  /* config / parallel / train { body: N_ASSIGN... }: name = section */
+    N_BLOCK,    /* block or model: name, args (N_ARG), type (return, may be NULL), body */
+    N_ARG,      /* formal argument: name, type, init (default, may be NULL) */
+    N_TYPE,     /* ival: TY_INT / TY_FLOAT / TY_TENSOR; name: dtype; args: dims */
+    N_DOTS,     /* ".." in a dimension list */
+    N_ASSIGN,   /* name = init */
+    N_PARAM,    /* param name: type = init annots */
+    N_RETURN,   /* return init */
+    N_NUM,      /* ival or fval, op = 'i' or 'f' */
+    N_STR,      /* name */
+    N_NAME,     /* name (dotted path allowed) */
+    N_BINOP,    /* op in + - * / %, lhs, rhs */
+    N_NEG,      /* -lhs */
+    N_CALL,     /* name(args) */
+    N_KWARG,    /* name = init, inside call arguments */
+    N_INST,     /* label: name(args) annots; count = repeat count or NULL */
+    N_ANNOT     /* @name(args) */
+} NodeKind;
+
+enum { TY_INT = 1, TY_FLOAT, TY_TENSOR, TY_STR };
+
+typedef struct Node Node;
+struct Node {
+    NodeKind kind;
+    sx_loc loc;
+    char *name;
+    char *label;        /* N_INST: instance label (dotted) */
+    long long ival;
+    double fval;
+    int op;
+    int is_model;       /* N_BLOCK: declared with `model` */
+    Node *lhs, *rhs;
+    Node *type;
+    Node *init;
+    Node *count;
+    Vec args;           /* Node*: call args, dims, formal args */
+    Vec annots;         /* Node*: N_ANNOT */
+    Vec body;           /* Node*: statements */
+    struct Module *mod; /* defining module */
+};
+
+typedef struct Module {
+    const char *path;    /* file path as opened */
+    const char *name;    /* use-name ("nn") or the file's base name */
+    Vec items;           /* Node*: top-level items */
+    Vec uses;            /* struct Module*: imported modules, in order */
+    int state;           /* 0 new, 1 loading, 2 done: for import cycles */
+} Module;
+
+Node *ast_new(NodeKind k, const sx_loc *loc);
+
+/* lexer state shared with the flex scanner */
+struct lexstate {
+    const char *file;
+    const char *src;
+    size_t len, pos;
+    int line, col;
+    int depth;      /* ( [ nesting: newlines inside are not statement ends */
+    int last_nl;
+};
+/* parses one file into mod->items; returns the number of syntax errors */
+int ast_parse(Module *mod, const char *text, size_t len);
+
+/* ---- elaboration, shapes, IR --------------------------------------------- */
+#define SX_MAXDIM 6
+#define SX_MAXSYM 4
+
+/* a dimension: c * prod(sym_i ^ p[i]); symbols are the model's symbolic dims */
+typedef struct Dim {
+    int64_t c;
+    uint8_t p[SX_MAXSYM];
+} Dim;
+
+typedef struct Shape {
+    int nd;
+    Dim d[SX_MAXDIM];
+} Shape;
+
+typedef enum DType { DT_F32 = 0, DT_BF16, DT_I32 } DType;
+
+/* sharding of a value over the mesh, value by value */
+typedef enum ShardKind {
+    SH_REPL = 0,   /* replicated: every rank of the axis holds it all */
+    SH_SPLIT,      /* dim `dim` split in equal parts over axis `axis` */
+    SH_PARTIAL     /* each rank holds a partial sum over axis `axis` */
+} ShardKind;
+typedef struct Sharding {
+    ShardKind kind;
+    int dim;
+    int axis;   /* 0 data, 1 tensor, 2 pipeline */
+    int groups; /* SH_SPLIT: the dim is `groups` equal chunks (q|k|v), each split */
+} Sharding;
+
+typedef enum OpKind {
+#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd) OP_##id,
+#include "ops.def"
+#undef X
+    OP__COUNT
+} OpKind;
+
+typedef struct OpInfo {
+    const char *name;
+    int nin, nk, naux;
+    const char *fwd, *bwd;
+} OpInfo;
+extern const OpInfo ir_ops[OP__COUNT];
+int ir_op_lookup(const char *name); /* -1 if not a builtin op */
+
+typedef enum ValKind {
+    VK_INPUT = 0, /* model input (tokens, targets) */
+    VK_PARAM,     /* trainable parameter */
+    VK_OP,        /* output of an op */
+    VK_AUX        /* auxiliary buffer saved by an op */
+} ValKind;
+
+typedef struct IrValue {
+    int id;
+    ValKind kind;
+    DType dtype;
+    Shape shape;
+    int def;        /* defining op, -1 for inputs and params */
+    int param;      /* VK_PARAM: index into Ir.params */
+    int input;      /* VK_INPUT: input number */
+    Sharding sh;
+    const char *name; /* for dumps: SSA name hint */
+} IrValue;
+
+typedef struct IrOp {
+    int id;
+    OpKind kind;
+    int nin;
+    int in[4];
+    int nk;
+    double k[SX_MAXDIM + 2];
+    int out;
+    int aux[2];
+    Dim sz[4];        /* size operands for the templates */
+    sx_loc loc;
+    const char *scope; /* instance path, e.g. "transformer.h.3.attn" */
+    sx_loc user_loc;   /* the outermost instance call in the main file, for notes */
+    int stage;         /* repeat index for pipeline cuts, -1 outside repeats */
+} IrOp;
+
+typedef struct IrParam {
+    const char *name;
+    Shape shape;       /* constant */
+    int init;          /* 0 zeros, 1 ones, 2 normal (matches sr_init) */
+    double std;
+    int decay;
+    Sharding sh;       /* declared sharding */
+    sx_loc loc;
+    sx_loc shard_loc;
+    int value;
+} IrParam;
+
+typedef struct Ir {
+    Vec values;   /* IrValue* */
+    Vec ops;      /* IrOp* */
+    Vec params;   /* IrParam* */
+    int inputs[4];
+    int ninputs;
+    int output;   /* the model's result value */
+    const char *symname[SX_MAXSYM];
+    int nsym;
+    const char *model_name;
+    sx_loc model_loc;
+} Ir;
+
+/* ---- configuration and the whole compilation ----------------------------- */
+typedef struct Const {
+    const char *name;
+    int is_float;
+    int is_str;
+    long long i;
+    double f;
+    const char *s;
+    sx_loc loc;
+    int overridden;
+} Const;
+
+typedef struct Layout {
+    int dp, tp, pp;
+    int cli_dp, cli_tp, cli_pp, cli_mb; /* from flags, 0 = not given */
+    const char *cli_sched;
+    int microbatches;
+    int world;          /* declared world size, 0 if not declared */
+    const char *schedule;
+    int virtual_stages;
+    sx_loc loc_dp, loc_tp, loc_pp, loc_mb, loc_world, loc_sched;
+} Layout;
+
+typedef struct Override {
+    const char *name;
+    const char *value;
+    const char *origin; /* "--set" or the JSON file */
+    int used;
+} Override;
+
+typedef struct Program {
+    Module *main;
+    Vec modules;          /* Module* in load order */
+    Vec config;           /* Const* (config section, after overrides) */
+    Vec train;            /* Const* (train section) */
+    Vec parallel;         /* Const* (parallel section) */
+    Layout layout;
+    Node *model;          /* the model block */
+    Ir ir;
+    Vec overrides;        /* Override* */
+    Vec search_dirs;      /* char*: stdlib directories */
+    Vec collectives;      /* Collective*: found by shard_check */
+    int layout_repeats;   /* repetitions of the @pipeline repeat, 0 if none */
+    sx_loc layout_repeat_loc;
+} Program;
+
+/* sema.c: load and parse the main file and its imports, resolve names,
+ * evaluate the config; returns 0 if no error */
+int sema_load(Program *P, const char *path);
+int sema_load_text(Program *P, const char *path, const char *text, size_t len);
+int sema_check(Program *P);
+int sema_arith(int op, int fa, long long ia, double da, int fb, long long ib, double db,
+               long long *ri, double *rd, const sx_loc *loc);
+const Const *sema_find_const(const Vec *consts, const char *name);
+
+/* shape.c: instantiate the model, infer shapes, build the forward IR */
+int shape_elaborate(Program *P);
+int dim_eq(Dim a, Dim b);
+int shape_eq(const Shape *a, const Shape *b);
+char *dim_str(Dim d, const Ir *ir);   /* "768", "B*T", "3*T" */
+char *shape_str(const Shape *s, const Ir *ir);
+Dim dim_const(int64_t c);
+Dim shape_numel(const Shape *s);
+
+/* shard.c: the layout (mesh degrees, microbatches, schedule), sharding
+ * propagation and the collectives it needs */
+typedef struct Collective {
+    int op;        /* the op whose input needs it */
+    int input;     /* which input */
+    int value;     /* the value resolved */
+    int kind;      /* 0 all-reduce (partial sum), 1 all-gather (split) */
+    int axis;
+} Collective;
+int shard_layout(Program *P);  /* before elaboration: degrees from the file and flags */
+int shard_check(Program *P);   /* after elaboration */
+void shard_dump(const Program *P, FILE *f);
+
+/* passes.c: the pass list */
+int drv_front(Program *P, const char *dump, FILE *out);
+
+/* ir.c */
+IrValue *ir_value(Ir *ir, int id);
+IrOp *ir_op(Ir *ir, int id);
+int ir_new_value(Ir *ir, ValKind k, DType t, const Shape *s);
+int ir_verify(const Ir *ir, const char *after);
+void ir_dump(const Ir *ir, FILE *f);
+void ir_print_params(const Ir *ir, FILE *f);
+int64_t ir_param_count(const Ir *ir);
+
+#endif /* SHARDC_H */

@@ -1,0 +1,168 @@
+/* data.c: llm.c token shards and raw byte files; llm.c batch order.
+ *
+ * Files are mmap'ed read-only: a GPT-2 shard is 200 MB and every rank only
+ * touches the windows it trains on. Tokens are decoded byte by byte, so the
+ * code does not depend on host endianness or alignment.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sr_data.h"
+
+#define HEADER_BYTES (SR_DATA_HEADER_INTS * 4)
+
+static int32_t le32(const unsigned char *p)
+{
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                     (uint32_t)p[3] << 24);
+}
+
+int32_t sr_data_token(const sr_data *d, int64_t i)
+{
+    if (d->is_bin) {
+        const unsigned char *p = d->tok + 2 * i;
+        return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
+    }
+    return d->tok[i];
+}
+
+void sr_data_close(sr_data *d)
+{
+    if (d->map) munmap(d->map, d->map_len);
+    free(d->path);
+    memset(d, 0, sizeof *d);
+}
+
+/* Interprets the mapped bytes: header checks for .bin, raw bytes otherwise. */
+static sr_status parse_layout(sr_data *d, const char *path, const unsigned char *b, size_t size)
+{
+    if (size >= 4 && le32(b) == SR_DATA_MAGIC) {
+        if (size < HEADER_BYTES)
+            return sr_seterr(SR_ERR_FORMAT,
+                             "file %s starts with the llm.c token magic %d but has only %zu "
+                             "bytes, fewer than the %d-byte header; re-create it",
+                             path, SR_DATA_MAGIC, size, HEADER_BYTES);
+        int32_t version = le32(b + 4), count = le32(b + 8);
+        if (version != SR_DATA_VERSION)
+            return sr_seterr(SR_ERR_FORMAT,
+                             "file %s is an llm.c token file of version %d; only version %d "
+                             "(uint16 tokens) is supported",
+                             path, (int)version, SR_DATA_VERSION);
+        uint64_t want = (uint64_t)HEADER_BYTES + 2 * (uint64_t)(uint32_t)count;
+        if (count < 0 || want != (uint64_t)size)
+            return sr_seterr(SR_ERR_FORMAT,
+                             "file %s: header says %ld tokens (%llu bytes with the header) but "
+                             "the file has %zu bytes; it is truncated or corrupt",
+                             path, (long)count, (unsigned long long)want, size);
+        d->is_bin = 1;
+        d->n_tokens = count;
+        d->tok = b + HEADER_BYTES;
+    } else {
+        d->is_bin = 0;
+        d->n_tokens = (int64_t)size;
+        d->tok = b;
+    }
+    return SR_OK;
+}
+
+sr_status sr_data_open(sr_data *d, const char *path, int vocab)
+{
+    memset(d, 0, sizeof *d);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return sr_seterr(SR_ERR_IO, "cannot open data file %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sr_seterr(SR_ERR_IO, "cannot stat data file %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sr_seterr(SR_ERR_IO, "data file %s is not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    void *map = NULL;
+    if (size > 0) {
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return sr_seterr(SR_ERR_IO, "cannot map data file %s: %s", path, strerror(e));
+        }
+    }
+    close(fd); /* the mapping stays valid */
+    d->map = map;
+    d->map_len = size;
+    d->path = strdup(path);
+    if (!d->path) {
+        sr_data_close(d);
+        return sr_seterr(SR_ERR_NOMEM, "out of memory opening %s", path);
+    }
+    static const unsigned char empty[1];
+    sr_status s = parse_layout(d, path, map ? (const unsigned char *)map : empty, size);
+    if (s != SR_OK) {
+        sr_data_close(d);
+        return s;
+    }
+    /* Check every token once here, so training never indexes an embedding
+     * out of bounds however far it runs. */
+    if (vocab < 65536 && !(vocab >= 256 && !d->is_bin)) {
+        for (int64_t i = 0; i < d->n_tokens; i++) {
+            int32_t t = sr_data_token(d, i);
+            if (t >= vocab) {
+                s = sr_seterr(SR_ERR_FORMAT,
+                              "file %s: token %ld at position %ld is outside the model's "
+                              "vocabulary of %d; was it tokenized for another model?",
+                              path, (long)t, (long)i, vocab);
+                sr_data_close(d);
+                return s;
+            }
+        }
+    }
+    return SR_OK;
+}
+
+int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T)
+{
+    if (G <= 0 || T <= 0 || d->n_tokens < 1) return 0;
+    return (d->n_tokens - 1) / ((int64_t)G * T);
+}
+
+sr_status sr_data_check(const sr_data *d, int G, int T)
+{
+    if (G <= 0 || T <= 0) return sr_seterr(SR_ERR_ARG, "batch %d x %d is not positive", G, T);
+    if (sr_data_batches_per_epoch(d, G, T) == 0)
+        return sr_seterr(SR_ERR_FORMAT,
+                         "file %s has %ld tokens, fewer than one batch of %d x %d + 1; use a "
+                         "larger file or a smaller --batch/--seq",
+                         d->path, (long)d->n_tokens, G, T);
+    return SR_OK;
+}
+
+sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_seq,
+                        int n_seq, int32_t *inputs, int32_t *targets)
+{
+    SR_CHECK(sr_data_check(d, G, T));
+    if (step < 0 || first_seq < 0 || n_seq < 0 || first_seq > G - n_seq)
+        return sr_seterr(SR_ERR_ARG,
+                         "sequences [%d, %d) of step %ld are outside a global batch of %d",
+                         first_seq, first_seq + n_seq, (long)step, G);
+    int64_t E = sr_data_batches_per_epoch(d, G, T);
+    int64_t s = (step % E) * (int64_t)G * T;
+    for (int j = 0; j < n_seq; j++) {
+        int64_t base = s + (int64_t)(first_seq + j) * T;
+        int32_t *in = inputs + (size_t)j * T, *tg = targets + (size_t)j * T;
+        for (int t = 0; t < T; t++) {
+            in[t] = sr_data_token(d, base + t);
+            tg[t] = sr_data_token(d, base + t + 1);
+        }
+    }
+    return SR_OK;
+}

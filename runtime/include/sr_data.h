@@ -1,0 +1,65 @@
+/* sr_data.h: token data for training and evaluation.
+ *
+ * Two file formats:
+ *  - llm.c token shards (.bin): 256 little-endian int32 header words,
+ *    header[0] = SR_DATA_MAGIC, header[1] = SR_DATA_VERSION, header[2] = the
+ *    token count, then that many little-endian uint16 tokens;
+ *  - anything else: raw bytes, one token per byte (vocabulary 256).
+ *
+ * Batches follow llm.c's sequential order and are a pure function of the
+ * optimizer step, so a run resumed from a checkpoint, or split over any number
+ * of data-parallel ranks and microbatches, reads exactly the same tokens.
+ */
+#ifndef SR_DATA_H
+#define SR_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SR_DATA_MAGIC 20240520
+#define SR_DATA_VERSION 1
+#define SR_DATA_HEADER_INTS 256
+
+typedef struct sr_data {
+    char *path;              /* as given to sr_data_open */
+    int64_t n_tokens;
+    int is_bin;              /* 1: llm.c .bin, 0: raw bytes */
+    const unsigned char *tok;/* first token: uint16 LE (is_bin) or bytes */
+    void *map;               /* the whole file, mmap'ed (NULL when empty) */
+    size_t map_len;
+} sr_data;
+
+/* Opens and validates a token file: format, size, and every token < vocab.
+ * Errors (SR_ERR_IO, SR_ERR_FORMAT) name the file and the numbers at fault.
+ * On failure *d is left closed (safe to sr_data_close). */
+sr_status sr_data_open(sr_data *d, const char *path, int vocab);
+void sr_data_close(sr_data *d);
+
+/* Token i (0 <= i < n_tokens). */
+int32_t sr_data_token(const sr_data *d, int64_t i);
+
+/* Batches per pass over the data for global batch G x T:
+ * E = floor((n_tokens - 1) / (G*T)). 0 when the file is too short. */
+int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T);
+/* SR_OK if the file holds at least one batch of G x T (+1 target), else
+ * SR_ERR_FORMAT: "file X has N tokens, fewer than one batch of G x T + 1". */
+sr_status sr_data_check(const sr_data *d, int G, int T);
+
+/* Sequences [first_seq, first_seq + n_seq) of the global batch of optimizer
+ * step `step`: with s = (step mod E) * G*T, sequence j is
+ * inputs  = tokens[s + j*T     .. s + j*T + T)
+ * targets = tokens[s + j*T + 1 .. s + j*T + T + 1).
+ * inputs and targets are (n_seq, T). */
+sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_seq,
+                        int n_seq, int32_t *inputs, int32_t *targets);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SR_DATA_H */

@@ -1,0 +1,517 @@
+/* safetensors.c: reading and writing safetensors files.
+ *
+ * Files are mmap'ed: a GPT-2 checkpoint is 500 MB and only the tensors the
+ * program has are touched. Every header field is checked before any data is
+ * read, so a corrupt or hostile file is an error message, never a crash.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sr_ckpt.h"
+#include "sr_json.h"
+
+static const struct {
+    const char *name;
+    int size;
+} dtypes[] = {
+    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},
+    {"I16", 2}, {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2}, {"U8", 1},
+    {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+};
+
+static int host_is_le(void)
+{
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
+}
+
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+char *sr_shape_str(char *buf, size_t cap, int ndim, const int64_t *dims)
+{
+    size_t n = 0;
+    if (cap == 0) return buf;
+    buf[0] = '\0';
+    n += (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+/* -------------------------------------------------------------------------- */
+/* Reading                                                                     */
+
+void sr_st_close(sr_st_file *f)
+{
+    for (int i = 0; i < f->n; i++) free(f->tensors[i].name);
+    free(f->tensors);
+    for (int i = 0; i < f->n_meta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_values[i]);
+    }
+    free(f->meta_keys);
+    free(f->meta_values);
+    if (f->map) munmap(f->map, f->map_len);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(((const sr_st_tensor *)a)->name, ((const sr_st_tensor *)b)->name);
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const sr_st_tensor *x = *(const sr_st_tensor *const *)a, *y = *(const sr_st_tensor *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static sr_status bad(const char *path, const char *what, const char *name)
+{
+    return sr_seterr(SR_ERR_FORMAT, "%s: corrupt safetensors file: %s%s%s%s", path, what,
+                     name ? " (tensor '" : "", name ? name : "", name ? "')" : "");
+}
+
+static sr_status read_metadata(sr_st_file *f, const sr_json *m)
+{
+    if (m->type != SR_JSON_OBJECT) return bad(f->path, "__metadata__ is not an object", NULL);
+    f->meta_keys = calloc((size_t)m->n + 1, sizeof(char *));
+    f->meta_values = calloc((size_t)m->n + 1, sizeof(char *));
+    if (!f->meta_keys || !f->meta_values) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < m->n; i++) {
+        const sr_json *v = &m->items[i];
+        if (v->type != SR_JSON_STRING)
+            return sr_seterr(SR_ERR_FORMAT,
+                             "%s: corrupt safetensors file: __metadata__ value '%s' is a %s, "
+                             "not a string",
+                             f->path, v->key, sr_json_type_name(v->type));
+        f->meta_keys[f->n_meta] = strdup(v->key);
+        f->meta_values[f->n_meta] = strdup(v->str);
+        f->n_meta++;
+        if (!f->meta_keys[f->n_meta - 1] || !f->meta_values[f->n_meta - 1])
+            return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    }
+    return SR_OK;
+}
+
+/* Fills t from one header member, checking types, ranges and sizes. */
+static sr_status read_tensor(sr_st_file *f, const sr_json *m, sr_st_tensor *t)
+{
+    const char *nm = m->key;
+    if (m->type != SR_JSON_OBJECT) return bad(f->path, "entry is not an object", nm);
+    const char *dt = sr_json_string(sr_json_get(m, "dtype"));
+    const sr_json *shape = sr_json_get(m, "shape");
+    const sr_json *offs = sr_json_get(m, "data_offsets");
+    if (!dt) return bad(f->path, "missing or non-string \"dtype\"", nm);
+    if (!shape || shape->type != SR_JSON_ARRAY) return bad(f->path, "missing \"shape\" array", nm);
+    if (!offs || offs->type != SR_JSON_ARRAY || offs->n != 2)
+        return bad(f->path, "\"data_offsets\" is not an array of two numbers", nm);
+    t->elem_size = 0;
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strcmp(dt, dtypes[i].name) == 0) {
+            t->elem_size = dtypes[i].size;
+            snprintf(t->dtype, sizeof t->dtype, "%s", dtypes[i].name);
+        }
+    if (!t->elem_size)
+        return sr_seterr(SR_ERR_FORMAT, "%s: tensor '%s' has unknown dtype \"%.32s\"", f->path,
+                         nm, dt);
+    if (shape->n > SR_ST_MAX_DIMS)
+        return sr_seterr(SR_ERR_FORMAT, "%s: tensor '%s' has %d dimensions, more than %d",
+                         f->path, nm, shape->n, SR_ST_MAX_DIMS);
+    t->ndim = shape->n;
+    uint64_t numel = 1;
+    int overflow = 0, zero = 0;
+    for (int i = 0; i < shape->n; i++) {
+        int64_t d;
+        if (!sr_json_int64(&shape->items[i], &d) || d < 0)
+            return bad(f->path, "shape entries must be non-negative integers", nm);
+        t->dims[i] = d;
+        /* bound numel so that numel * elem_size cannot wrap */
+        if (d == 0) zero = 1;
+        else if (numel > (UINT64_MAX / 16) / (uint64_t)d) overflow = 1;
+        else numel *= (uint64_t)d;
+    }
+    if (zero) numel = 0;
+    else if (overflow) return bad(f->path, "shape is too large", nm);
+    t->numel = (int64_t)numel;
+    uint64_t b, e;
+    if (!sr_json_uint64(&offs->items[0], &b) || !sr_json_uint64(&offs->items[1], &e))
+        return bad(f->path, "data_offsets must be non-negative integers", nm);
+    if (b > e || e > f->data_len)
+        return sr_seterr(SR_ERR_FORMAT,
+                         "%s: tensor '%s' has data_offsets [%llu, %llu] outside the %llu-byte "
+                         "data section; the file is truncated or corrupt",
+                         f->path, nm, (unsigned long long)b, (unsigned long long)e,
+                         (unsigned long long)f->data_len);
+    if (e - b != numel * (uint64_t)t->elem_size)
+        return sr_seterr(SR_ERR_FORMAT,
+                         "%s: tensor '%s' is %s with %llu elements (%llu bytes) but its "
+                         "data_offsets span %llu bytes",
+                         f->path, nm, t->dtype, (unsigned long long)numel,
+                         (unsigned long long)(numel * (uint64_t)t->elem_size),
+                         (unsigned long long)(e - b));
+    t->begin = b;
+    t->end = e;
+    return SR_OK;
+}
+
+/* The data section must be covered exactly: sorted by offset, each tensor
+ * starts where the previous one ended and the last ends at the file's end. */
+static sr_status check_coverage(sr_st_file *f)
+{
+    if (f->n == 0) {
+        if (f->data_len != 0) return bad(f->path, "data after the header but no tensors", NULL);
+        return SR_OK;
+    }
+    const sr_st_tensor **order = malloc((size_t)f->n * sizeof *order);
+    if (!order) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < f->n; i++) order[i] = &f->tensors[i];
+    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
+    uint64_t expect = 0;
+    sr_status s = SR_OK;
+    for (int i = 0; i < f->n && s == SR_OK; i++) {
+        if (order[i]->begin != expect)
+            s = sr_seterr(SR_ERR_FORMAT,
+                          "%s: corrupt safetensors file: tensor '%s' starts at byte %llu of "
+                          "the data, expected %llu (overlap or hole)",
+                          f->path, order[i]->name, (unsigned long long)order[i]->begin,
+                          (unsigned long long)expect);
+        expect = order[i]->end;
+    }
+    if (s == SR_OK && expect != f->data_len)
+        s = sr_seterr(SR_ERR_FORMAT,
+                      "%s: corrupt safetensors file: tensors end at byte %llu but the data "
+                      "section has %llu bytes",
+                      f->path, (unsigned long long)expect, (unsigned long long)f->data_len);
+    free(order);
+    return s;
+}
+
+static sr_status parse_header(sr_st_file *f, const unsigned char *hdr, uint64_t hlen)
+{
+    sr_json *root = NULL;
+    SR_CHECK(sr_json_parse((const char *)hdr, (size_t)hlen, f->path, &root));
+    sr_status s = SR_OK;
+    if (root->type != SR_JSON_OBJECT) {
+        s = bad(f->path, "the header is not a JSON object", NULL);
+        goto out;
+    }
+    f->tensors = calloc((size_t)root->n + 1, sizeof *f->tensors);
+    if (!f->tensors) {
+        s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    int seen_meta = 0;
+    for (int i = 0; i < root->n && s == SR_OK; i++) {
+        const sr_json *m = &root->items[i];
+        if (strcmp(m->key, "__metadata__") == 0) {
+            if (seen_meta++) s = bad(f->path, "two __metadata__ entries", NULL);
+            else s = read_metadata(f, m);
+            continue;
+        }
+        sr_st_tensor *t = &f->tensors[f->n];
+        t->name = strdup(m->key);
+        if (!t->name) {
+            s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+            break;
+        }
+        f->n++;
+        s = read_tensor(f, m, t);
+    }
+    if (s == SR_OK) {
+        qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_name);
+        for (int i = 1; i < f->n && s == SR_OK; i++)
+            if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0)
+                s = bad(f->path, "duplicate tensor name", f->tensors[i].name);
+    }
+    if (s == SR_OK) s = check_coverage(f);
+out:
+    sr_json_free(root);
+    return s;
+}
+
+sr_status sr_st_open(sr_st_file *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    f->path = strdup(path);
+    if (!f->path) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    sr_status s = SR_OK;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        s = sr_seterr(SR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        s = sr_seterr(SR_ERR_IO, "%s is not a regular file", path);
+        goto fail;
+    }
+    size_t size = (size_t)st.st_size;
+    if (size < 8) {
+        close(fd);
+        s = sr_seterr(SR_ERR_FORMAT, "%s is not a safetensors file: only %zu bytes", path, size);
+        goto fail;
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) {
+        s = sr_seterr(SR_ERR_IO, "cannot map %s: %s", path, strerror(e));
+        goto fail;
+    }
+    f->map = map;
+    f->map_len = size;
+    const unsigned char *b = map;
+    uint64_t hlen = le64(b);
+    if (hlen > size - 8 || hlen > SR_ST_MAX_HEADER) {
+        s = sr_seterr(SR_ERR_FORMAT,
+                      "%s: corrupt safetensors file: header length %llu does not fit in the "
+                      "%zu-byte file",
+                      path, (unsigned long long)hlen, size);
+        goto fail;
+    }
+    if (hlen < 2 || b[8] != '{') {
+        s = bad(path, "the header does not start with '{'", NULL);
+        goto fail;
+    }
+    f->data = b + 8 + hlen;
+    f->data_len = size - 8 - hlen;
+    s = parse_header(f, b + 8, hlen);
+    if (s == SR_OK) return SR_OK;
+fail:
+    sr_st_close(f);
+    return s;
+}
+
+const sr_st_tensor *sr_st_find(const sr_st_file *f, const char *name)
+{
+    sr_st_tensor key;
+    memset(&key, 0, sizeof key);
+    key.name = (char *)name;
+    if (f->n == 0) return NULL;
+    return bsearch(&key, f->tensors, (size_t)f->n, sizeof key, cmp_name);
+}
+
+const sr_st_tensor *sr_st_find_alias(const sr_st_file *f, const char *name, const char *prefix)
+{
+    const sr_st_tensor *t = sr_st_find(f, name);
+    if (t || !prefix || !*prefix) return t;
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) == 0) return sr_st_find(f, name + pl);
+    size_t nl = strlen(name);
+    char *full = malloc(pl + nl + 1);
+    if (!full) return NULL;
+    memcpy(full, prefix, pl);
+    memcpy(full + pl, name, nl + 1);
+    t = sr_st_find(f, full);
+    free(full);
+    return t;
+}
+
+const char *sr_st_meta(const sr_st_file *f, const char *key)
+{
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_values[i];
+    return NULL;
+}
+
+/* IEEE half to float, including subnormals, infinities and NaN. */
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    int exp = (h >> 10) & 0x1F;
+    uint32_t man = h & 0x3FF;
+    uint32_t bits;
+    if (exp == 0x1F) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else if (exp == 0) {
+        float v = ldexpf((float)man, -24); /* subnormal (or zero): exact */
+        return sign ? -v : v;
+    } else {
+        bits = sign | (uint32_t)(exp - 15 + 127) << 23 | (man << 13);
+    }
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+sr_status sr_st_read_f32(const sr_st_file *f, const sr_st_tensor *t, float *out)
+{
+    const unsigned char *p = f->data + t->begin;
+    int64_t n = t->numel;
+    int le = host_is_le();
+    if (strcmp(t->dtype, "F32") == 0) {
+        if (le) {
+            memcpy(out, p, (size_t)n * 4);
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+                             (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+                memcpy(&out[i], &u, 4);
+            }
+        }
+    } else if (strcmp(t->dtype, "F16") == 0) {
+        for (int64_t i = 0; i < n; i++)
+            out[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    } else if (strcmp(t->dtype, "BF16") == 0) {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
+            memcpy(&out[i], &u, 4);
+        }
+    } else if (strcmp(t->dtype, "F64") == 0) {
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t u = le64(p + 8 * i);
+            double d;
+            memcpy(&d, &u, 8);
+            out[i] = (float)d;
+        }
+    } else {
+        return sr_seterr(SR_ERR_FORMAT,
+                         "%s: tensor '%s' has dtype %s; only F32, F16, BF16 and F64 can be "
+                         "loaded as parameters",
+                         f->path, t->name, t->dtype);
+    }
+    return SR_OK;
+}
+
+sr_status sr_st_load(const sr_st_file *f, const char *name, const char *prefix, int ndim,
+                     const int64_t *dims, float *out)
+{
+    const sr_st_tensor *t = prefix ? sr_st_find_alias(f, name, prefix) : sr_st_find(f, name);
+    if (!t) {
+        if (prefix)
+            return sr_seterr(SR_ERR_STATE,
+                             "%s has no tensor '%s' (also looked for it with the prefix '%s' "
+                             "removed or added); it was saved from a different model",
+                             f->path, name, prefix);
+        return sr_seterr(SR_ERR_STATE, "%s has no tensor '%s'; it was saved from a different "
+                         "model", f->path, name);
+    }
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->dims[i] == dims[i];
+    if (!same) {
+        char a[160], b[160];
+        return sr_seterr(SR_ERR_STATE, "%s: tensor '%s' has shape %s, the program expects %s",
+                         f->path, t->name, sr_shape_str(a, sizeof a, t->ndim, t->dims),
+                         sr_shape_str(b, sizeof b, ndim, dims));
+    }
+    return sr_st_read_f32(f, t, out);
+}
+
+/* -------------------------------------------------------------------------- */
+/* Writing                                                                     */
+
+static int write_all(FILE *fp, const void *p, size_t n)
+{
+    return fwrite(p, 1, n, fp) == n;
+}
+
+/* Writes n floats little-endian, swapping in chunks on big-endian hosts. */
+static int write_floats(FILE *fp, const float *x, int64_t n)
+{
+    if (host_is_le()) return write_all(fp, x, (size_t)n * 4);
+    unsigned char buf[4096];
+    for (int64_t i = 0; i < n;) {
+        int k = 0;
+        for (; k < 1024 && i < n; k++, i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            for (int j = 0; j < 4; j++) buf[4 * k + j] = (unsigned char)(u >> (8 * j));
+        }
+        if (!write_all(fp, buf, (size_t)k * 4)) return 0;
+    }
+    return 1;
+}
+
+sr_status sr_st_write(const char *path, const sr_st_entry *t, int n, const char *const *meta,
+                      int n_meta)
+{
+    for (int i = 0; i < n; i++) {
+        if (!t[i].name || strcmp(t[i].name, "__metadata__") == 0 || t[i].ndim < 0 ||
+            t[i].ndim > SR_ST_MAX_DIMS)
+            return sr_seterr(SR_ERR_ARG, "%s: bad tensor entry %d", path, i);
+        for (int j = 0; j < i; j++)
+            if (strcmp(t[i].name, t[j].name) == 0)
+                return sr_seterr(SR_ERR_ARG, "%s: tensor '%s' given twice", path, t[i].name);
+    }
+    sr_buf h;
+    sr_buf_init(&h);
+    sr_buf_puts(&h, "{\"__metadata__\":{\"format\":\"pt\"");
+    for (int i = 0; i < n_meta; i++) {
+        if (strcmp(meta[2 * i], "format") == 0) continue;
+        sr_buf_puts(&h, ",");
+        sr_buf_json_string(&h, meta[2 * i]);
+        sr_buf_puts(&h, ":");
+        sr_buf_json_string(&h, meta[2 * i + 1]);
+    }
+    sr_buf_puts(&h, "}");
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t numel = 1;
+        sr_buf_puts(&h, ",");
+        sr_buf_json_string(&h, t[i].name);
+        sr_buf_puts(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        for (int d = 0; d < t[i].ndim; d++) {
+            sr_buf_printf(&h, "%s%lld", d ? "," : "", (long long)t[i].dims[d]);
+            numel *= t[i].dims[d];
+        }
+        uint64_t bytes = (uint64_t)numel * 4;
+        sr_buf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                      (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    sr_buf_puts(&h, "}");
+    while (h.len % 8) sr_buf_puts(&h, " "); /* data section 8-byte aligned */
+    sr_status s = sr_buf_status(&h);
+    if (s != SR_OK) {
+        sr_buf_free(&h);
+        return s;
+    }
+    FILE *fp = fopen(path, "wb");
+    if (!fp) {
+        s = sr_seterr(SR_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+        sr_buf_free(&h);
+        return s;
+    }
+    unsigned char lenb[8];
+    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    int ok = write_all(fp, lenb, 8) && write_all(fp, h.data, h.len);
+    sr_buf_free(&h);
+    for (int i = 0; ok && i < n; i++) {
+        int64_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++) numel *= t[i].dims[d];
+        ok = write_floats(fp, t[i].data, numel);
+    }
+    int e = errno;
+    /* fsync so that a checkpoint renamed into place after this call is on disk */
+    if (ok && (fflush(fp) != 0 || fsync(fileno(fp)) != 0)) {
+        ok = 0;
+        e = errno;
+    }
+    if (fclose(fp) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok) {
+        unlink(path);
+        return sr_seterr(SR_ERR_IO, "cannot write %s: %s", path, strerror(e));
+    }
+    return SR_OK;
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu machine (packages), builds everything and runs
+# the whole test suite through ctest. Usage: scripts/test.sh [ctest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+build=${SHARDC_BUILD:-build}
+werror=OFF
+[ -n "${CI:-}" ] && werror=ON
+cmake -S . -B "$build" -DSHARDC_WERROR=$werror >/dev/null
+cmake --build "$build" -j"$(nproc)"
+cd "$build"
+ctest --output-on-failure "$@"

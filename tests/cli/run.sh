@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The shardc command line: help, version, usage errors, the examples, and the
+# parameter counts that must come out (GPT-2 small, medium, XL).
+set -u
+shardc=$1; src=$2
+pass=0; fail=0
+ok()  { pass=$((pass+1)); echo "ok   $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; }
+expect_rc() { # want_rc name cmd...
+  local want=$1 name=$2; shift 2
+  "$@" >/tmp/cli.out 2>/tmp/cli.err; local rc=$?
+  if [ "$rc" = "$want" ]; then ok "$name"; else bad "$name (exit $rc, wanted $want)"; cat /tmp/cli.err; fi
+}
+total() { "$shardc" check "$src/examples/gpt2.model" --params "$@" | sed -n 's/^total: \([0-9,]*\) parameters.*/\1/p'; }
+expect_eq() { if [ "$2" = "$3" ]; then ok "$1 = $3"; else bad "$1: got '$2', wanted '$3'"; fi; }
+
+expect_rc 0 "--help" "$shardc" --help
+grep -q "usage: shardc" /tmp/cli.out && ok "--help prints usage" || bad "--help prints usage"
+expect_rc 0 "check --help" "$shardc" check --help
+grep -q -- "--set NAME=VALUE" /tmp/cli.out && ok "check --help lists --set" || bad "check --help lists --set"
+expect_rc 0 "--version" "$shardc" --version
+grep -q "^shardc [0-9]" /tmp/cli.out && ok "--version prints it" || bad "--version prints it"
+expect_rc 2 "no arguments" "$shardc"
+expect_rc 2 "unknown command" "$shardc" frobnicate x.model
+expect_rc 2 "unknown flag" "$shardc" check "$src/examples/gpt2.model" --frobnicate
+grep -q "unknown option '--frobnicate'" /tmp/cli.err && ok "unknown flag is named" || bad "unknown flag is named"
+expect_rc 2 "flag without value" "$shardc" check "$src/examples/gpt2.model" --set
+expect_rc 2 "bad --set" "$shardc" check "$src/examples/gpt2.model" --set novalue
+expect_rc 2 "bad --tp" "$shardc" check "$src/examples/gpt2.model" --tp zero
+expect_rc 1 "--set of an unknown constant" "$shardc" check "$src/examples/gpt2.model" --set n_embed=5
+grep -q "no constant named 'n_embed'" /tmp/cli.err && ok "unknown --set is named" || bad "unknown --set is named"
+expect_rc 1 "missing file" "$shardc" check /nonexistent/x.model
+for f in gpt2 tinygpt mlp; do expect_rc 0 "check examples/$f.model" "$shardc" check "$src/examples/$f.model"; done
+
+expect_eq "GPT-2 small" "$(total)" "124,439,808"
+expect_eq "GPT-2 small, vocab 50304" "$(total --set vocab_size=50304)" "124,475,904"
+expect_eq "GPT-2 medium" "$(total --set n_embd=1024 --set n_layer=24 --set n_head=16)" "354,823,168"
+cat > /tmp/cli-xl.json <<'J'
+{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+ "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+ "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 1600, "n_head": 25,
+ "n_layer": 48, "n_positions": 1024, "output_past": true, "resid_pdrop": 0.1,
+ "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+ "vocab_size": 50257}
+J
+expect_eq "GPT-2 XL from a HF config.json" "$(total --config /tmp/cli-xl.json)" "1,557,611,200"
+expect_eq "--set after --config wins" "$(total --config /tmp/cli-xl.json --set n_layer=1)" "$("$shardc" check "$src/examples/gpt2.model" --params --set n_embd=1600 --set n_head=25 --set n_layer=1 | sed -n 's/^total: \([0-9,]*\).*/\1/p')"
+"$shardc" check "$src/examples/gpt2.model" --params > /tmp/cli.out
+grep -q "^transformer.h.3.attn.c_attn.weight  *\[768, 2304\]  *1,769,472" /tmp/cli.out && ok "hierarchical HF names" || bad "hierarchical HF names"
+grep -q "^transformer.wte.weight" /tmp/cli.out && ! grep -q "lm_head" /tmp/cli.out && ok "tied head has no parameter" || bad "tied head"
+echo '{not json' > /tmp/cli-bad.json
+expect_rc 1 "corrupt --config" "$shardc" check "$src/examples/gpt2.model" --config /tmp/cli-bad.json
+grep -q "cli-bad.json" /tmp/cli.err && ok "corrupt --config names the file" || bad "corrupt --config names the file"
+"$shardc" check "$src/examples/gpt2.model" --tp 2 --set vocab_size=50304 --dump=shard > /tmp/cli.out
+n=$(grep -c "all-reduce" /tmp/cli.out)
+expect_eq "tp=2 GPT-2: all-reduces forward (1 embedding + 2 per block)" "$n" "25"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,276 @@
+/* test_data.c: token files and batch order (runtime/data.c).
+ *
+ * Prints one line per check and ends with "N passed, M failed"; exits
+ * non-zero when a check fails.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sr_data.h"
+
+static int n_pass, n_fail;
+static char dir[256];
+
+static void check_(int ok, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s - ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (!ok) printf("  (test_data.c:%d; last error: %s)", line, sr_errmsg());
+    printf("\n");
+    if (ok) n_pass++;
+    else n_fail++;
+}
+#define CHECK(cond, ...) check_((cond) != 0, __LINE__, __VA_ARGS__)
+
+static const char *tmp(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void put32(unsigned char *p, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
+}
+
+/* An llm.c token file: header words (magic, version, count) then tokens.
+ * n_written tokens are actually written (to fake truncation). */
+static void write_bin(const char *path, int32_t magic, int32_t version, int32_t count,
+                      const uint16_t *tok, int n_written)
+{
+    unsigned char hdr[1024] = {0};
+    put32(hdr, magic);
+    put32(hdr + 4, version);
+    put32(hdr + 8, count);
+    FILE *f = fopen(path, "wb");
+    fwrite(hdr, 1, sizeof hdr, f);
+    for (int i = 0; i < n_written; i++) {
+        unsigned char b[2] = {(unsigned char)(tok[i] & 0xFF), (unsigned char)(tok[i] >> 8)};
+        fwrite(b, 1, 2, f);
+    }
+    fclose(f);
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static int contains(const char *s, const char *sub)
+{
+    return strstr(s, sub) != NULL;
+}
+
+static void test_bin(void)
+{
+    uint16_t tok[10] = {0, 1, 2, 300, 0xABCD, 65535, 7, 8, 9, 10};
+    write_bin(tmp("ok.bin"), SR_DATA_MAGIC, 1, 10, tok, 10);
+    sr_data d;
+    sr_status s = sr_data_open(&d, tmp("ok.bin"), 65536);
+    CHECK(s == SR_OK, ".bin file opens");
+    if (s != SR_OK) return;
+    CHECK(d.is_bin == 1 && d.n_tokens == 10, ".bin: 10 uint16 tokens (got %ld)", (long)d.n_tokens);
+    int same = 1;
+    for (int i = 0; i < 10; i++) same &= sr_data_token(&d, i) == tok[i];
+    CHECK(same, ".bin: tokens decoded little-endian, including 0xABCD and 65535");
+    sr_data_close(&d);
+
+    s = sr_data_open(&d, tmp("ok.bin"), 301);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "ok.bin") &&
+              contains(sr_errmsg(), "token 43981 at position 4") && contains(sr_errmsg(), "301"),
+          "out-of-vocab token: error names file, position, value and vocab: %s", sr_errmsg());
+    sr_data_close(&d); /* safe after a failed open */
+
+    write_bin(tmp("v2.bin"), SR_DATA_MAGIC, 2, 10, tok, 10);
+    s = sr_data_open(&d, tmp("v2.bin"), 65536);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "v2.bin") && contains(sr_errmsg(), "version 2"),
+          "wrong version is a format error naming file and version: %s", sr_errmsg());
+
+    write_bin(tmp("short.bin"), SR_DATA_MAGIC, 1, 10, tok, 9);
+    s = sr_data_open(&d, tmp("short.bin"), 65536);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "short.bin") && contains(sr_errmsg(), "10 tokens") &&
+              contains(sr_errmsg(), "1042"),
+          "count larger than the file is a format error with the numbers: %s", sr_errmsg());
+
+    write_bin(tmp("long.bin"), SR_DATA_MAGIC, 1, 8, tok, 10);
+    s = sr_data_open(&d, tmp("long.bin"), 65536);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "long.bin") && contains(sr_errmsg(), "8 tokens"),
+          "count smaller than the file is a format error: %s", sr_errmsg());
+
+    write_bin(tmp("neg.bin"), SR_DATA_MAGIC, 1, -5, tok, 0);
+    s = sr_data_open(&d, tmp("neg.bin"), 65536);
+    CHECK(s == SR_ERR_FORMAT, "negative count is a format error");
+
+    unsigned char hdr[100] = {0};
+    put32(hdr, SR_DATA_MAGIC);
+    put32(hdr + 4, 1);
+    write_bytes(tmp("trunc.bin"), hdr, sizeof hdr);
+    s = sr_data_open(&d, tmp("trunc.bin"), 65536);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "trunc.bin") && contains(sr_errmsg(), "100 bytes"),
+          "magic but shorter than the header: format error: %s", sr_errmsg());
+
+    /* not the magic: the same bytes are just raw bytes */
+    write_bin(tmp("magic.bin"), SR_DATA_MAGIC + 1, 1, 10, tok, 10);
+    s = sr_data_open(&d, tmp("magic.bin"), 256);
+    CHECK(s == SR_OK && d.is_bin == 0 && d.n_tokens == 1024 + 20,
+          "wrong magic: read as raw bytes (%ld tokens)", (long)d.n_tokens);
+    if (s == SR_OK) sr_data_close(&d);
+}
+
+static void test_raw(void)
+{
+    const char text[] = "hello\xff\x80world";
+    write_bytes(tmp("raw.txt"), text, sizeof text - 1);
+    sr_data d;
+    sr_status s = sr_data_open(&d, tmp("raw.txt"), 256);
+    CHECK(s == SR_OK && d.is_bin == 0 && d.n_tokens == 12, "raw bytes: one token per byte");
+    if (s == SR_OK) {
+        CHECK(sr_data_token(&d, 0) == 'h' && sr_data_token(&d, 5) == 255 && sr_data_token(&d, 6) == 128,
+              "raw bytes: values 0..255, high bytes unsigned");
+        sr_data_close(&d);
+    }
+    s = sr_data_open(&d, tmp("raw.txt"), 200);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "token 255 at position 5") && contains(sr_errmsg(), "200"),
+          "raw bytes above a smaller vocab: error: %s", sr_errmsg());
+
+    write_bytes(tmp("short.txt"), "ab", 2);
+    s = sr_data_open(&d, tmp("short.txt"), 256);
+    CHECK(s == SR_OK && d.n_tokens == 2, "a file shorter than the magic is raw bytes");
+    if (s == SR_OK) sr_data_close(&d);
+
+    write_bytes(tmp("empty.txt"), "", 0);
+    s = sr_data_open(&d, tmp("empty.txt"), 256);
+    CHECK(s == SR_OK && d.n_tokens == 0, "an empty file opens with 0 tokens");
+    if (s == SR_OK) {
+        s = sr_data_check(&d, 1, 1);
+        CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "has 0 tokens"), "... and has no batch: %s",
+              sr_errmsg());
+        sr_data_close(&d);
+    }
+
+    s = sr_data_open(&d, tmp("does-not-exist.bin"), 256);
+    CHECK(s == SR_ERR_IO && contains(sr_errmsg(), "does-not-exist.bin"), "missing file: i/o error naming it: %s",
+          sr_errmsg());
+    s = sr_data_open(&d, dir, 256);
+    CHECK(s == SR_ERR_IO, "a directory is not a data file");
+}
+
+/* A .bin whose token i is i: every token says where it came from. */
+static void make_counting(const char *name, int n)
+{
+    uint16_t *tok = malloc((size_t)n * sizeof *tok);
+    for (int i = 0; i < n; i++) tok[i] = (uint16_t)i;
+    write_bin(tmp(name), SR_DATA_MAGIC, 1, n, tok, n);
+    free(tok);
+}
+
+static void test_batches(void)
+{
+    make_counting("count.bin", 1000);
+    sr_data d;
+    if (sr_data_open(&d, tmp("count.bin"), 65536) != SR_OK) {
+        CHECK(0, "counting file opens");
+        return;
+    }
+    const int G = 3, T = 7;
+    int64_t E = sr_data_batches_per_epoch(&d, G, T);
+    CHECK(E == 999 / 21, "batches per pass = floor((n-1)/(G*T)) = %ld", (long)E);
+    int32_t in[3 * 7], tg[3 * 7];
+    long steps[] = {0, 1, 2, 46, 47, 48, 100, 47 * 1000 + 5};
+    for (size_t si = 0; si < sizeof steps / sizeof steps[0]; si++) {
+        long k = steps[si];
+        sr_status s = sr_data_batch(&d, k, G, T, 0, G, in, tg);
+        int ok = s == SR_OK;
+        long start = (k % E) * G * T;
+        for (int j = 0; j < G && ok; j++)
+            for (int t = 0; t < T; t++) {
+                ok &= in[j * T + t] == start + j * T + t;
+                ok &= tg[j * T + t] == start + j * T + t + 1;
+            }
+        CHECK(ok, "step %ld: sequence j is tokens[s + j*T ..), targets shifted by one (s = %ld)", k, start);
+    }
+    /* the last batch of a pass reads the very last token as a target */
+    sr_data_batch(&d, E - 1, G, T, G - 1, 1, in, tg);
+    CHECK(tg[T - 1] == E * G * T && E * G * T <= 999, "last batch's last target is token %ld", (long)(E * G * T));
+
+    /* slices of the global batch equal the whole, for any split */
+    int ok = 1;
+    for (long k = 0; k < 60; k++) {
+        int32_t full_in[21], full_tg[21];
+        sr_data_batch(&d, k, G, T, 0, G, full_in, full_tg);
+        for (int j = 0; j < G; j++) {
+            int32_t a[7], b[7];
+            ok &= sr_data_batch(&d, k, G, T, j, 1, a, b) == SR_OK;
+            ok &= memcmp(a, full_in + j * T, sizeof a) == 0 && memcmp(b, full_tg + j * T, sizeof b) == 0;
+        }
+        int32_t a2[14], b2[14];
+        ok &= sr_data_batch(&d, k, G, T, 1, 2, a2, b2) == SR_OK;
+        ok &= memcmp(a2, full_in + T, sizeof a2) == 0 && memcmp(b2, full_tg + T, sizeof b2) == 0;
+    }
+    CHECK(ok, "slices [j, j+1) and [1, 3) equal the global batch over 60 steps (wrapping)");
+
+    /* the global order does not depend on the layout: G=4 as 2 ranks x 2 microbatches */
+    int32_t whole[4 * 5], wt[4 * 5], part[5], pt[5];
+    ok = 1;
+    for (long k = 0; k < 120; k++) {
+        sr_data_batch(&d, k, 4, 5, 0, 4, whole, wt);
+        for (int rank = 0; rank < 2; rank++)
+            for (int mb = 0; mb < 2; mb++) {
+                int first = rank * 2 + mb;
+                sr_data_batch(&d, k, 4, 5, first, 1, part, pt);
+                ok &= memcmp(part, whole + first * 5, sizeof part) == 0;
+            }
+    }
+    CHECK(ok, "2 ranks x 2 microbatches read the same tokens as one batch of 4");
+
+    sr_status s = sr_data_batch(&d, 0, G, T, 2, 2, in, tg);
+    CHECK(s == SR_ERR_ARG, "a slice past the global batch is an argument error: %s", sr_errmsg());
+    s = sr_data_batch(&d, -1, G, T, 0, 1, in, tg);
+    CHECK(s == SR_ERR_ARG, "a negative step is an argument error");
+    s = sr_data_check(&d, 1000, 1);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "count.bin has 1000 tokens, fewer than one batch of 1000 x 1 + 1"),
+          "too few tokens for one batch: %s", sr_errmsg());
+    s = sr_data_batch(&d, 0, 999, 1, 0, 1, in, tg);
+    CHECK(s == SR_OK && sr_data_batches_per_epoch(&d, 999, 1) == 1, "exactly G*T + 1 tokens: one batch");
+    sr_data_close(&d);
+}
+
+static void cleanup(void)
+{
+    DIR *dd = opendir(dir);
+    struct dirent *e;
+    while (dd && (e = readdir(dd)) != NULL)
+        if (e->d_name[0] != '.') unlink(tmp(e->d_name));
+    if (dd) closedir(dd);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/test_data.XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_bin();
+    test_raw();
+    test_batches();
+    cleanup();
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

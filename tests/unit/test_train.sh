@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# test_train.sh: end-to-end checks of the training driver (runtime/train.c)
+# through the hand-written bigram program tests/unit/fake_program.c.
+#
+# usage: tests/unit/test_train.sh PATH/TO/fake_program_binary
+# Builds nothing; prints one line per check and ends with "N passed, M failed".
+set -u
+
+BIN=${1:?usage: test_train.sh FAKE_PROGRAM_BINARY}
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+[ -x "$BIN" ] || { echo "test_train.sh: $BIN is not executable" >&2; exit 2; }
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/test_train.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+cd "$W" || exit 2
+
+pass=0
+fail=0
+ok() { echo "ok   - $1"; pass=$((pass + 1)); }
+no() { echo "FAIL - $1${2:+: $2}"; fail=$((fail + 1)); }
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1
+    shift
+    if "$@"; then ok "$name"; else no "$name"; fi
+}
+
+# losses FILE: the "loss" values of the step lines, one per line, as printed
+losses() { grep -o '"loss":[^,}]*' "$1" | cut -d: -f2; }
+val_losses() { grep -o '"val_loss":[^,}]*' "$1" | cut -d: -f2; }
+nlines() { wc -l <"$1" | tr -d ' '; }
+
+# Some English text, and a different validation text.
+for i in $(seq 1 300); do
+    echo "the quick brown fox jumps over the lazy dog; a stitch in time saves nine ($i)."
+done >train.txt
+for i in $(seq 1 60); do
+    echo "every good boy deserves fudge, and the lazy dog sleeps in the sun ($i)."
+done >val.txt
+
+# ---------------------------------------------------------------- flags
+"$BIN" --bogus >out 2>err
+rc=$?
+check "unknown flag exits 2" [ $rc -eq 2 ]
+check "unknown flag: one error line plus 'try --help'" \
+    sh -c "[ \$(wc -l <err) -eq 2 ] && grep -q 'error: unknown flag' err && grep -q -- '--help' err"
+
+"$BIN" --data train.txt --steps abc >out 2>err
+check "bad integer value exits 2" [ $? -eq 2 ]
+"$BIN" --data train.txt --batch 8 --microbatches 3 >out 2>err
+check "batch not divisible by microbatches exits 2" [ $? -eq 2 ]
+"$BIN" --data train.txt --lr-schedule linear >out 2>err
+check "bad --lr-schedule exits 2" [ $? -eq 2 ]
+"$BIN" --data=train.txt --steps=2 --quiet >out 2>err
+check "--name=value form accepted" [ $? -eq 0 ]
+"$BIN" --help >out 2>err
+check "--help exits 0 and lists flags" sh -c "[ $? -eq 0 ] && grep -q -- '--microbatches' out"
+"$BIN" --version >out 2>err
+check "--version exits 0" [ $? -eq 0 ]
+
+# ---------------------------------------------------------------- missing data
+"$BIN" --data no-such-file.bin --steps 5 >out 2>err
+rc=$?
+check "missing data file exits 1" [ $rc -eq 1 ]
+check "missing data file: one line naming it" \
+    sh -c "[ \$(wc -l <err) -eq 1 ] && grep -q 'no-such-file.bin' err"
+
+head -c 100 train.txt >tiny.txt
+"$BIN" --data tiny.txt --batch 8 --seq 32 --steps 5 >out 2>err
+check "data shorter than one batch exits 1 naming it" \
+    sh -c "[ $? -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'tiny.txt has 100 tokens' err"
+
+# ---------------------------------------------------------------- learning
+"$BIN" --data train.txt --steps 50 --lr 0.02 --log learn.log --quiet >out 2>err
+rc=$?
+first=$(losses learn.log | head -1)
+last=$(losses learn.log | tail -1)
+n=$(losses learn.log | wc -l)
+check "50 steps run (exit 0, 50 log lines)" [ $rc -eq 0 -a "$n" -eq 50 ]
+check "loss falls over 50 steps ($first -> $last)" \
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 5.0 && b < a - 1.0) }'
+check "--quiet prints nothing" sh -c "[ ! -s out ] && [ ! -s err ]"
+
+# ---------------------------------------------------------------- resume, bit-exact
+common="--data train.txt --val-data val.txt --batch 8 --seq 16 --microbatches 2 --lr 0.02
+        --warmup 3 --weight-decay 0.1 --grad-clip 0.5 --dropout 0.1 --seed 7 --quiet"
+# shellcheck disable=SC2086
+"$BIN" $common --steps 20 --log full.log >/dev/null 2>&1
+# shellcheck disable=SC2086
+"$BIN" $common --steps 10 --save ck --log part1.log >/dev/null 2>&1
+check "checkpoint written with latest -> step-00000010" \
+    sh -c "[ \"\$(cat ck/latest)\" = step-00000010 ] && [ -f ck/step-00000010/model.safetensors ] &&
+           [ -f ck/step-00000010/optimizer.safetensors ] && [ -f ck/step-00000010/state.json ] &&
+           [ -f ck/step-00000010/config.json ]"
+check "state.json records the step and the model" \
+    sh -c "grep -q '\"step\": 10' ck/step-00000010/state.json && grep -q '\"model\": \"Bigram\"' ck/step-00000010/state.json"
+# shellcheck disable=SC2086
+"$BIN" $common --steps 20 --load ck --log part2.log >/dev/null 2>err
+check "resume exits 0" [ $? -eq 0 ]
+losses full.log | head -10 >full_a
+losses full.log | tail -10 >full_b
+losses part1.log >p1
+losses part2.log >p2
+check "first 10 steps identical" sh -c "[ \$(wc -l <p1) -eq 10 ] && cmp -s full_a p1"
+check "20 steps == 10 + save + load + 10, bit-exact" sh -c "[ \$(wc -l <p2) -eq 10 ] && cmp -s full_b p2"
+check "resumed run logs steps 10..19" sh -c "head -1 part2.log | grep -q '\"step\":10,'"
+va=$(val_losses full.log)
+vb=$(val_losses part2.log)
+check "final validation losses equal ($va)" [ -n "$va" -a "$va" = "$vb" ]
+
+# cosine schedule: resume from an intermediate step directory of a 20-step run
+cos="$common --lr-schedule cosine --min-lr 0.002"
+# shellcheck disable=SC2086
+"$BIN" $cos --steps 20 --log cfull.log >/dev/null 2>&1
+# shellcheck disable=SC2086
+"$BIN" $cos --steps 20 --save ckc --save-every 10 --log cpart1.log >/dev/null 2>&1
+check "--save-every 10 of 20 steps writes step 10 and 20" \
+    sh -c "[ -d ckc/step-00000010 ] && [ -d ckc/step-00000020 ] && [ \"\$(cat ckc/latest)\" = step-00000020 ]"
+# shellcheck disable=SC2086
+"$BIN" $cos --steps 20 --load ckc/step-00000010 --log cpart2.log >/dev/null 2>&1
+losses cfull.log | tail -10 >cf
+losses cpart2.log >cp
+check "cosine: resume from a step directory is bit-exact" sh -c "[ \$(wc -l <cp) -eq 10 ] && cmp -s cf cp"
+
+# the thread count does not change the numbers
+# shellcheck disable=SC2086
+"$BIN" $common --steps 5 --threads 1 --log t1.log >/dev/null 2>&1
+# shellcheck disable=SC2086
+"$BIN" $common --steps 5 --threads 2 --log t2.log >/dev/null 2>&1
+l1=$(losses t1.log)
+l2=$(losses t2.log)
+check "--threads 1 and 2 give identical losses" [ -n "$l1" -a "$l1" = "$l2" ]
+
+# ---------------------------------------------------------------- --init
+want=$(val_losses part1.log | tail -1)
+"$BIN" --init ck/step-00000010/model.safetensors --val-data val.txt --batch 8 --seq 16 \
+    --microbatches 2 --steps 0 --log i1.log --quiet >/dev/null 2>err
+check "--init FILE reproduces the saved model's val loss ($want)" \
+    sh -c "[ -n '$want' ] && [ \"\$(grep -o '\"val_loss\":[^,}]*' i1.log | cut -d: -f2)\" = '$want' ]"
+"$BIN" --init ck --val-data val.txt --batch 8 --seq 16 --microbatches 2 --steps 0 \
+    --log i2.log --quiet >/dev/null 2>err
+check "--init DIR (checkpoint root) works too" \
+    sh -c "[ \"\$(grep -o '\"val_loss\":[^,}]*' i2.log | cut -d: -f2)\" = '$want' ]"
+FAKE_PREFIX=transformer. "$BIN" --init ck/step-00000010/model.safetensors --val-data val.txt \
+    --batch 8 --seq 16 --microbatches 2 --steps 0 --log i3.log --quiet >/dev/null 2>err
+check "--init: program names with 'transformer.', file without" \
+    sh -c "[ \"\$(grep -o '\"val_loss\":[^,}]*' i3.log | cut -d: -f2)\" = '$want' ]"
+# shellcheck disable=SC2086
+FAKE_PREFIX=transformer. "$BIN" $common --steps 3 --save ckp --log pp.log >/dev/null 2>&1
+wantp=$(val_losses pp.log | tail -1)
+"$BIN" --init ckp --val-data val.txt --batch 8 --seq 16 --microbatches 2 --steps 0 \
+    --log i4.log --quiet >/dev/null 2>err
+check "--init: file names with 'transformer.', program without" \
+    sh -c "[ -n '$wantp' ] && [ \"\$(grep -o '\"val_loss\":[^,}]*' i4.log | cut -d: -f2)\" = '$wantp' ]"
+FAKE_PREFIX=other. "$BIN" --init ck --steps 0 >/dev/null 2>err
+check "--init with missing tensors exits 1 naming the tensor" \
+    sh -c "[ $? -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'other.wte.weight' err"
+echo "not a safetensors file at all" >junk.safetensors
+"$BIN" --init junk.safetensors --steps 0 >/dev/null 2>err
+check "--init from a corrupt file exits 1 naming it" \
+    sh -c "[ $? -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'junk.safetensors' err"
+"$BIN" --load nothing-here --steps 0 >/dev/null 2>err
+check "--load of a missing directory exits 1 naming it" \
+    sh -c "[ $? -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'nothing-here' err"
+
+# ---------------------------------------------------------------- failed save
+touch ck/step-00000020 # a file where the new step directory must go
+# shellcheck disable=SC2086
+"$BIN" $common --steps 20 --load ck --save ck >/dev/null 2>err
+rc=$?
+check "a failing save exits 1 with one line" sh -c "[ $rc -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'step-00000020' err"
+check "a failing save leaves latest untouched" sh -c "[ \"\$(cat ck/latest)\" = step-00000010 ]"
+check "a failing save leaves no temporary directory" sh -c "! ls -a ck | grep -q '^\\.tmp-'"
+rm -f ck/step-00000020
+# shellcheck disable=SC2086
+"$BIN" $common --steps 20 --load ck --save ck >/dev/null 2>err
+check "the next save commits and moves latest" \
+    sh -c "[ $? -eq 0 ] && [ \"\$(cat ck/latest)\" = step-00000020 ] && [ -d ck/step-00000010 ]"
+
+# ---------------------------------------------------------------- sampling, grads
+"$BIN" --load ck --steps 0 --sample 20 --prompt ab --quiet >s1 2>err
+rc=$?
+"$BIN" --load ck --steps 0 --sample 20 --prompt ab --quiet >s2 2>&1
+check "--sample 20 prints prompt + 20 bytes + newline" sh -c "[ $rc -eq 0 ] && [ \$(wc -c <s1) -eq 23 ] && head -c 2 s1 | grep -q ab"
+check "sampling is deterministic" cmp -s s1 s2
+"$BIN" --load ck --steps 0 --sample 30 --temperature 0 --top-k 5 --quiet >s3 2>err
+check "greedy sampling runs" sh -c "[ $? -eq 0 ] && [ \$(wc -c <s3) -eq 32 ]"
+"$BIN" --data train.txt --steps 1 --dump-grads g.safetensors --quiet >/dev/null 2>err
+check "--dump-grads writes a safetensors file with the parameter names" \
+    sh -c "[ $? -eq 0 ] && [ -s g.safetensors ] && grep -a -q '\"wte.weight\"' g.safetensors"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
