@@ -5,6 +5,8 @@
  */
 #include "shardc.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sr_json.h"
@@ -73,7 +75,7 @@ static void usage_cmd(FILE *f, const char *cmd)
             "  --params             list every parameter with its name, shape and count\n"
             "  --dp N, --tp N, --pp N, --microbatches M, --schedule S\n"
             "                       layout to check instead of the file's parallel section\n"
-            "  --dump=PASS          print the IR after PASS (shape, shard)\n"
+            "  --dump=PASS          print the IR after PASS (shape, shard; build: autodiff, memplan)\n"
             "  -I DIR               also look for imported modules in DIR\n"
             "  --max-errors N       stop after N errors (default 50)\n"
             "  -h, --help           show this help\n");
@@ -139,6 +141,110 @@ static void add_stdlib_dirs(Program *P)
     if (*SHARDC_INSTALL_STDLIB_DIR) vec_push(&P->search_dirs, SHARDC_INSTALL_STDLIB_DIR);
 }
 
+#ifndef SHARDC_RUNTIME_INCLUDE
+#define SHARDC_RUNTIME_INCLUDE ""
+#endif
+#ifndef SHARDC_RUNTIME_LIB
+#define SHARDC_RUNTIME_LIB ""
+#endif
+#ifndef SHARDC_CC
+#define SHARDC_CC "cc"
+#endif
+
+static int file_exists(const char *p) { return access(p, R_OK) == 0; }
+
+/* runs a command (argv), returns its exit status; the command line is shown
+ * when SHARDC_VERBOSE is set */
+static int run_cmd(char **argv)
+{
+    if (getenv("SHARDC_VERBOSE")) {
+        for (char **a = argv; *a; a++) fprintf(stderr, "%s%s", a == argv ? "" : " ", *a);
+        fputc('\n', stderr);
+    }
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "shardc: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* shardc build: back end, C source, then the system C compiler */
+static int build(Program *P, const Opts *o)
+{
+    if (!o->out) {
+        fprintf(stderr, "shardc: error: build needs an output: -o BIN\ntry 'shardc build --help'\n");
+        return 2;
+    }
+    if (drv_back(P, o->dump, stdout)) return 1;
+    const char *dir = o->emit_src;
+    char tmpl[] = "/tmp/shardc-XXXXXX";
+    if (!dir) {
+        dir = mkdtemp(tmpl);
+        if (!dir) {
+            fprintf(stderr, "shardc: error: cannot make a temporary directory: %s\n", strerror(errno));
+            return 1;
+        }
+    } else if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "shardc: error: --emit-src %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    const char *base = strrchr(o->out, '/') ? strrchr(o->out, '/') + 1 : o->out;
+    char *csrc = sx_fmt("%s/%s.c", dir, base);
+    FILE *f = fopen(csrc, "w");
+    if (!f) {
+        fprintf(stderr, "shardc: error: cannot write %s: %s\n", csrc, strerror(errno));
+        return 1;
+    }
+    int rc = cg_host(P, f, o->file);
+    if (fclose(f) != 0 && !rc) {
+        fprintf(stderr, "shardc: error: cannot write %s\n", csrc);
+        rc = 1;
+    }
+    if (rc) return rc;
+    const char *inc = getenv("SHARDC_RUNTIME_INCLUDE") ? getenv("SHARDC_RUNTIME_INCLUDE") : SHARDC_RUNTIME_INCLUDE;
+    const char *lib = getenv("SHARDC_RUNTIME_LIB") ? getenv("SHARDC_RUNTIME_LIB") : SHARDC_RUNTIME_LIB;
+    if (!file_exists(lib)) {
+        fprintf(stderr, "shardc: error: the runtime library %s is missing (build it, or set "
+                "SHARDC_RUNTIME_LIB)\n", lib);
+        return 1;
+    }
+    const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : SHARDC_CC;
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)cc;
+    argv[n++] = "-std=c11";
+    argv[n++] = "-O2";
+    argv[n++] = "-Wall";
+    argv[n++] = "-Wextra";
+    argv[n++] = "-Werror";
+    argv[n++] = "-fopenmp";
+    argv[n++] = sx_fmt("-I%s", inc);
+    argv[n++] = csrc;
+    argv[n++] = (char *)lib;
+    argv[n++] = "-lopenblas";
+    argv[n++] = "-lm";
+    argv[n++] = "-o";
+    argv[n++] = (char *)o->out;
+    argv[n] = NULL;
+    int st = run_cmd(argv);
+    if (st != 0) {
+        fprintf(stderr, "shardc: error: the C compiler failed on %s (exit %d)%s\n", csrc, st,
+                o->emit_src ? "" : "; keep the source with --emit-src DIR");
+        return 1;
+    }
+    if (!o->emit_src) {
+        unlink(csrc);
+        rmdir(dir);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     Opts o;
@@ -190,8 +296,8 @@ int main(int argc, char **argv)
             if (load_json_config(P, val)) return 1;
         } else if ((t = TAKE("--dump"))) {
             if (t < 0) return 2;
-            if (strcmp(val, "shape") && strcmp(val, "shard"))
-                return usage_error("unknown pass '%s' for --dump (use shape or shard)", val);
+            if (strcmp(val, "shape") && strcmp(val, "shard") && strcmp(val, "autodiff") && strcmp(val, "memplan"))
+                return usage_error("unknown pass '%s' for --dump (use shape, shard, autodiff or memplan)", val);
             o.dump = val;
         } else if ((t = TAKE("-I"))) {
             if (t < 0) return 2;
@@ -236,10 +342,7 @@ int main(int argc, char **argv)
     add_stdlib_dirs(P);
     int rc = sema_load(P, o.file) || drv_front(P, o.dump, stdout);
     if (!rc && o.params) ir_print_params(&P->ir, stdout);
-    if (!rc && !strcmp(o.cmd, "build")) {
-        fprintf(stderr, "shardc: error: build: code generation is not implemented yet\n");
-        rc = 1;
-    }
+    if (!rc && !strcmp(o.cmd, "build")) rc = build(P, &o);
     int nerr = sx_error_count();
     if (nerr > 1) fprintf(stderr, "%d errors\n", nerr);
     sx_arena_free();

@@ -41,6 +41,9 @@ int ir_new_value(Ir *ir, ValKind k, DType t, const Shape *s)
     v->def = -1;
     v->param = -1;
     v->input = -1;
+    v->primal = -1;
+    v->grad = -1;
+    v->slot = -1;
     vec_push(&ir->values, v);
     return v->id;
 }

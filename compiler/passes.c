@@ -22,3 +22,17 @@ int drv_front(Program *P, const char *dump, FILE *out)
     }
     return 0;
 }
+
+/* the back end: differentiate, plan memory (code generation is the caller's) */
+int drv_back(Program *P, const char *dump, FILE *out)
+{
+    if (ad_differentiate(P)) return 1;
+    ir_verify(&P->ir, "autodiff");
+    if (dump && !strcmp(dump, "autodiff")) {
+        ir_dump(&P->ir, out);
+        ad_dump(&P->ir, out);
+    }
+    if (mp_plan(P)) return 1;
+    if (dump && !strcmp(dump, "memplan")) mp_dump(&P->ir, out);
+    return 0;
+}

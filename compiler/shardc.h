@@ -174,7 +174,8 @@ typedef enum ValKind {
     VK_INPUT = 0, /* model input (tokens, targets) */
     VK_PARAM,     /* trainable parameter */
     VK_OP,        /* output of an op */
-    VK_AUX        /* auxiliary buffer saved by an op */
+    VK_AUX,       /* auxiliary buffer saved by an op */
+    VK_GRAD       /* gradient of `primal` (a parameter's lives in the gradient arena) */
 } ValKind;
 
 typedef struct IrValue {
@@ -187,6 +188,9 @@ typedef struct IrValue {
     int input;      /* VK_INPUT: input number */
     Sharding sh;
     const char *name; /* for dumps: SSA name hint */
+    int primal;     /* VK_GRAD: the value this is the gradient of */
+    int grad;       /* the gradient value of this one, -1 if none is needed */
+    int slot;       /* memplan: workspace slot, -1 outside the workspace */
 } IrValue;
 
 typedef struct IrOp {
@@ -204,6 +208,14 @@ typedef struct IrOp {
     sx_loc user_loc;   /* the outermost instance call in the main file, for notes */
     int stage;         /* repeat index for pipeline cuts, -1 outside repeats */
 } IrOp;
+
+/* one step of the backward program: the gradient rule of forward op `fwd`
+ * (its BWD template), reading d(out) and accumulating into d(inputs) */
+typedef struct IrBwd {
+    int fwd;
+    int dout;
+    int din[4];   /* -1 where that input needs no gradient */
+} IrBwd;
 
 typedef struct IrParam {
     const char *name;
@@ -224,6 +236,10 @@ typedef struct Ir {
     int inputs[4];
     int ninputs;
     int output;   /* the model's result value */
+    Vec bwd;      /* IrBwd*: the backward program, in execution order (autodiff) */
+    int seed;     /* gradient of the output, set to dloss before backward */
+    int nslots;   /* memplan: workspace slots */
+    Dim *slot_elems; /* elements (4 bytes each) of every slot */
     const char *symname[SX_MAXSYM];
     int nsym;
     const char *model_name;
@@ -307,8 +323,22 @@ int shard_layout(Program *P);  /* before elaboration: degrees from the file and 
 int shard_check(Program *P);   /* after elaboration */
 void shard_dump(const Program *P, FILE *f);
 
+/* autodiff.c: reverse-mode differentiation of the forward IR */
+int ad_differentiate(Program *P);
+void ad_dump(const Ir *ir, FILE *f);
+/* which operands a template reads or writes: bit i for $i, 4 for $o, 5/6 for $a0/$a1 */
+unsigned ad_template_uses(const char *tmpl);
+
+/* memplan.c: workspace slots by lifetime over forward then backward */
+int mp_plan(Program *P);
+void mp_dump(const Ir *ir, FILE *f);
+
+/* codegen_host.c: C source for the host backend */
+int cg_host(Program *P, FILE *out, const char *source_path);
+
 /* passes.c: the pass list */
 int drv_front(Program *P, const char *dump, FILE *out);
+int drv_back(Program *P, const char *dump, FILE *out);
 
 /* ir.c */
 IrValue *ir_value(Ir *ir, int id);

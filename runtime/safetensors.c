@@ -358,6 +358,7 @@ sr_status sr_st_read_f32(const sr_st_file *f, const sr_st_tensor *t, float *out)
     int64_t n = t->numel;
     int le = host_is_le();
     if (strcmp(t->dtype, "F32") == 0) {
+        if (n == 0) return SR_OK;
         if (le) {
             memcpy(out, p, (size_t)n * 4);
         } else {
@@ -420,7 +421,7 @@ sr_status sr_st_load(const sr_st_file *f, const char *name, const char *prefix, 
 
 static int write_all(FILE *fp, const void *p, size_t n)
 {
-    return fwrite(p, 1, n, fp) == n;
+    return n == 0 || fwrite(p, 1, n, fp) == n; /* zero-size tensors may have NULL data */
 }
 
 /* Writes n floats little-endian, swapping in chunks on big-endian hosts. */

@@ -35,15 +35,23 @@ enum { PAR_MIN = 1 << 14 };
 
 /* exp(x) for the hot loops (softmax, cross-entropy, attention, activations).
  * glibc's expf (and tanhf, 8x slower) are calls that block vectorization;
- * this is branch-free straight-line code that `omp simd` vectorizes.
- * exp(x) = 2^n e^r, n = round(x log2 e), r = x - n ln2 (Cody-Waite split),
- * e^r by the Cephes expf polynomial: within 2 ulp of expf. x < -87 gives 0
- * (no denormals, which are slow), x > 88 gives exp(88) ~ 1.7e38 instead of
- * overflowing; NaN stays NaN. */
+ * this is straight-line code that `omp simd` vectorizes. exp(x) = 2^n e^r,
+ * n = round(x log2 e), r = x - n ln2 (Cody-Waite split), e^r by the Cephes
+ * expf polynomial: within 1.5 ulp of exp over [-87, 88]. x < -87 gives 0 (no
+ * slow denormals), x > 88 gives exp(88) ~ 1.7e38 instead of overflowing, NaN
+ * stays NaN. The range selects are integer masks on the bits: float compares
+ * may trap, so under the default -ftrapping-math gcc would not if-convert
+ * them and the loop would stay scalar. */
 static inline float fexp(float x)
 {
-    float xc = x > 88.0f ? 88.0f : x;
-    xc = xc < -87.0f ? -87.0f : xc;
+    uint32_t xb;
+    memcpy(&xb, &x, sizeof xb);
+    uint32_t hi = 0u - (uint32_t)((int32_t)xb > 0x42B00000);   // x > 88, +inf, +NaN
+    uint32_t lo = 0u - (uint32_t)(xb > 0xC2AE0000u);           // x < -87, -inf, -NaN
+    uint32_t nan = 0u - (uint32_t)((xb & 0x7FFFFFFFu) > 0x7F800000u);
+    uint32_t cb = (xb & ~(hi | lo)) | (0x42B00000u & hi) | (0xC2AE0000u & lo);
+    float xc;
+    memcpy(&xc, &cb, sizeof xc); // x clamped to [-87, 88]
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -54,9 +62,37 @@ static inline float fexp(float x)
     q = q * r + 1.6666665459e-1f;
     q = q * r + 5.0000001201e-1f;
     float y = q * r * r + r + 1.0f;
-    union { uint32_t u; float f; } sc = {.u = (uint32_t)((int32_t)n + 127) << 23};
-    y *= sc.f;
-    return x < -87.0f ? 0.0f : y;
+    uint32_t sb = (uint32_t)((int32_t)n + 127) << 23; // 2^n, n in [-126, 127]
+    float sc;
+    memcpy(&sc, &sb, sizeof sc);
+    y *= sc;
+    uint32_t yb;
+    memcpy(&yb, &y, sizeof yb);
+    yb = (yb & ~(lo | nan)) | (xb & nan);
+    memcpy(&y, &yb, sizeof y);
+    return y;
+}
+
+/* max of x[0..n), n >= 1. Compared as integers: the float bits mapped to
+ * an order-preserving int32 (negative floats get their magnitude bits
+ * flipped). A float max reduction does not vectorize without fast-math (NaN
+ * rules); an integer one does, with both gcc and clang. A NaN in the row
+ * comes out as the max or is caught by the exp-sum that follows. */
+static float row_max(const float *x, int n)
+{
+    int32_t mk = INT32_MIN;
+    OMP(simd reduction(max:mk))
+    for (int j = 0; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, &x[j], sizeof u);
+        int32_t k = (int32_t)(u ^ ((0u - (u >> 31)) & 0x7FFFFFFFu));
+        mk = k > mk ? k : mk;
+    }
+    uint32_t u = (uint32_t)mk;
+    u ^= (0u - (u >> 31)) & 0x7FFFFFFFu;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -486,7 +522,10 @@ void sr_relu_bwd(float *dx, const float *dout, const float *x, long n)
     // gradient 0 at x == 0, as torch
     if (!dx) return;
     OMP(parallel for simd if(n >= PAR_MIN))
-    for (long i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dout[i] : 0.0f;
+    for (long i = 0; i < n; i++) {
+        float d = dout[i];
+        dx[i] += x[i] > 0.0f ? d : 0.0f;
+    }
 }
 
 void sr_silu_fwd(float *out, const float *x, long n)
@@ -513,9 +552,7 @@ void sr_silu_bwd(float *dx, const float *dout, const float *x, long n)
 /* One row: y = exp(x - max) / sum. In place is fine (y == x). */
 static void softmax_row(float *y, const float *x, int C)
 {
-    float mx = -INFINITY;
-    OMP(simd reduction(max:mx))
-    for (int j = 0; j < C; j++) mx = x[j] > mx ? x[j] : mx;
+    float mx = row_max(x, C);
     double s = 0.0;
     OMP(simd reduction(+:s))
     for (int j = 0; j < C; j++) {
@@ -798,9 +835,7 @@ float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *target
         double acc = 0.0;
         for (int i = r0; i < r1; i++) {
             const float *li = logits + (size_t)i * V;
-            float mx = -INFINITY;
-            OMP(simd reduction(max:mx))
-            for (int j = 0; j < V; j++) mx = li[j] > mx ? li[j] : mx;
+            float mx = row_max(li, V);
             double s = 0.0;
             OMP(simd reduction(+:s))
             for (int j = 0; j < V; j++) s += fexp(li[j] - mx);
@@ -860,16 +895,16 @@ void sr_adamw_step(float *p, const float *g, float *m, float *v, long n, float l
     double bc2 = 1.0 - pow((double)beta2, (double)t);
     float step_size = (float)((double)lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
-    float decay = (float)(1.0 - (double)lr * (double)wd);
-    int do_decay = wd != 0.0f;
-    OMP(parallel for simd if(n >= PAR_MIN))
+    float decay = (float)(1.0 - (double)lr * (double)wd); // exactly 1 when wd == 0
+    // not `omp simd`: sqrtf may set errno, so clang refuses to vectorize it
+    OMP(parallel for if(n >= PAR_MIN))
     for (long i = 0; i < n; i++) {
         float gi = g[i];
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        float pi = do_decay ? p[i] * decay : p[i];
+        float pi = p[i] * decay;
         p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
     }
 }

@@ -79,10 +79,12 @@ check "50 steps run (exit 0, 50 log lines)" [ $rc -eq 0 -a "$n" -eq 50 ]
 check "loss falls over 50 steps ($first -> $last)" \
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 5.0 && b < a - 1.0) }'
 check "--quiet prints nothing" sh -c "[ ! -s out ] && [ ! -s err ]"
+check "log lines carry step, loss, lr, grad_norm, tokens_per_s, ms" \
+    sh -c "[ \$(grep -c '^{\"step\":[0-9]*,\"loss\":[-0-9.e]*,\"lr\":[-0-9.e]*,\"grad_norm\":[-0-9.e]*,\"tokens_per_s\":[-0-9.e+]*,\"ms\":[-0-9.e+]*}\$' learn.log) -eq 50 ]"
 
 # ---------------------------------------------------------------- resume, bit-exact
 common="--data train.txt --val-data val.txt --batch 8 --seq 16 --microbatches 2 --lr 0.02
-        --warmup 3 --weight-decay 0.1 --grad-clip 0.5 --dropout 0.1 --seed 7 --quiet"
+        --warmup 3 --weight-decay 0.1 --grad-clip 0.2 --dropout 0.1 --seed 7 --quiet"
 # shellcheck disable=SC2086
 "$BIN" $common --steps 20 --log full.log >/dev/null 2>&1
 # shellcheck disable=SC2086
@@ -120,6 +122,16 @@ check "--save-every 10 of 20 steps writes step 10 and 20" \
 losses cfull.log | tail -10 >cf
 losses cpart2.log >cp
 check "cosine: resume from a step directory is bit-exact" sh -c "[ \$(wc -l <cp) -eq 10 ] && cmp -s cf cp"
+# warmup 3 then cosine from 0.02 to 0.002 over the remaining 17 steps
+check "warmup + cosine learning rates follow the formula" awk '
+    /"lr"/ { match($0, /"step":[0-9]+/); k = substr($0, RSTART + 7, RLENGTH - 7) + 0
+      match($0, /"lr":[-0-9.e]+/); lr = substr($0, RSTART + 5, RLENGTH - 5) + 0
+      if (k < 3) want = 0.02 * (k + 1) / 3
+      else want = 0.002 + 0.5 * (0.02 - 0.002) * (1 + cos(3.141592653589793 * (k - 3) / 17))
+      if (lr - want > 1e-8 || want - lr > 1e-8) bad++; n++ }
+    END { exit !(n == 20 && bad == 0) }' cfull.log
+clipped=$(grep -o '"grad_norm":[^,]*' cfull.log | cut -d: -f2 | awk '$1 > 0.2' | wc -l)
+check "gradient clipping is exercised (norm > 0.2 on $clipped steps)" [ "$clipped" -gt 0 ]
 
 # the thread count does not change the numbers
 # shellcheck disable=SC2086

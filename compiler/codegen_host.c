@@ -1,0 +1,446 @@
+/* codegen_host.c: C source for the host backend (C + OpenBLAS + libshardrt).
+ *
+ * Needs: the forward IR, the backward program and the memory plan.
+ * Guarantees: one C file defining the program's sr_program (parameter table,
+ * train defaults, config) with forward and backward functions per block
+ * instance, each kernel call expanded from the op table's templates, with a
+ * comment pointing back to the .model line and shapes on every buffer. The
+ * file compiles with -Wall -Wextra -Werror. Activation gradients are zeroed
+ * right before their first accumulation; parameter gradients are the
+ * runtime's (zeroed once per optimizer step, so microbatches accumulate).
+ */
+#include "shardc.h"
+
+#include <math.h>
+
+typedef struct Gen {
+    Program *P;
+    Ir *ir;
+    FILE *f;
+    int64_t *param_off; /* float offset of each parameter */
+    char *zeroed;       /* activation gradients already zeroed in this backward */
+} Gen;
+
+/* C expression for a dimension, as long arithmetic over B and T */
+static char *cdim(Gen *g, Dim d)
+{
+    char *s = sx_fmt("%lld", (long long)d.c);
+    int syms = 0;
+    for (int i = 0; i < SX_MAXSYM; i++)
+        for (int k = 0; k < d.p[i]; k++) {
+            s = sx_fmt("%s*%s", s, g->ir->symname[i]);
+            syms++;
+        }
+    if (!syms) return s;
+    if (d.c == 1) s += 2; /* drop the "1*" */
+    return sx_fmt("((long)%s)", s);
+}
+
+static char *shape_comment(Gen *g, const IrValue *v) { return shape_str(&v->shape, g->ir); }
+
+/* the C expression of a value's buffer */
+static char *buf(Gen *g, int id)
+{
+    IrValue *v = ir_value(g->ir, id);
+    switch (v->kind) {
+    case VK_INPUT:
+        return v->input == 0 ? "e->inputs" : "e->targets";
+    case VK_PARAM:
+        return sx_fmt("P(%lld)", (long long)g->param_off[v->param]);
+    case VK_GRAD: {
+        IrValue *p = ir_value(g->ir, v->primal);
+        if (p->kind == VK_PARAM) return sx_fmt("G(%lld)", (long long)g->param_off[p->param]);
+        break;
+    }
+    default:
+        break;
+    }
+    if (v->slot < 0) sx_ice("value %%%d has no workspace slot", id);
+    return sx_fmt("%s(%d)", v->dtype == DT_I32 ? "I" : "F", v->slot);
+}
+
+static char *fmt_float(double x)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%.9g", x);
+    if (!strpbrk(b, ".eEn")) strcat(b, ".0");
+    return sx_fmt("%sf", b);
+}
+
+/* expand a kernel-call template of ops.def */
+static char *expand(Gen *g, const char *t, IrOp *op, const IrBwd *b)
+{
+    IrValue *out = ir_value(g->ir, op->out);
+    char *r = "";
+    for (const char *p = t; *p;) {
+        if (*p != '$') {
+            const char *q = strchr(p, '$');
+            size_t n = q ? (size_t)(q - p) : strlen(p);
+            r = sx_fmt("%s%.*s", r, (int)n, p);
+            p += n;
+            continue;
+        }
+        p++;
+        char *x = NULL;
+        if (!strncmp(p, "dims", 4) && p[4] >= '0' && p[4] <= '3') {
+            IrValue *v = ir_value(g->ir, op->in[p[4] - '0']);
+            x = "(const long[]){";
+            for (int i = 0; i < v->shape.nd; i++) x = sx_fmt("%s%s%s", x, i ? ", " : "", cdim(g, v->shape.d[i]));
+            x = sx_fmt("%s}", x);
+            p += 5;
+        } else if (p[0] >= '0' && p[0] <= '3') {
+            x = buf(g, op->in[p[0] - '0']);
+            p++;
+        } else if (p[0] == 'o') {
+            x = buf(g, op->out);
+            p++;
+        } else if (p[0] == 'a' && (p[1] == '0' || p[1] == '1')) {
+            x = buf(g, op->aux[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'd' && p[1] == 'o') {
+            if (!b) sx_ice("$do outside a backward template");
+            x = buf(g, b->dout);
+            p += 2;
+        } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
+            if (!b) sx_ice("$d%c outside a backward template", p[1]);
+            int dv = b->din[p[1] - '0'];
+            x = dv >= 0 ? buf(g, dv) : "NULL";
+            p += 2;
+        } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
+            x = cdim(g, op->sz[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'k' && p[1] >= '0' && p[1] <= '3') {
+            x = fmt_float(op->k[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'n') {
+            x = cdim(g, shape_numel(&out->shape));
+            p++;
+        } else if (p[0] == 'N') {
+            Dim n = shape_numel(&out->shape), rows = n;
+            if (out->shape.nd) {
+                Dim last = out->shape.d[out->shape.nd - 1];
+                rows.c = n.c / last.c;
+                for (int i = 0; i < SX_MAXSYM; i++) rows.p[i] = (uint8_t)(n.p[i] - last.p[i]);
+            }
+            x = cdim(g, rows);
+            p++;
+        } else if (!strncmp(p, "id", 2)) {
+            x = sx_fmt("%du", op->id);
+            p += 2;
+        } else {
+            sx_ice("bad template operand in '%s'", t);
+        }
+        r = sx_fmt("%s%s", r, x);
+    }
+    return r;
+}
+
+/* the function a block instance's code goes to: the scope up to the repeat
+ * index ("transformer.h.3"), else its first two components */
+static char *group_of(const IrOp *op)
+{
+    const char *s = op->scope && *op->scope ? op->scope : "model";
+    const char *p = s;
+    int comps = 0;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        int numeric = n > 0;
+        for (size_t i = 0; i < n; i++) numeric &= p[i] >= '0' && p[i] <= '9';
+        comps++;
+        if (numeric || comps == 2 || !dot) return sx_strndup(s, (size_t)(p - s) + n);
+        p = dot + 1;
+    }
+    return sx_strdup(s);
+}
+
+static char *cname(const char *s)
+{
+    char *r = sx_strdup(s);
+    for (char *p = r; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
+    return r;
+}
+
+static const char *src_file(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static void emit_value_comment(Gen *g, IrOp *op)
+{
+    IrValue *o = ir_value(g->ir, op->out);
+    fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", src_file(op->loc.file), op->loc.line,
+            ir_ops[op->kind].name, o->id, o->dtype == DT_I32 ? "i32" : "f32", shape_comment(g, o));
+}
+
+/* a function name for a group; a group that recurs (the model's own ops
+ * before and after the blocks) gets a numbered name */
+static char *fn_name(Vec *used, const char *kind, const char *grp)
+{
+    char *base = sx_fmt("%s_%s", kind, cname(grp)), *name = base;
+    for (int k = 2;; k++) {
+        int clash = 0;
+        for (int i = 0; i < used->n; i++) clash |= !strcmp(used->v[i], name);
+        if (!clash) break;
+        name = sx_fmt("%s_%d", base, k);
+    }
+    vec_push(used, name);
+    return name;
+}
+
+static void open_fn(Gen *g, const char *name)
+{
+    fprintf(g->f, "static void %s(sr_exec *e)\n{\n", name);
+    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    const int %s = e->%s;\n", g->ir->symname[i], i == 0 ? "B" : "T");
+    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    (void)%s;\n", g->ir->symname[i]);
+}
+
+static void emit_forward(Gen *g, Vec *calls)
+{
+    Ir *ir = g->ir;
+    char *cur = NULL;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        char *grp = group_of(op);
+        if (!cur || strcmp(cur, grp)) {
+            if (cur) fprintf(g->f, "}\n\n");
+            char *fn = fn_name(calls, "fwd", grp);
+            open_fn(g, fn);
+            cur = grp;
+        }
+        emit_value_comment(g, op);
+        fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
+    }
+    if (cur) fprintf(g->f, "}\n\n");
+}
+
+static void emit_backward(Gen *g, Vec *calls)
+{
+    Ir *ir = g->ir;
+    char *cur = NULL;
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        IrOp *op = ir->ops.v[b->fwd];
+        char *grp = group_of(op);
+        if (!cur || strcmp(cur, grp)) {
+            if (cur) fprintf(g->f, "}\n\n");
+            char *fn = fn_name(calls, "bwd", grp);
+            open_fn(g, fn);
+            cur = grp;
+        }
+        fprintf(g->f, "    /* %s:%d  d %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+        for (int k = 0; k < op->nin; k++) {
+            int d = b->din[k];
+            if (d < 0 || g->zeroed[d]) continue;
+            IrValue *dv = ir_value(ir, d);
+            IrValue *pv = ir_value(ir, dv->primal);
+            g->zeroed[d] = 1;
+            if (pv->kind == VK_PARAM) continue;
+            fprintf(g->f, "    sr_zero(%s, %s); /* d%%%d %s */\n", buf(g, d), cdim(g, shape_numel(&dv->shape)),
+                    pv->id, shape_comment(g, dv));
+        }
+        fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].bwd, op, b));
+    }
+    if (cur) fprintf(g->f, "}\n\n");
+}
+
+static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
+
+static void emit_cstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 32 || c >= 127) fprintf(f, "\\%03o", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static const Const *tconst(Program *P, const char *name) { return sema_find_const(&P->train, name); }
+
+static double tnum(Program *P, const char *name, double dflt)
+{
+    const Const *c = tconst(P, name);
+    if (!c || c->is_str) return dflt;
+    return c->is_float ? c->f : (double)c->i;
+}
+
+static void emit_defaults(Gen *g)
+{
+    Program *P = g->P;
+    FILE *f = g->f;
+    const Const *sched = tconst(P, "lr_schedule"), *data = tconst(P, "data"), *val = tconst(P, "val_data");
+    fprintf(f, "    .defaults = {\n");
+    fprintf(f, "        .steps = %lld, .batch = %d, .seq = %d,\n", (long long)tnum(P, "steps", 100),
+            (int)tnum(P, "batch", 8), (int)tnum(P, "seq", 64));
+    fprintf(f, "        .lr = %s, .min_lr = %s, .warmup = %d,\n", fmt_float(tnum(P, "lr", 3e-4)),
+            fmt_float(tnum(P, "min_lr", 0.0)), (int)tnum(P, "warmup", 0));
+    fprintf(f, "        .lr_schedule = ");
+    emit_cstr(f, sched && sched->is_str ? sched->s : "constant");
+    fprintf(f, ",\n        .weight_decay = %s, .beta1 = %s, .beta2 = %s, .eps = %s,\n",
+            fmt_float(tnum(P, "weight_decay", 0.0)), fmt_float(tnum(P, "beta1", 0.9)),
+            fmt_float(tnum(P, "beta2", 0.999)), fmt_float(tnum(P, "eps", 1e-8)));
+    fprintf(f, "        .grad_clip = %s, .dropout = %s, .seed = %lluull,\n", fmt_float(tnum(P, "grad_clip", 0.0)),
+            fmt_float(tnum(P, "dropout", 0.0)), (unsigned long long)tnum(P, "seed", 1337));
+    fprintf(f, "        .eval_every = %d, .save_every = %d, .microbatches = %d,\n", (int)tnum(P, "eval_every", 0),
+            (int)tnum(P, "save_every", 0), P->layout.microbatches);
+    fprintf(f, "        .data = ");
+    if (data && data->is_str) emit_cstr(f, data->s);
+    else fprintf(f, "NULL");
+    fprintf(f, ", .val_data = ");
+    if (val && val->is_str) emit_cstr(f, val->s);
+    else fprintf(f, "NULL");
+    fprintf(f, ",\n    },\n");
+}
+
+static char *config_json(Program *P)
+{
+    char *s = "{";
+    for (int i = 0; i < P->config.n; i++) {
+        Const *c = P->config.v[i];
+        char *v;
+        if (c->is_str) {
+            v = "\"";
+            for (const char *p = c->s; *p; p++) {
+                unsigned char ch = (unsigned char)*p;
+                if (ch == '"' || ch == '\\') v = sx_fmt("%s\\%c", v, ch);
+                else if (ch < 32) v = sx_fmt("%s\\u%04x", v, ch);
+                else v = sx_fmt("%s%c", v, ch);
+            }
+            v = sx_fmt("%s\"", v);
+        } else if (c->is_float) {
+            v = sx_fmt("%.17g", c->f);
+            if (!strpbrk(v, ".eEn")) v = sx_fmt("%s.0", v);
+        } else {
+            v = sx_fmt("%lld", c->i);
+        }
+        s = sx_fmt("%s%s\"%s\": %s", s, i ? ", " : "", c->name, v);
+    }
+    return sx_fmt("%s}", s);
+}
+
+int cg_host(Program *P, FILE *f, const char *source_path)
+{
+    Gen g;
+    memset(&g, 0, sizeof g);
+    g.P = P;
+    g.ir = &P->ir;
+    g.f = f;
+    Ir *ir = &P->ir;
+    g.param_off = sx_alloc(sizeof(int64_t) * (size_t)(ir->params.n + 1));
+    g.zeroed = sx_alloc((size_t)ir->values.n + 1);
+    int64_t off = 0;
+    for (int i = 0; i < ir->params.n; i++) {
+        IrParam *p = ir->params.v[i];
+        g.param_off[i] = off;
+        off += shape_numel(&p->shape).c;
+        off = (off + 15) & ~(int64_t)15; /* 64-byte aligned tensors */
+    }
+    /* the loss head: vocabulary and logits; the position table bounds T */
+    int vocab = 0, max_seq = 0, logits = -1;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (op->kind == OP_CROSS_ENTROPY && op->out == ir->output) {
+            vocab = (int)op->sz[1].c;
+            logits = op->in[0];
+        }
+        if (op->kind == OP_EMBEDDING) {
+            IrValue *idx = ir_value(ir, op->in[1]);
+            if (idx->def >= 0 && ir_op(ir, idx->def)->kind == OP_ARANGE) {
+                int rows = (int)ir_value(ir, op->in[0])->shape.d[0].c;
+                if (!max_seq || rows < max_seq) max_seq = rows;
+            }
+        }
+    }
+    if (ir->ninputs != 2 || ir_value(ir, ir->inputs[0])->dtype != DT_I32 ||
+        ir_value(ir, ir->inputs[1])->dtype != DT_I32 || ir->nsym != 2) {
+        sx_error(&ir->model_loc, "to build a training program, the model takes two i32[B, T] inputs "
+                 "(tokens and next-token targets)");
+        return 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        IrValue *in = ir_value(ir, ir->inputs[k]);
+        if (in->shape.nd != 2 || in->shape.d[0].p[0] != 1 || in->shape.d[1].p[1] != 1 ||
+            in->shape.d[0].c != 1 || in->shape.d[1].c != 1 || in->shape.d[0].p[1] || in->shape.d[1].p[0]) {
+            sx_error(&ir->model_loc, "model input %d must have the shape [%s, %s] (batch, sequence)", k + 1,
+                     ir->symname[0], ir->symname[1]);
+            return 1;
+        }
+    }
+    if (logits < 0) {
+        sx_error(&ir->model_loc, "to build a training program, the model must return cross_entropy(logits, targets)");
+        return 1;
+    }
+
+    fprintf(f, "/* Generated by shardc %s from %s. Do not edit: edit the .model file.\n", SHARDC_VERSION, source_path);
+    fprintf(f, " * Model %s: %d parameter tensors, %lld parameters; %d ops forward, %d backward;\n",
+            ir->model_name, ir->params.n, (long long)ir_param_count(ir), ir->ops.n, ir->bwd.n);
+    fprintf(f, " * workspace of %d slots planned at compile time (sizes in %s, %s). */\n", ir->nslots,
+            ir->symname[0], ir->symname[1]);
+    fprintf(f, "#include <stddef.h>\n#include <stdint.h>\n\n#include \"sr_program.h\"\n\n");
+    fprintf(f, "#define NSLOTS %d\n", ir->nslots);
+    fprintf(f, "static size_t slot_off[NSLOTS + 1];\n");
+    fprintf(f, "#define F(s) ((float *)(e->work + slot_off[s]))\n");
+    fprintf(f, "#define I(s) ((int32_t *)(e->work + slot_off[s]))\n");
+    fprintf(f, "#define P(o) (e->params + (o))\n#define G(o) (e->grads + (o))\n\n");
+    /* the plan: offsets of the slots for this run's B and T */
+    fprintf(f, "static size_t plan(int B, int T)\n{\n    size_t o = 0;\n");
+    for (int s = 0; s < ir->nslots; s++) {
+        Dim d = ir->slot_elems[s];
+        Dim bd = d;
+        fprintf(f, "    slot_off[%d] = o; o += ((size_t)%lld", s, (long long)bd.c);
+        for (int i = 0; i < SX_MAXSYM; i++)
+            for (int k = 0; k < d.p[i]; k++) fprintf(f, " * (size_t)%s", i == 0 ? "B" : "T");
+        fprintf(f, " * 4 + 63) & ~(size_t)63;\n");
+    }
+    fprintf(f, "    slot_off[NSLOTS] = o;\n    return o;\n}\n\n");
+    fprintf(f, "static int planned_B = -1, planned_T = -1;\n");
+    fprintf(f, "static void replan(int B, int T)\n{\n    if (B != planned_B || T != planned_T) {\n"
+               "        plan(B, T);\n        planned_B = B;\n        planned_T = T;\n    }\n}\n\n");
+    fprintf(f, "static size_t work_bytes(int B, int T)\n{\n    size_t n = plan(B, T);\n"
+               "    planned_B = B;\n    planned_T = T;\n    return n;\n}\n\n");
+
+    Vec fcalls = {0}, bcalls = {0};
+    emit_forward(&g, &fcalls);
+    emit_backward(&g, &bcalls);
+    fprintf(f, "static void forward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
+    for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
+    fprintf(f, "    e->loss = %s[0];\n", buf(&g, ir->output));
+    fprintf(f, "    e->logits = %s;\n}\n\n", buf(&g, logits));
+    fprintf(f, "static void backward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
+    fprintf(f, "    %s[0] = e->dloss; /* d loss */\n", buf(&g, ir->seed));
+    for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
+    fprintf(f, "}\n\n");
+
+    fprintf(f, "static const sr_param_desc params[%d] = {\n", ir->params.n);
+    for (int i = 0; i < ir->params.n; i++) {
+        IrParam *p = ir->params.v[i];
+        fprintf(f, "    {");
+        emit_cstr(f, p->name);
+        fprintf(f, ", %d, {", p->shape.nd);
+        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
+        fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(&p->shape).c, (long long)g.param_off[i],
+                init_name(p->init), fmt_float(p->std), p->decay, p->sh.kind == SH_SPLIT ? p->sh.dim : -1,
+                p->sh.kind == SH_SPLIT ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
+        emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
+        fprintf(f, "},\n");
+    }
+    fprintf(f, "};\n\n");
+    fprintf(f, "static const sr_program program = {\n    .name = ");
+    emit_cstr(f, ir->model_name);
+    fprintf(f, ",\n    .source = ");
+    emit_cstr(f, source_path);
+    fprintf(f, ",\n    .n_params = %d,\n    .params = params,\n    .n_param_floats = %lld,\n", ir->params.n,
+            (long long)off);
+    fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n", vocab, max_seq);
+    fprintf(f, "    .work_bytes = work_bytes,\n    .forward = forward,\n    .backward = backward,\n");
+    emit_defaults(&g);
+    fprintf(f, "    .config_json = ");
+    emit_cstr(f, config_json(P));
+    fprintf(f, ",\n};\n\nint main(int argc, char **argv) { return sr_main(&program, argc, argv); }\n");
+    return 0;
+}
