@@ -8,3 +8,27 @@ set_tests_properties(diag cli PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}")
 
 # front-end robustness: sanitizers and fuzzing (tests/fuzz/fuzz.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz.cmake OPTIONAL)
+
+# ---- unit: runtime kernels, data, checkpoints, the training driver ---------------
+foreach(t test_kernels test_data test_safetensors)
+  add_executable(${t} tests/unit/${t}.c)
+  target_link_libraries(${t} PRIVATE shardrt)
+  target_compile_options(${t} PRIVATE ${SHARDC_WARN})
+  target_compile_definitions(${t} PRIVATE _POSIX_C_SOURCE=200809L)
+  add_test(NAME unit_${t} COMMAND ${t} WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+endforeach()
+add_executable(fake_program tests/unit/fake_program.c)
+target_link_libraries(fake_program PRIVATE shardrt)
+target_compile_options(fake_program PRIVATE ${SHARDC_WARN})
+target_compile_definitions(fake_program PRIVATE _POSIX_C_SOURCE=200809L)
+add_test(NAME unit_train_driver COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/test_train.sh
+  $<TARGET_FILE:fake_program>)
+
+# ---- e2e: programs built by shardc --------------------------------------------
+add_test(NAME e2e_build COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/build.sh
+  $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
+# ---- reference: PyTorch computes the same model from the same weights and data --
+add_test(NAME reference_pytorch COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/reference/run.sh
+  $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(unit_train_driver e2e_build reference_pytorch unit_test_kernels
+  PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}")

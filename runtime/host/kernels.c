@@ -18,6 +18,9 @@
 #include <string.h>
 
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "shardrt.h"
 
@@ -155,13 +158,62 @@ static void colsum_acc(float *db, const float *x, const float *y, float s,
 /* ------------------------------------------------------------------------ */
 /* Matmul (OpenBLAS)                                                         */
 
+/* OpenBLAS's pthreads busy-wait for a while after every call and steal the
+ * cores from the OpenMP loops that follow (measured on 2 cores: a layernorm
+ * 20x slower right after a matmul). So under OpenMP the first BLAS-using
+ * kernel pins OpenBLAS to one thread and OpenMP owns all the parallelism:
+ * gemm() below cuts a matmul into one slab per thread, and attention calls
+ * sgemm per (batch, head) from inside its parallel loop. */
+static void blas_single(void)
+{
+#ifdef _OPENMP
+    static _Atomic int pinned;
+    if (!pinned) {
+        openblas_set_num_threads(1);
+        pinned = 1;
+    }
+#endif
+}
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major, with the output cut into
+ * slabs of rows (or of columns when it is wider than tall), one
+ * single-threaded sgemm per slab. Every element is still one full dot product
+ * over K inside OpenBLAS. */
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+#ifdef _OPENMP
+    blas_single();
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (nt > 1 && (double)M * N * K >= (double)(1 << 18)) {
+        int by_rows = M >= N, dim = by_rows ? M : N;
+        int chunk = ((dim + nt - 1) / nt + 15) / 16 * 16; // slab edges on micro-kernel tiles
+        int nchunks = (dim + chunk - 1) / chunk;
+        OMP(parallel for num_threads(nchunks))
+        for (int c = 0; c < nchunks; c++) {
+            int i0 = c * chunk, len = dim - i0 < chunk ? dim - i0 : chunk;
+            if (by_rows) {
+                const float *Ai = ta == CblasNoTrans ? A + (size_t)i0 * lda : A + i0;
+                cblas_sgemm(CblasRowMajor, ta, tb, len, N, K, alpha, Ai, lda, B, ldb, beta,
+                            C + (size_t)i0 * ldc, ldc);
+            } else {
+                const float *Bj = tb == CblasNoTrans ? B + i0 : B + (size_t)i0 * ldb;
+                cblas_sgemm(CblasRowMajor, ta, tb, M, len, K, alpha, A, lda, Bj, ldb, beta,
+                            C + i0, ldc);
+            }
+        }
+        return;
+    }
+#endif
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 void sr_matmul_fwd(float *out, const float *a, const float *b, int M, int K, int N)
 {
     // out (M,N), a (M,K), b (K,N)
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { sr_zero(out, (long)M * N); return; }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K,
-                1.0f, a, K, b, N, 0.0f, out, N);
+    gemm(CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, out, N);
 }
 
 void sr_matmul_bwd(float *da, float *db, const float *dout, const float *a,
@@ -169,12 +221,8 @@ void sr_matmul_bwd(float *da, float *db, const float *dout, const float *a,
 {
     // dout (M,N); da (M,K) += dout @ b^T; db (K,N) += a^T @ dout
     if (M <= 0 || N <= 0 || K <= 0) return;
-    if (da)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, K, N,
-                    1.0f, dout, N, b, N, 1.0f, da, K);
-    if (db)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M,
-                    1.0f, a, K, dout, N, 1.0f, db, N);
+    if (da) gemm(CblasNoTrans, CblasTrans, M, K, N, 1.0f, dout, N, b, N, 1.0f, da, K);
+    if (db) gemm(CblasTrans, CblasNoTrans, K, N, M, 1.0f, a, K, dout, N, 1.0f, db, N);
 }
 
 void sr_matmul_t_fwd(float *out, const float *a, const float *b, int M, int K, int N)
@@ -182,8 +230,7 @@ void sr_matmul_t_fwd(float *out, const float *a, const float *b, int M, int K, i
     // out (M,N), a (M,K), b (N,K): out = a @ b^T
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { sr_zero(out, (long)M * N); return; }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K,
-                1.0f, a, K, b, K, 0.0f, out, N);
+    gemm(CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, out, N);
 }
 
 void sr_matmul_t_bwd(float *da, float *db, const float *dout, const float *a,
@@ -191,12 +238,8 @@ void sr_matmul_t_bwd(float *da, float *db, const float *dout, const float *a,
 {
     // dout (M,N); da (M,K) += dout @ b; db (N,K) += dout^T @ a
     if (M <= 0 || N <= 0 || K <= 0) return;
-    if (da)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N,
-                    1.0f, dout, N, b, K, 1.0f, da, K);
-    if (db)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M,
-                    1.0f, dout, N, a, K, 1.0f, db, K);
+    if (da) gemm(CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dout, N, b, K, 1.0f, da, K);
+    if (db) gemm(CblasTrans, CblasNoTrans, N, K, M, 1.0f, dout, N, a, K, 1.0f, db, K);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -605,32 +648,143 @@ static inline void axpy_f(float *y, float a, const float *x, int n)
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* Query rows per block. Rows r0..r1 of a causal head only see keys 0..r1, so
+ * blocking skips most of the masked upper triangle while each block is still
+ * one sgemm. Heads of at most ATT_ROWS_T positions go row by row: too small
+ * for sgemm calls to pay (the row path is also the fallback when scratch
+ * cannot be allocated). */
+enum { ATT_TB = 64, ATT_ROWS_T = 16 };
+
+/* One head, forward, with BLAS. qh, kh, vh, oh point at (b, 0, h*hd) with row
+ * stride C; ah (T,T) saves the probabilities, or is NULL and the block
+ * scratch scr (ATT_TB,T) holds them. */
+static void attn_fwd_head(float *oh, float *ah, float *scr, const float *qh, const float *kh,
+                          const float *vh, int T, int C, int hd, float scale)
+{
+    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
+        int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, nr = r1 - r0;
+        float *pb = ah ? ah + (size_t)r0 * T : scr; // (nr, T) block of probabilities
+        // scores[r0:r1, 0:r1] = scale * q k^T, then softmax over 0..t per row
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hd, scale,
+                    qh + (size_t)r0 * C, C, kh, C, 0.0f, pb, T);
+        for (int t = r0; t < r1; t++) {
+            float *row = pb + (size_t)(t - r0) * T;
+            softmax_row(row, row, t + 1);
+            for (int t2 = t + 1; t2 < (ah ? T : r1); t2++) row[t2] = 0.0f; // masked
+        }
+        // out[r0:r1] = P[r0:r1, 0:r1] v[0:r1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, r1, 1.0f,
+                    pb, T, vh, C, 0.0f, oh + (size_t)r0 * C, C);
+    }
+}
+
+/* One head, forward, row by row without scratch: the path when the scratch
+ * cannot be allocated. rowbuf (T) stands in for a NULL ah. */
+static void attn_fwd_head_rows(float *oh, float *ah, float *rowbuf, const float *qh,
+                               const float *kh, const float *vh, int T, int C, int hd,
+                               float scale)
+{
+    for (int t = 0; t < T; t++) {
+        float *at = ah ? ah + (size_t)t * T : rowbuf;
+        for (int t2 = 0; t2 <= t; t2++)
+            at[t2] = dot_f(qh + (size_t)t * C, kh + (size_t)t2 * C, hd) * scale;
+        softmax_row(at, at, t + 1);
+        if (ah)
+            for (int t2 = t + 1; t2 < T; t2++) at[t2] = 0.0f;
+        float *ot = oh + (size_t)t * C;
+        for (int i = 0; i < hd; i++) ot[i] = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) axpy_f(ot, at[t2], vh + (size_t)t2 * C, hd);
+    }
+}
+
 void sr_attention_fwd(float *out, float *att, const float *q, const float *k,
                       const float *v, int B, int T, int C, int NH)
 {
     // q, k, v, out (B,T,C), head h in columns [h*hd, (h+1)*hd); att (B,NH,T,T)
-    if (B <= 0 || T <= 0 || NH <= 0) return;
+    if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0) return;
     int hd = C / NH;
     float scale = 1.0f / sqrtf((float)hd);
-    OMP(parallel for collapse(2) if((long)B * NH * T * T * hd >= PAR_MIN))
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float rowbuf[att ? 1 : T]; // (T) scratch when probabilities are not saved
-            for (int t = 0; t < T; t++) {
-                const float *qt = q + ((size_t)b * T + t) * C + (size_t)h * hd;
-                float *at = att ? att + (((size_t)b * NH + h) * T + t) * T : rowbuf;
-                // scaled scores of positions 0..t, softmax over them, 0 above the diagonal
-                for (int t2 = 0; t2 <= t; t2++)
-                    at[t2] = dot_f(qt, k + ((size_t)b * T + t2) * C + (size_t)h * hd, hd) * scale;
-                softmax_row(at, at, t + 1);
-                if (att)
-                    for (int t2 = t + 1; t2 < T; t2++) at[t2] = 0.0f;
-                // out[t] = sum_t2 att[t,t2] v[t2]
-                float *ot = out + ((size_t)b * T + t) * C + (size_t)h * hd;
-                for (int i = 0; i < hd; i++) ot[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++)
-                    axpy_f(ot, at[t2], v + ((size_t)b * T + t2) * C + (size_t)h * hd, hd);
+    blas_single();
+    OMP(parallel if((long)B * NH * T * T * hd >= PAR_MIN))
+    {
+        int rows = T <= ATT_ROWS_T;
+        float *scr = att || rows ? NULL : malloc((size_t)ATT_TB * T * sizeof(float)); // (ATT_TB, T)
+        OMP(for collapse(2) schedule(static))
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                size_t off = (size_t)b * T * C + (size_t)h * hd; // (b, 0, h*hd)
+                float *ah = att ? att + ((size_t)b * NH + h) * T * T : NULL;
+                if (!rows && (ah || scr)) {
+                    attn_fwd_head(out + off, ah, scr, q + off, k + off, v + off, T, C, hd, scale);
+                } else {
+                    float rowbuf[T];
+                    attn_fwd_head_rows(out + off, ah, rowbuf, q + off, k + off, v + off,
+                                       T, C, hd, scale);
+                }
             }
+        }
+        free(scr);
+    }
+}
+
+/* One head, backward, with BLAS; ds (ATT_TB,T) is scratch for a block of
+ * d scores. P = ah. dv += P^T dout; dP = dout v^T;
+ * dS = P * (dP - rowsum(P * dP)) * scale; dq += dS k; dk += dS^T q. */
+static void attn_bwd_head(float *dqh, float *dkh, float *dvh, float *ds, const float *doh,
+                          const float *qh, const float *kh, const float *vh, const float *ah,
+                          int T, int C, int hd, float scale)
+{
+    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
+        int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, nr = r1 - r0;
+        const float *pb = ah + (size_t)r0 * T; // (nr, T), zero right of the diagonal
+        if (dvh)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, nr, 1.0f,
+                        pb, T, doh + (size_t)r0 * C, C, 1.0f, dvh, C);
+        if (!dqh && !dkh) continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hd, 1.0f,
+                    doh + (size_t)r0 * C, C, vh, C, 0.0f, ds, T);
+        for (int t = r0; t < r1; t++) {
+            const float *prow = pb + (size_t)(t - r0) * T;
+            float *drow = ds + (size_t)(t - r0) * T;
+            double s = 0.0;
+            OMP(simd reduction(+:s))
+            for (int t2 = 0; t2 <= t; t2++) s += (double)prow[t2] * drow[t2];
+            float sf = (float)s;
+            OMP(simd)
+            for (int t2 = 0; t2 <= t; t2++) drow[t2] = prow[t2] * (drow[t2] - sf) * scale;
+            for (int t2 = t + 1; t2 < r1; t2++) drow[t2] = 0.0f; // masked
+        }
+        if (dqh)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, r1, 1.0f,
+                        ds, T, kh, C, 1.0f, dqh + (size_t)r0 * C, C);
+        if (dkh)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, nr, 1.0f,
+                        ds, T, qh + (size_t)r0 * C, C, 1.0f, dkh, C);
+    }
+}
+
+/* One head, backward, row by row; datt (T) is the only scratch. */
+static void attn_bwd_head_rows(float *dqh, float *dkh, float *dvh, float *datt,
+                               const float *doh, const float *qh, const float *kh,
+                               const float *vh, const float *ah, int T, int C, int hd,
+                               float scale)
+{
+    for (int t = 0; t < T; t++) {
+        const float *at = ah + (size_t)t * T, *gt = doh + (size_t)t * C;
+        if (dvh)
+            for (int t2 = 0; t2 <= t; t2++) axpy_f(dvh + (size_t)t2 * C, at[t2], gt, hd);
+        if (!dqh && !dkh) continue;
+        double s = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            datt[t2] = dot_f(gt, vh + (size_t)t2 * C, hd);
+            s += (double)at[t2] * datt[t2];
+        }
+        float sf = (float)s;
+        OMP(simd)
+        for (int t2 = 0; t2 <= t; t2++) datt[t2] = at[t2] * (datt[t2] - sf) * scale;
+        for (int t2 = 0; t2 <= t; t2++) {
+            if (dqh) axpy_f(dqh + (size_t)t * C, datt[t2], kh + (size_t)t2 * C, hd);
+            if (dkh) axpy_f(dkh + (size_t)t2 * C, datt[t2], qh + (size_t)t * C, hd);
         }
     }
 }
@@ -641,40 +795,31 @@ void sr_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
 {
     // dout, q, k, v (B,T,C); att (B,NH,T,T) -> dq, dk, dv (B,T,C).
     // Each (b,h) task writes only its own head's columns: no races.
-    if (B <= 0 || T <= 0 || NH <= 0) return;
+    if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0) return;
     int hd = C / NH;
     float scale = 1.0f / sqrtf((float)hd);
-    OMP(parallel for collapse(2) if((long)B * NH * T * T * hd >= PAR_MIN))
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float datt[T]; // (T) d loss / d att[t, :], then d loss / d scores[t, :]
-            for (int t = 0; t < T; t++) {
-                const float *at = att + (((size_t)b * NH + h) * T + t) * T;
-                const float *gt = dout + ((size_t)b * T + t) * C + (size_t)h * hd;
-                if (dv)
-                    for (int t2 = 0; t2 <= t; t2++)
-                        axpy_f(dv + ((size_t)b * T + t2) * C + (size_t)h * hd, at[t2], gt, hd);
-                if (!dq && !dk) continue;
-                // softmax backward: dpre = att * (datt - sum(att * datt)), times the scale
-                double s = 0.0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    datt[t2] = dot_f(gt, v + ((size_t)b * T + t2) * C + (size_t)h * hd, hd);
-                    s += (double)at[t2] * datt[t2];
+    blas_single();
+    OMP(parallel if((long)B * NH * T * T * hd >= PAR_MIN))
+    {
+        float *ds = T <= ATT_ROWS_T ? NULL : malloc((size_t)ATT_TB * T * sizeof(float)); // (ATT_TB, T)
+        OMP(for collapse(2) schedule(static))
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                size_t off = (size_t)b * T * C + (size_t)h * hd; // (b, 0, h*hd)
+                const float *ah = att + ((size_t)b * NH + h) * T * T;
+                float *dqh = dq ? dq + off : NULL, *dkh = dk ? dk + off : NULL;
+                float *dvh = dv ? dv + off : NULL;
+                if (ds) {
+                    attn_bwd_head(dqh, dkh, dvh, ds, dout + off, q + off, k + off, v + off,
+                                  ah, T, C, hd, scale);
+                } else {
+                    float datt[T];
+                    attn_bwd_head_rows(dqh, dkh, dvh, datt, dout + off, q + off, k + off,
+                                       v + off, ah, T, C, hd, scale);
                 }
-                float sf = (float)s;
-                OMP(simd)
-                for (int t2 = 0; t2 <= t; t2++) datt[t2] = at[t2] * (datt[t2] - sf) * scale;
-                const float *qt = q + ((size_t)b * T + t) * C + (size_t)h * hd;
-                if (dq) {
-                    float *dqt = dq + ((size_t)b * T + t) * C + (size_t)h * hd;
-                    for (int t2 = 0; t2 <= t; t2++)
-                        axpy_f(dqt, datt[t2], k + ((size_t)b * T + t2) * C + (size_t)h * hd, hd);
-                }
-                if (dk)
-                    for (int t2 = 0; t2 <= t; t2++)
-                        axpy_f(dk + ((size_t)b * T + t2) * C + (size_t)h * hd, datt[t2], qt, hd);
             }
         }
+        free(ds);
     }
 }
 

@@ -508,6 +508,7 @@ static void test_gradients(void)
     gc_attention(2, 5, 12, 3);
     gc_attention(1, 7, 5, 1);
     gc_attention(2, 33, 48, 3);
+    gc_attention(1, 70, 12, 2);
     gc_slice(5, 3, 4, 1);
     gc_slice(5, 3, 4, 2);
     {
@@ -702,7 +703,7 @@ static void test_attention_fwd(int B, int T, int C, int NH)
     check(e < 1e-5, "attention_fwd B=%d T=%d C=%d NH=%d out, att vs naive (max err %.2e)", B, T, C, NH, e);
     sr_attention_fwd(out2, NULL, q, k, v, B, T, C, NH);
     e = max_err_ff(out2, out, n);
-    check(e == 0.0, "attention_fwd with att NULL gives the same output (max err %.2e)", e);
+    check(e < 1e-6, "attention_fwd with att NULL gives the same output (max err %.2e)", e);
     free(q), free(k), free(v), free(out), free(out2), free(att), free(ref), free(ratt);
 }
 
@@ -937,6 +938,7 @@ int main(void)
     test_softmax_fwd(40, 500);
     test_attention_fwd(2, 5, 12, 3);
     test_attention_fwd(2, 33, 48, 3);
+    test_attention_fwd(2, 70, 12, 2);
     test_slice_transpose_fwd();
     test_crossentropy_fwd(5, 7);
     test_crossentropy_fwd(64, 1000);
