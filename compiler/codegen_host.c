@@ -220,6 +220,17 @@ static void emit_backward(Gen *g, Vec *calls)
 {
     Ir *ir = g->ir;
     char *cur = NULL;
+    /* the last backward step that adds to each parameter's gradient */
+    int *last = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
+    for (int i = 0; i < ir->params.n; i++) last[i] = -1;
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        for (int k = 0; k < 4; k++) {
+            if (b->din[k] < 0) continue;
+            IrValue *pv = ir_value(ir, ir_value(ir, b->din[k])->primal);
+            if (pv->kind == VK_PARAM) last[pv->param] = j;
+        }
+    }
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
         IrOp *op = ir->ops.v[b->fwd];
@@ -242,6 +253,10 @@ static void emit_backward(Gen *g, Vec *calls)
                     pv->id, shape_comment(g, dv));
         }
         fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].bwd, op, b));
+        for (int i = 0; i < ir->params.n; i++)
+            if (last[i] == j)
+                fprintf(g->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n", i,
+                        ((IrParam *)ir->params.v[i])->name);
     }
     if (cur) fprintf(g->f, "}\n\n");
 }

@@ -80,10 +80,11 @@ void sr_mul_bwd(float *da, float *db, const float *dout, const float *a,
 void sr_scale_fwd(float *out, const float *x, float s, long n);
 void sr_scale_bwd(float *dx, const float *dout, float s, long n);
 
-/* out(N,D) = w[idx[i]] ; w (V,D), idx (N) */
+/* out(N,D) = w[idx[i]] ; w (V,D), idx (N). Ids must be < V: the data loader
+ * checks every token against the vocabulary before training starts. */
 void sr_embedding_fwd(float *out, const float *w, const int32_t *idx, int N, int D);
 void sr_embedding_bwd(float *dw, const float *dout, const int32_t *idx, int N, int D);
-/* out(N) = 0, 1, ..., T-1 repeated: positions for a (N/T, T) batch */
+/* out(n) = 0, 1, ..., n-1: positions of a sequence of length n */
 void sr_arange_fwd(int32_t *out, int n);
 
 /* layernorm over the last dim C: x (N,C), w (C), b (C); saves mean, rstd (N) */
@@ -141,7 +142,8 @@ float sr_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
 
 /* Fused softmax + cross-entropy against targets. logits (N,V), targets (N).
  * lse (N) saves the log-sum-exp. Returns the MEAN loss over the N rows.
- * Backward: dlogits += dloss * (softmax(logits) - onehot(target)) / N. */
+ * Backward: dlogits += dloss * (softmax(logits) - onehot(target)) / N.
+ * A target outside [0, V) adds no loss and no gradient (it still counts in N). */
 float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V);
 void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
                          const int32_t *targets, float dloss, int N, int V);

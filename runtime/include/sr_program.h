@@ -71,6 +71,12 @@ typedef struct sr_exec {
     uint64_t seed, step;     /* for the counter-based dropout */
     int64_t row0;            /* global index of this microbatch's first row (B*T units) */
     float *logits;           /* set by forward: (B, T, vocab) when the model has a loss head */
+    /* called by backward as soon as parameter `param`'s gradient is final
+     * for this microbatch (its last contribution added), so the runtime can
+     * launch the all-reduce of a complete bucket while backward goes on.
+     * NULL: not called. */
+    void (*grad_ready)(struct sr_exec *e, int param);
+    void *user;              /* the runtime's, for grad_ready */
 } sr_exec;
 
 typedef struct sr_program {

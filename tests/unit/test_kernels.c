@@ -484,6 +484,8 @@ static void test_gradients(void)
     gc_matmul(33, 65, 17, 0);
     gc_matmul(5, 7, 3, 1);
     gc_matmul(33, 65, 17, 1);
+    gc_matmul(150, 64, 40, 0); // big enough to be cut into row slabs
+    gc_matmul(70, 130, 90, 1); // ... and into column slabs
     gc_broadcast("add(nb=7)", 35, 7, add_fwd, add_bwd);
     gc_broadcast("add(nb=300)", 20 * 300, 300, add_fwd, add_bwd);
     gc_broadcast("add(nb=1)", 70000, 1, add_fwd, add_bwd);
@@ -769,7 +771,22 @@ static void test_crossentropy_fwd(int N, int V)
     double e = fmax(fabs(got - loss) / fmax(fabs(loss), 1.0), max_err(lse, rl, N));
     check(e < 1e-5, "crossentropy_fwd N=%d V=%d loss %.6f vs naive log-softmax %.6f, lse (max err %.2e)",
           N, V, got, loss, e);
-    // an out-of-range target (torch's ignore_index -100) adds no loss and no gradient
+    // backward, every entry: dloss * (softmax - onehot) / N, error relative to the largest entry
+    {
+        float dloss = 0.7f, *dl = zbuf((long)N * V);
+        sr_crossentropy_bwd(dl, l, lse, t, dloss, N, V);
+        double emax = 0, gmax = 0;
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < V; j++) {
+                double ref = dloss * (exp(l[(long)i * V + j] - rl[i]) - (j == t[i])) / N;
+                emax = fmax(emax, fabs(dl[(long)i * V + j] - ref));
+                gmax = fmax(gmax, fabs(ref));
+            }
+        check(emax / gmax < 1e-5, "crossentropy_bwd N=%d V=%d vs naive softmax - onehot (max rel err %.2e)",
+              N, V, emax / gmax);
+        free(dl);
+    }
+    // an out-of-range target (e.g. -100) adds no loss and no gradient, but still counts in N
     t[1] = -100;
     double ref2 = 0;
     for (int i = 0; i < N; i++)
@@ -781,7 +798,7 @@ static void test_crossentropy_fwd(int N, int V)
     int zero = 1;
     for (int j = 0; j < V; j++) zero &= dl[(long)1 * V + j] == 0.0f;
     e = fabs(got - ref2) / fmax(fabs(ref2), 1.0);
-    check(e < 1e-5 && zero, "crossentropy target -100: row adds 0 loss, 0 grad (err %.2e)", e);
+    check(e < 1e-5 && zero, "crossentropy target -100: row adds 0 loss, 0 grad, mean still over N (err %.2e)", e);
     free(l), free(lse), free(t), free(rl), free(dl);
 }
 
@@ -927,6 +944,8 @@ int main(void)
 {
     test_matmul_fwd(5, 7, 3);
     test_matmul_fwd(64, 65, 33);
+    test_matmul_fwd(150, 64, 40);
+    test_matmul_fwd(70, 130, 90);
     test_broadcast_fwd(35, 7);
     test_broadcast_fwd(70 * 300, 300);
     test_broadcast_fwd(45, 45);
