@@ -34,6 +34,66 @@ static int new_grad(Ir *ir, int primal)
     return g;
 }
 
+/* an op computed on split or partial tensors: each tensor rank holds part
+ * of its result, so the gradient it sends to a replicated input is partial */
+static int split_op(Ir *ir, const IrOp *op)
+{
+    if (ir_value(ir, op->out)->sh.kind != SH_REPL) return 1;
+    for (int k = 0; k < op->nin; k++)
+        if (ir_value(ir, op->in[k])->sh.kind != SH_REPL) return 1;
+    return 0;
+}
+
+/* Tensor parallelism in the backward: the gradient of a replicated value
+ * that feeds a split computation (the input of a column-parallel layer, the
+ * final norm's output before a vocab-parallel head) is a partial sum on each
+ * rank; it is summed over the tensor group (Megatron's "f" all-reduce) before
+ * anything reads it. A replicated contribution to such a gradient is added
+ * on rank 0 only, so the sum counts it once. */
+static void tensor_parallel_grads(Program *P)
+{
+    Ir *ir = &P->ir;
+    int nv = ir->values.n;
+    char *partial = sx_alloc((size_t)nv + 1);
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        IrOp *op = ir_op(ir, b->fwd);
+        if (!split_op(ir, op)) continue;
+        for (int k = 0; k < op->nin; k++)
+            if (b->din[k] >= 0 && ir_value(ir, op->in[k])->sh.kind == SH_REPL) partial[op->in[k]] = 1;
+    }
+    Vec out = {0};
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        IrOp *op = ir_op(ir, b->fwd);
+        /* the sum comes right before the gradient is first read */
+        if (partial[op->out]) {
+            IrBwd *ar = sx_alloc(sizeof *ar);
+            ar->kind = BWD_ALLREDUCE;
+            ar->fwd = op->id;
+            ar->dout = b->dout;
+            for (int k = 0; k < 4; k++) ar->din[k] = -1;
+            vec_push(&out, ar);
+        }
+        if (!split_op(ir, op))
+            for (int k = 0; k < op->nin; k++)
+                if (b->din[k] >= 0 && partial[op->in[k]]) b->gate |= 1u << k;
+        vec_push(&out, b);
+    }
+    for (int i = 0; i < ir->params.n; i++) { /* parameters: before the optimizer */
+        IrParam *p = ir->params.v[i];
+        IrValue *v = ir_value(ir, p->value);
+        if (!partial[p->value] || v->grad < 0) continue;
+        IrBwd *ar = sx_alloc(sizeof *ar);
+        ar->kind = BWD_ALLREDUCE;
+        ar->fwd = -1;
+        ar->dout = v->grad;
+        for (int k = 0; k < 4; k++) ar->din[k] = -1;
+        vec_push(&out, ar);
+    }
+    ir->bwd = out;
+}
+
 int ad_differentiate(Program *P)
 {
     Ir *ir = &P->ir;
@@ -90,6 +150,7 @@ int ad_differentiate(Program *P)
         }
         vec_push(&ir->bwd, b);
     }
+    if (P->layout.tp > 1) tensor_parallel_grads(P);
     return 0;
 }
 
@@ -99,6 +160,11 @@ void ad_dump(const Ir *ir, FILE *f)
     fprintf(f, "backward (seed %%%d = dloss):\n", ir->seed);
     for (int i = 0; i < ir->bwd.n; i++) {
         IrBwd *b = ir->bwd.v[i];
+        if (b->kind == BWD_ALLREDUCE) {
+            IrValue *g = ir_value(m, b->dout);
+            fprintf(f, "  all-reduce(tensor) %%%d %s  (d%%%d)\n", g->id, shape_str(&g->shape, ir), g->primal);
+            continue;
+        }
         IrOp *op = ir_op(m, b->fwd);
         fprintf(f, "  %s.grad(%%%d)", ir_ops[op->kind].name, b->dout);
         const char *sep = " -> ";
@@ -106,8 +172,8 @@ void ad_dump(const Ir *ir, FILE *f)
             if (b->din[k] >= 0) {
                 IrValue *g = ir_value(m, b->din[k]);
                 IrValue *pv = ir_value(m, g->primal);
-                fprintf(f, "%s%%%d += d%%%d%s%s", sep, g->id, pv->id, pv->kind == VK_PARAM ? " " : "",
-                        pv->kind == VK_PARAM ? pv->name : "");
+                fprintf(f, "%s%%%d += d%%%d%s%s%s", sep, g->id, pv->id, pv->kind == VK_PARAM ? " " : "",
+                        pv->kind == VK_PARAM ? pv->name : "", (b->gate >> k) & 1 ? " (tensor rank 0)" : "");
                 sep = ", ";
             }
         fprintf(f, "    # %s:%d %s\n", op->loc.file, op->loc.line, op->scope);

@@ -103,8 +103,8 @@ static char *expand(Gen *g, const char *t, IrOp *op, const IrBwd *b)
             p += 2;
         } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
             if (!b) sx_ice("$d%c outside a backward template", p[1]);
-            int dv = b->din[p[1] - '0'];
-            x = dv >= 0 ? buf(g, dv) : "NULL";
+            int k = p[1] - '0', dv = b->din[k];
+            x = dv < 0 ? "NULL" : (b->gate >> k) & 1 ? sx_fmt("(e->tp_rank == 0 ? %s : NULL)", buf(g, dv)) : buf(g, dv);
             p += 2;
         } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
             x = cdim(g, op->sz[p[1] - '0']);
@@ -225,15 +225,19 @@ static void emit_backward(Gen *g, Vec *calls)
     for (int i = 0; i < ir->params.n; i++) last[i] = -1;
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
-        for (int k = 0; k < 4; k++) {
-            if (b->din[k] < 0) continue;
-            IrValue *pv = ir_value(ir, ir_value(ir, b->din[k])->primal);
+        int gs[5] = {b->din[0], b->din[1], b->din[2], b->din[3], b->kind == BWD_ALLREDUCE ? b->dout : -1};
+        for (int k = 0; k < 5; k++) {
+            if (gs[k] < 0) continue;
+            IrValue *pv = ir_value(ir, ir_value(ir, gs[k])->primal);
             if (pv->kind == VK_PARAM) last[pv->param] = j;
         }
     }
+    IrOp *prev = NULL;
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
-        IrOp *op = ir->ops.v[b->fwd];
+        IrOp *op = b->fwd >= 0 ? ir->ops.v[b->fwd] : prev;
+        if (!op) sx_ice("backward step %d has no op", j);
+        prev = op;
         char *grp = group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
@@ -241,6 +245,11 @@ static void emit_backward(Gen *g, Vec *calls)
             open_fn(g, fn);
             cur = grp;
         }
+        if (b->kind == BWD_ALLREDUCE) {
+            IrValue *dv = ir_value(ir, b->dout);
+            fprintf(g->f, "    sr_tp_allreduce(e, %s, %s, %s); /* d%%%d summed over the tensor group */\n",
+                    buf(g, b->dout), buf(g, b->dout), cdim(g, shape_numel(&dv->shape)), dv->primal);
+        } else {
         fprintf(g->f, "    /* %s:%d  d %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
         for (int k = 0; k < op->nin; k++) {
             int d = b->din[k];
@@ -253,6 +262,7 @@ static void emit_backward(Gen *g, Vec *calls)
                     pv->id, shape_comment(g, dv));
         }
         fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].bwd, op, b));
+        }
         for (int i = 0; i < ir->params.n; i++)
             if (last[i] == j)
                 fprintf(g->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n", i,
@@ -352,15 +362,15 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     for (int i = 0; i < ir->params.n; i++) {
         IrParam *p = ir->params.v[i];
         g.param_off[i] = off;
-        off += shape_numel(&p->shape).c;
+        off += shape_numel(&ir_value(ir, p->value)->shape).c; /* this rank's shard */
         off = (off + 15) & ~(int64_t)15; /* 64-byte aligned tensors */
     }
     /* the loss head: vocabulary and logits; the position table bounds T */
     int vocab = 0, max_seq = 0, logits = -1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (op->kind == OP_CROSS_ENTROPY && op->out == ir->output) {
-            vocab = (int)op->sz[1].c;
+        if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) && op->out == ir->output) {
+            vocab = (int)op->sz[1].c * (op->kind == OP_CROSS_ENTROPY_VP ? P->layout.tp : 1);
             logits = op->in[0];
         }
         if (op->kind == OP_EMBEDDING) {
@@ -434,15 +444,19 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, "static const sr_param_desc params[%d] = {\n", ir->params.n);
     for (int i = 0; i < ir->params.n; i++) {
         IrParam *p = ir->params.v[i];
+        const Shape *ls = &ir_value(ir, p->value)->shape; /* local: split dim / tp */
+        int split = p->sh.kind == SH_SPLIT && P->layout.tp > 1;
         fprintf(f, "    {");
         emit_cstr(f, p->name);
-        fprintf(f, ", %d, {", p->shape.nd);
-        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
-        fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(&p->shape).c, (long long)g.param_off[i],
-                init_name(p->init), fmt_float(p->std), p->decay, p->sh.kind == SH_SPLIT ? p->sh.dim : -1,
-                p->sh.kind == SH_SPLIT ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
+        fprintf(f, ", %d, {", ls->nd);
+        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
+        fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.param_off[i],
+                init_name(p->init), fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
+                split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
         emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
-        fprintf(f, "},\n");
+        fprintf(f, ", {");
+        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
+        fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
     }
     fprintf(f, "};\n\n");
     fprintf(f, "static const sr_program program = {\n    .name = ");
@@ -451,7 +465,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     emit_cstr(f, source_path);
     fprintf(f, ",\n    .n_params = %d,\n    .params = params,\n    .n_param_floats = %lld,\n", ir->params.n,
             (long long)off);
-    fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n", vocab, max_seq);
+    fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n    .tp = %d,\n", vocab, max_seq, P->layout.tp);
     fprintf(f, "    .work_bytes = work_bytes,\n    .forward = forward,\n    .backward = backward,\n");
     emit_defaults(&g);
     fprintf(f, "    .config_json = ");

@@ -148,7 +148,10 @@ static void add_stdlib_dirs(Program *P)
 #define SHARDC_RUNTIME_LIB ""
 #endif
 #ifndef SHARDC_CC
-#define SHARDC_CC "cc"
+#define SHARDC_CC "mpicc"
+#endif
+#ifndef SHARDC_RUNTIME_EXTRA_LIBS
+#define SHARDC_RUNTIME_EXTRA_LIBS ""
 #endif
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
@@ -227,6 +230,9 @@ static int build(Program *P, const Opts *o)
     argv[n++] = sx_fmt("-I%s", inc);
     argv[n++] = csrc;
     argv[n++] = (char *)lib;
+    /* the runtime's own dependencies (NCCL where it was built with it) */
+    char *extra = sx_strdup(SHARDC_RUNTIME_EXTRA_LIBS);
+    for (char *tok = strtok(extra, " "); tok && n < 24; tok = strtok(NULL, " ")) argv[n++] = tok;
     argv[n++] = "-lopenblas";
     argv[n++] = "-lm";
     argv[n++] = "-o";

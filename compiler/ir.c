@@ -7,7 +7,7 @@
 #include "shardc.h"
 
 const OpInfo ir_ops[OP__COUNT] = {
-#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd) {nm, nin, nk, naux, fwd, bwd},
+#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd, ff, fb, cf, cb) {nm, nin, nk, naux, fwd, bwd, ff, fb, cf, cb},
 #include "ops.def"
 #undef X
 };

@@ -43,13 +43,18 @@ int mp_plan(Program *P)
     touch(first, last, ir->output, nf); /* the loss is read after the forward */
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (op->kind == OP_CROSS_ENTROPY) touch(first, last, op->in[0], nf); /* logits, for sampling */
+        if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP)
+            touch(first, last, op->in[0], nf); /* logits, for sampling */
     }
     if (ir->seed >= 0 && ir->bwd.n) touch(first, last, ir->seed, nf);
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
-        IrOp *op = ir->ops.v[b->fwd];
         int t = nf + j;
+        if (b->kind == BWD_ALLREDUCE) {
+            touch(first, last, b->dout, t);
+            continue;
+        }
+        IrOp *op = ir->ops.v[b->fwd];
         unsigned u = ad_template_uses(ir_ops[op->kind].bwd);
         for (int k = 0; k < op->nin; k++)
             if (u & (1u << k)) touch(first, last, op->in[k], t);

@@ -15,11 +15,10 @@ int drv_front(Program *P, const char *dump, FILE *out)
     ir_verify(&P->ir, "shape");
     if (dump && !strcmp(dump, "shape")) ir_dump(&P->ir, out);
     if (shard_check(P)) return 1;
+    if (dump && !strcmp(dump, "shard")) shard_dump(P, out);
+    if (shard_lower(P)) return 1;
     ir_verify(&P->ir, "shard");
-    if (dump && !strcmp(dump, "shard")) {
-        ir_dump(&P->ir, out);
-        shard_dump(P, out);
-    }
+    if (dump && !strcmp(dump, "shard")) ir_dump(&P->ir, out);
     return 0;
 }
 

@@ -245,7 +245,24 @@ int sema_arith(int op, int fa, long long ia, double da, int fb, long long ib, do
     return 1;
 }
 
+static int scalar_depth;
+
+static Scal eval_scalar_node(Program *P, Node *n);
+
+/* constants nest at most this deep: deeper ones would exhaust the stack */
 static Scal eval_scalar(Program *P, Node *n)
+{
+    if (scalar_depth >= 400) {
+        sx_error(&n->loc, "expression nested more than 400 levels deep");
+        return scal_err();
+    }
+    scalar_depth++;
+    Scal r = eval_scalar_node(P, n);
+    scalar_depth--;
+    return r;
+}
+
+static Scal eval_scalar_node(Program *P, Node *n)
 {
     Scal r = {0, 0, 0, NULL};
     switch (n->kind) {
@@ -489,9 +506,23 @@ static void check_block_args(Node *call, Node *blk)
     }
 }
 
+static void check_expr_node(Program *P, Scope *s, Node *n);
+static int check_depth;
+
 static void check_expr(Program *P, Scope *s, Node *n)
 {
     if (!n) return;
+    if (check_depth >= 400) {
+        sx_error(&n->loc, "expression nested more than 400 levels deep; split it with assignments");
+        return;
+    }
+    check_depth++;
+    check_expr_node(P, s, n);
+    check_depth--;
+}
+
+static void check_expr_node(Program *P, Scope *s, Node *n)
+{
     switch (n->kind) {
     case N_NUM:
     case N_STR:

@@ -143,6 +143,8 @@ typedef struct Elab {
     Ir *ir;
     Vec inst_names;     /* char*: instance paths used so far */
     int depth;
+    int expr_depth, too_deep;
+    int too_big;
 } Elab;
 
 static Val verr(void) { Val v; memset(&v, 0, sizeof v); return v; }
@@ -356,6 +358,7 @@ static int shape_embedding(ShapeCtx *c)
     c->out.d[c->out.nd++] = w->shape.d[1];
     c->op->sz[0] = shape_numel(&idx->shape);
     c->op->sz[1] = w->shape.d[1];
+    c->op->sz[2] = w->shape.d[0]; /* rows of this rank's table (vocab-parallel) */
     return 0;
 }
 
@@ -564,12 +567,64 @@ static int shape_cross_entropy(ShapeCtx *c)
     return 0;
 }
 
+/* a tensor-parallel all-reduce: any element type, same shape */
+static int shape_same_any(ShapeCtx *c)
+{
+    c->out = c->in[0]->shape;
+    c->out_t = c->in[0]->dtype;
+    return 0;
+}
+
+/* all-gather of dim k0 split over k1 ranks: (outer, local, inner) sizes */
+static int shape_gather(ShapeCtx *c)
+{
+    int d = (int)c->op->k[0], tp = (int)c->op->k[1];
+    c->out = c->in[0]->shape;
+    Dim outer = dim_const(1), inner = dim_const(1);
+    for (int i = 0; i < d; i++) dim_mul(outer, c->out.d[i], &outer);
+    for (int i = d + 1; i < c->out.nd; i++) dim_mul(inner, c->out.d[i], &inner);
+    c->op->sz[0] = outer;
+    c->op->sz[1] = c->out.d[d];
+    c->op->sz[2] = inner;
+    c->out.d[d].c *= tp;
+    return 0;
+}
+
 typedef int (*ShapeFn)(ShapeCtx *);
 static const ShapeFn shape_rules[OP__COUNT] = {
-#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd) shp,
+#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd, ...) shp,
 #include "ops.def"
 #undef X
 };
+
+/* Re-runs op's shape rule on its inputs' current shapes (the tensor-parallel
+ * lowering makes them local): updates the size operands, returns the output
+ * and aux shapes. Constant arguments come back from op->k. */
+int shape_rerun(Program *P, IrOp *op, Shape *out, Shape aux[2])
+{
+    Elab E;
+    memset(&E, 0, sizeof E);
+    E.P = P;
+    E.ir = &P->ir;
+    ShapeCtx c;
+    memset(&c, 0, sizeof c);
+    c.E = &E;
+    c.op = op;
+    c.loc = &op->loc;
+    c.out_t = DT_F32;
+    c.nk = op->nk;
+    for (int i = 0; i < op->nin; i++) c.in[i] = ir_value(&P->ir, op->in[i]);
+    for (int i = 0; i < op->nk; i++) {
+        double x = op->k[i];
+        c.k[i] = (x == (double)(long long)x && op->kind != OP_SCALE && op->kind != OP_LAYERNORM &&
+                  op->kind != OP_RMSNORM) ? vint((long long)x) : vflt(x);
+    }
+    if (shape_rules[op->kind](&c)) return -1;
+    *out = c.out;
+    aux[0] = c.aux[0];
+    aux[1] = c.aux[1];
+    return 0;
+}
 
 /* ---- expressions -------------------------------------------------------- */
 
@@ -614,6 +669,12 @@ static Val eval_call(Elab *E, Frame *f, Node *n)
     int k = ir_op_lookup(n->name);
     if (k < 0) {
         /* constant functions */
+        int want = (!strcmp(n->name, "min") || !strcmp(n->name, "max")) ? 2 : 1;
+        if (n->args.n != want) {
+            sx_error(&n->loc, "'%s' takes %d argument%s, got %d", n->name, want, want == 1 ? "" : "s",
+                     n->args.n);
+            return verr();
+        }
         Val a[2];
         for (int i = 0; i < n->args.n && i < 2; i++) {
             a[i] = eval(E, f, n->args.v[i]);
@@ -632,7 +693,13 @@ static Val eval_call(Elab *E, Frame *f, Node *n)
             }
             return vflt(sqrt(x));
         }
-        if (!strcmp(n->name, "int")) return vint((long long)x);
+        if (!strcmp(n->name, "int")) {
+            if (!(fabs(x) < (double)SX_INT_MAX)) {
+                sx_error(&n->loc, "int() of %g is out of range", x);
+                return verr();
+            }
+            return vint((long long)x);
+        }
         if (!strcmp(n->name, "float")) return vflt(x);
         double y = a[1].k == V_INT ? (double)a[1].i : a[1].f;
         int mn = !strcmp(n->name, "min");
@@ -758,7 +825,26 @@ static Val lookup_name(Elab *E, Frame *f, Node *n)
     return verr();
 }
 
+#define MAX_OPS 200000    /* a model larger than this is a runaway repeat */
+#define MAX_EXPR_DEPTH 400 /* deeper expressions would exhaust the stack */
+
+static Val eval_node(Elab *E, Frame *f, Node *n);
+
 static Val eval(Elab *E, Frame *f, Node *n)
+{
+    if (E->expr_depth >= MAX_EXPR_DEPTH) {
+        if (!E->too_deep++)
+            sx_error(&n->loc, "expression nested more than %d levels deep; split it with assignments",
+                     MAX_EXPR_DEPTH);
+        return verr();
+    }
+    E->expr_depth++;
+    Val v = eval_node(E, f, n);
+    E->expr_depth--;
+    return v;
+}
+
+static Val eval_node(Elab *E, Frame *f, Node *n)
 {
     switch (n->kind) {
     case N_NUM: return n->op == 'i' ? vint(n->ival) : vflt(n->fval);
@@ -930,8 +1016,8 @@ static void param_annots(Elab *E, Frame *f, Node *st, IrParam *p)
             if (!strcmp(nm, "column") && an->args.n == 1) {
                 /* @column(3): the output is 3 equal chunks (q|k|v), each split */
                 Val g = eval(E, f, an->args.v[0]);
-                if (g.k != V_INT || g.i < 1) {
-                    if (g.k) sx_error(&an->loc, "@column(groups): groups must be a positive integer");
+                if (g.k != V_INT || g.i < 1 || g.i > (1 << 20)) {
+                    if (g.k) sx_error(&an->loc, "@column(groups): groups must be an integer from 1 to %d", 1 << 20);
                     continue;
                 }
                 groups = (int)g.i;
@@ -947,6 +1033,10 @@ static void param_annots(Elab *E, Frame *f, Node *st, IrParam *p)
             /* weights are stored [in, out]: column splits out (last), row splits in
              * (first); vocab splits the rows of an embedding table */
             dim = !strcmp(nm, "column") ? p->shape.nd - 1 : 0;
+            if (p->shape.nd == 0 && strcmp(nm, "replicated")) {
+                sx_error(&an->loc, "@%s on %s, which has no dimensions to split", nm, p->name);
+                continue;
+            }
         } else if (!strcmp(nm, "split")) {
             if (an->args.n != 2) {
                 sx_error(&an->loc, "@split takes a dimension and a mesh axis: @split(1, tensor)");
@@ -1270,6 +1360,12 @@ static Val instantiate(Elab *E, Frame *caller, Node *inst)
     Val x = eval(E, caller, inst->args.v[0]);
     if (!x.k) return verr();
     for (long long i = 0; i < n.i; i++) {
+        if (E->ir->ops.n > MAX_OPS) {
+            if (!E->too_big++)
+                sx_error(&inst->loc, "the model grows past %d ops (repeats nested too deep or too "
+                         "long?)", MAX_OPS);
+            return verr();
+        }
         Val y = call_block(E, caller, inst, blk, sx_fmt("%s.%lld", path, i), &x,
                            pipeline ? (int)i : caller->stage);
         if (!y.k) return verr();

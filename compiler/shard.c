@@ -217,7 +217,7 @@ static int shard_embedding(ShardCtx *c)
 
 static int shard_attention(ShardCtx *c)
 {
-    int nh = (int)c->op->k[0];
+    long long nh = (long long)c->op->k[0];
     int all_split = 1;
     for (int i = 0; i < 3; i++) {
         if (c->in[i].kind == SH_PARTIAL) resolve(c, i);
@@ -225,7 +225,7 @@ static int shard_attention(ShardCtx *c)
     }
     if (all_split) {
         if (nh % c->tp) {
-            sx_error(&c->op->loc, "attention is split by heads over tensor=%d, but n_head=%d is not "
+            sx_error(&c->op->loc, "attention is split by heads over tensor=%d, but n_head=%lld is not "
                      "divisible by %d", c->tp, nh, c->tp);
             return -1;
         }
@@ -281,7 +281,7 @@ static int shard_cross_entropy(ShardCtx *c)
 
 typedef int (*ShardFn)(ShardCtx *);
 static const ShardFn shard_rules[OP__COUNT] = {
-#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd) shd,
+#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd, ...) shd,
 #include "ops.def"
 #undef X
 };
@@ -334,7 +334,7 @@ int shard_check(Program *P)
         if (!P->layout_repeats)
             sx_error(L->loc_pp.file ? &L->loc_pp : &ir->model_loc,
                      "pipeline=%d needs a repeat marked @pipeline to cut into stages", L->pp);
-        else if (P->layout_repeats < L->pp * L->virtual_stages)
+        else if ((long long)P->layout_repeats < (long long)L->pp * L->virtual_stages)
             sx_error(&P->layout_repeat_loc, "%d layers cannot fill pipeline=%d stages%s: each stage "
                      "needs at least one layer", P->layout_repeats, L->pp,
                      L->virtual_stages > 1 ? sx_fmt(" x %d virtual stages", L->virtual_stages) : "");
@@ -369,4 +369,106 @@ void shard_dump(const Program *P, FILE *f)
                 c->kind == 0 ? "all-reduce" : "all-gather", v->id, shape_str(&v->shape, ir),
                 ir_ops[op->kind].name, op->loc.file, op->loc.line, op->scope, dim_str(n, ir));
     }
+}
+
+/* ---- tensor-parallel lowering ---------------------------------------------------
+ *
+ * shard_lower needs: shard_check's shardings and collectives (tp > 1).
+ * Guarantees: every recorded collective is an op of the IR (an all-reduce of
+ * a partial sum, an all-gather of a split) placed right before its consumer;
+ * vocab-parallel embeddings and cross-entropies use their parallel kernels;
+ * every value has its LOCAL shape (a split dimension divided by tp), every
+ * op's sizes are recomputed from local shapes, and split attention runs
+ * n_head / tp heads. Parameters keep their full shape in IrParam.shape for
+ * checkpoints; their values are local.
+ */
+static int new_collective(Program *P, Vec *ops, IrOp *user, Collective *c)
+{
+    Ir *ir = &P->ir;
+    IrValue *v = ir_value(ir, c->value);
+    IrOp *op = sx_alloc(sizeof *op);
+    op->kind = c->kind == 0 ? OP_TP_ALLREDUCE : OP_TP_ALLGATHER;
+    op->nin = 1;
+    op->in[0] = c->value;
+    op->loc = user->loc;
+    op->scope = user->scope;
+    op->user_loc = user->user_loc;
+    op->stage = user->stage;
+    op->aux[0] = op->aux[1] = -1;
+    if (c->kind == 1) {
+        op->k[0] = v->sh.dim;
+        op->k[1] = P->layout.tp;
+        op->nk = 2;
+    }
+    Shape s = v->shape; /* logical shape: the output is whole */
+    op->out = ir_new_value(ir, VK_OP, v->dtype, &s);
+    IrValue *o = ir_value(ir, op->out);
+    o->sh = repl();
+    vec_push(ops, op);
+    return op->out;
+}
+
+int shard_lower(Program *P)
+{
+    Ir *ir = &P->ir;
+    int tp = P->layout.tp;
+    if (tp <= 1) return 0;
+    /* 1. collectives as ops, one per (value, kind), before the first consumer */
+    Vec ops = {0};
+    int *made = sx_alloc(sizeof(int) * 2 * (size_t)(ir->values.n + 1));
+    int nv0 = ir->values.n;
+    for (int i = 0; i < 2 * nv0; i++) made[i] = -1;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        for (int k = 0; k < P->collectives.n; k++) {
+            Collective *c = P->collectives.v[k];
+            if (c->op != op->id) continue;
+            int *slot = &made[2 * c->value + c->kind];
+            if (*slot < 0) *slot = new_collective(P, &ops, op, c);
+            op->in[c->input] = *slot;
+        }
+        IrValue *w = op->nin ? ir_value(ir, op->in[0]) : NULL;
+        if (op->kind == OP_EMBEDDING && w->sh.kind == SH_SPLIT && w->sh.dim == 0) op->kind = OP_EMBEDDING_VP;
+        if (op->kind == OP_CROSS_ENTROPY && w->sh.kind == SH_SPLIT) op->kind = OP_CROSS_ENTROPY_VP;
+        if (op->kind == OP_ATTENTION && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
+        vec_push(&ops, op);
+    }
+    ir->ops = ops;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        op->id = i;
+        ir_value(ir, op->out)->def = i;
+        for (int a = 0; a < ir_ops[op->kind].naux; a++) ir_value(ir, op->aux[a])->def = i;
+    }
+    /* 2. local shapes of split values */
+    for (int i = 0; i < ir->values.n; i++) {
+        IrValue *v = ir->values.v[i];
+        if (v->sh.kind != SH_SPLIT) continue;
+        Dim *d = &v->shape.d[v->sh.dim];
+        int sym = 0;
+        for (int k = 0; k < SX_MAXSYM; k++) sym |= d->p[k];
+        if (sym || d->c % tp) {
+            sx_error(&ir->model_loc, "cannot split %s over tensor=%d: dimension %d is %s",
+                     shape_str(&v->shape, ir), tp, v->sh.dim, dim_str(*d, ir));
+            return 1;
+        }
+        d->c /= tp;
+    }
+    /* 3. sizes from local shapes */
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        int touches = ir_value(ir, op->out)->sh.kind != SH_REPL || op->kind == OP_TP_ALLREDUCE ||
+                      op->kind == OP_TP_ALLGATHER;
+        for (int k = 0; k < op->nin; k++) touches |= ir_value(ir, op->in[k])->sh.kind != SH_REPL;
+        if (!touches) continue;
+        Shape out, aux[2];
+        if (shape_rerun(P, op, &out, aux))
+            sx_ice("op %d (%s) does not accept its local shapes", op->id, ir_ops[op->kind].name);
+        IrValue *o = ir_value(ir, op->out);
+        if (!shape_eq(&out, &o->shape))
+            sx_ice("op %d (%s): local output %s, expected %s", op->id, ir_ops[op->kind].name,
+                   shape_str(&out, ir), shape_str(&o->shape, ir));
+        for (int a = 0; a < ir_ops[op->kind].naux; a++) ir_value(ir, op->aux[a])->shape = aux[a];
+    }
+    return sx_error_count() ? 1 : 0;
 }

@@ -156,7 +156,7 @@ typedef struct Sharding {
 } Sharding;
 
 typedef enum OpKind {
-#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd) OP_##id,
+#define X(id, nm, nin, nk, naux, shp, shd, fwd, bwd, ...) OP_##id,
 #include "ops.def"
 #undef X
     OP__COUNT
@@ -165,7 +165,9 @@ typedef enum OpKind {
 typedef struct OpInfo {
     const char *name;
     int nin, nk, naux;
-    const char *fwd, *bwd;
+    const char *fwd, *bwd;             /* host call templates */
+    const char *flops_fwd, *flops_bwd; /* FLOPs as arithmetic over template operands */
+    const char *cuda_fwd, *cuda_bwd;   /* CUDA call templates */
 } OpInfo;
 extern const OpInfo ir_ops[OP__COUNT];
 int ir_op_lookup(const char *name); /* -1 if not a builtin op */
@@ -212,10 +214,14 @@ typedef struct IrOp {
 /* one step of the backward program: the gradient rule of forward op `fwd`
  * (its BWD template), reading d(out) and accumulating into d(inputs) */
 typedef struct IrBwd {
+    int kind;     /* BWD_RULE: op fwd's gradient rule; BWD_ALLREDUCE: sum dout over the tensor group */
     int fwd;
     int dout;
     int din[4];   /* -1 where that input needs no gradient */
+    unsigned gate; /* bit k: din[k] is added on tensor rank 0 only (a replicated
+                    * contribution to a gradient that is summed over the group) */
 } IrBwd;
+enum { BWD_RULE = 0, BWD_ALLREDUCE = 1 };
 
 typedef struct IrParam {
     const char *name;
@@ -303,6 +309,7 @@ const Const *sema_find_const(const Vec *consts, const char *name);
 
 /* shape.c: instantiate the model, infer shapes, build the forward IR */
 int shape_elaborate(Program *P);
+int shape_rerun(Program *P, IrOp *op, Shape *out, Shape aux[2]);
 int dim_eq(Dim a, Dim b);
 int shape_eq(const Shape *a, const Shape *b);
 char *dim_str(Dim d, const Ir *ir);   /* "768", "B*T", "3*T" */
@@ -321,6 +328,7 @@ typedef struct Collective {
 } Collective;
 int shard_layout(Program *P);  /* before elaboration: degrees from the file and flags */
 int shard_check(Program *P);   /* after elaboration */
+int shard_lower(Program *P);   /* tensor parallelism: collectives as ops, local shapes */
 void shard_dump(const Program *P, FILE *f);
 
 /* autodiff.c: reverse-mode differentiation of the forward IR */

@@ -28,11 +28,17 @@
 #include <omp.h>
 #endif
 
+#include "run.h"
 #include "shardrt.h"
+#include "sr_backend.h"
 #include "sr_ckpt.h"
+#include "sr_comm.h"
 #include "sr_data.h"
+#include "sr_dp.h"
 #include "sr_json.h"
 #include "sr_program.h"
+#include "sr_tp.h"
+#include "sr_trace.h"
 
 #define PRAGMA_(x) _Pragma(#x)
 #ifdef _OPENMP
@@ -41,11 +47,6 @@
 #define OMP(x)
 #endif
 
-/* Present when OpenBLAS is linked; a weak reference keeps the runtime
- * linkable against any BLAS. */
-#if defined(__GNUC__)
-extern void openblas_set_num_threads(int n) __attribute__((weak));
-#endif
 
 /* Hugging Face GPT-2 files name tensors with or without this prefix. */
 #define HF_PREFIX "transformer."
@@ -57,16 +58,6 @@ extern void openblas_set_num_threads(int n) __attribute__((weak));
 /* -------------------------------------------------------------------------- */
 /* Flags                                                                       */
 
-typedef struct opts {
-    const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
-        *dump_grads;
-    long steps;
-    int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
-        top_k, threads;
-    float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature;
-    unsigned long long seed;
-    int quiet, help, version;
-} opts;
 
 typedef enum ftype { F_STR, F_LONG, F_INT, F_FLOAT, F_U64, F_BOOL } ftype;
 
@@ -110,11 +101,20 @@ static const flag flags[] = {
     {"prompt", F_STR, O(prompt), "TEXT", "sampling prompt (byte-level models)"},
     {"threads", F_INT, O(threads), "N", "CPU threads (0 = OpenMP/OpenBLAS default)"},
     {"dump-grads", F_STR, O(dump_grads), "FILE", "write the first step's gradients (before clipping) as safetensors"},
+    {"dp", F_INT, O(dp), "N", "data-parallel degree (world = dp x tp x pp ranks under mpirun)"},
+    {"tp", F_INT, O(tp), "N", "tensor-parallel degree"},
+    {"pp", F_INT, O(pp), "N", "pipeline-parallel degree"},
+    {"zero", F_INT, O(zero), "0|1", "1: shard the AdamW state over the data ranks (ZeRO-1)"},
+    {"bucket-mb", F_FLOAT, O(bucket_mb), "MB", "gradient all-reduce bucket size in MB"},
+    {"comm-timeout", F_FLOAT, O(comm_timeout), "S", "seconds a collective may wait before the run aborts"},
+    {"trace", F_STR, O(trace), "DIR", "write a Chrome trace per rank to DIR/trace-rankR.json"},
+    {"dump-batches", F_STR, O(dump_batches), "DIR", "record which sequences each rank trains on (testing)"},
     {"quiet", F_BOOL, O(quiet), NULL, "print only errors and samples"},
     {"help", F_BOOL, O(help), NULL, "show this help"},
     {"version", F_BOOL, O(version), NULL, "show the model and runtime versions"},
 };
 #define N_FLAGS ((int)(sizeof flags / sizeof flags[0]))
+_Static_assert(sizeof flags / sizeof flags[0] <= RT_MAX_FLAGS, "raise RT_MAX_FLAGS in run.h");
 
 static void set_defaults(opts *o, const sr_program *prog)
 {
@@ -143,6 +143,9 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->eval_batches = 8;
     o->temperature = 1.0f;
     o->init = "random";
+    o->dp = o->tp = o->pp = 1;
+    o->bucket_mb = 25.0f; /* PyTorch DDP's default */
+    o->comm_timeout = 60.0f;
 }
 
 static sr_status parse_value(const flag *f, const char *v, opts *o)
@@ -216,7 +219,7 @@ static sr_status parse_flags(opts *o, char *given, int argc, char **argv)
     return SR_OK;
 }
 
-static int flag_given(const char *given, const char *name)
+int rt_flag_given(const char *given, const char *name)
 {
     for (int j = 0; j < N_FLAGS; j++)
         if (strcmp(flags[j].name, name) == 0) return given[j];
@@ -233,8 +236,17 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(prog->max_seq <= 0 || o->seq <= prog->max_seq,
          "--seq %d is longer than the model's %d positions", o->seq, prog->max_seq);
     NEED(o->microbatches >= 1, "--microbatches must be >= 1 (got %d)", o->microbatches);
-    NEED(o->batch % o->microbatches == 0,
-         "--batch %d is not divisible by --microbatches %d", o->batch, o->microbatches);
+    NEED(o->dp >= 1 && o->tp >= 1 && o->pp >= 1, "--dp, --tp and --pp must be >= 1");
+    NEED(o->batch % ((long long)o->dp * o->microbatches) == 0,
+         "--batch %d is not divisible by --dp %d x --microbatches %d", o->batch, o->dp,
+         o->microbatches);
+    NEED(o->tp == prog->tp, "--tp %d: this program was built for tensor=%d; rebuild it with "
+         "shardc build --tp %d (the compiler splits the layers)", o->tp, prog->tp, o->tp);
+    NEED(o->pp == 1, "--pp %d: this runtime does not run pipeline parallelism yet (use --pp 1)", o->pp);
+    NEED(o->zero == 0 || o->zero == 1, "--zero must be 0 or 1 (got %d)", o->zero);
+    NEED(o->bucket_mb > 0, "--bucket-mb must be > 0 (got %g)", (double)o->bucket_mb);
+    NEED(o->comm_timeout > 0, "--comm-timeout must be > 0 (got %g)", (double)o->comm_timeout);
+    NEED(!(o->zero && o->dump_grads), "--dump-grads is not available with --zero 1");
     NEED((long long)o->batch * o->seq <= INT_MAX / 2, "--batch x --seq = %lld tokens is too large",
          (long long)o->batch * o->seq);
     NEED(o->lr >= 0, "--lr must be >= 0 (got %g)", (double)o->lr);
@@ -295,23 +307,30 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
 /* -------------------------------------------------------------------------- */
 /* Run state                                                                   */
 
-typedef struct run {
-    const sr_program *prog;
-    opts o;
-    char given[N_FLAGS];
-    const char *argv0;
-    int B;                      /* sequences per microbatch: G / M */
-    float *params, *grads, *m, *v;
-    char *work;
-    size_t work_size;
-    int32_t *inputs, *targets;  /* (B, T) */
-    sr_data train, val;
-    int have_train, have_val;
-    FILE *log;
-    long start_step;
-    int loaded;                 /* state came from --load */
-    int tty, line_open;         /* progress line on a terminal, not yet ended */
-} run;
+/* A host-readable copy of n floats of backend memory; on the host backend
+ * the memory itself. host_done writes it back when asked, and frees it. */
+float *rt_host_view(run *r, const float *dev, int64_t n)
+{
+    if (r->be == &sr_backend_host) return (float *)dev;
+    float *h = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (h) r->be->d2h(h, dev, sizeof(float) * (size_t)n);
+    return h;
+}
+
+void rt_host_done(run *r, float *h, float *dev, int64_t n, int write_back)
+{
+    if (r->be == &sr_backend_host || !h) return;
+    if (write_back) r->be->h2d(dev, h, sizeof(float) * (size_t)n);
+    free(h);
+}
+
+/* the staged tokens to the backend's buffers */
+static void push_tokens(run *r, int rows)
+{
+    size_t bytes = (size_t)rows * (size_t)r->o.seq * sizeof(int32_t);
+    r->be->h2d(r->inputs, r->h_inputs, bytes);
+    r->be->h2d(r->targets, r->h_targets, bytes);
+}
 
 static double now_s(void)
 {
@@ -321,14 +340,14 @@ static double now_s(void)
 }
 
 /* Info lines go to stderr so stdout carries only samples. */
-static void info(run *r, const char *fmt, ...)
+void rt_info(run *r, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-static void info(run *r, const char *fmt, ...)
+void rt_info(run *r, const char *fmt, ...)
 {
-    if (r->o.quiet) return;
+    if (r->o.quiet || !r->rank0) return;
     if (r->line_open) {
         fputc('\n', stderr);
         r->line_open = 0;
@@ -340,7 +359,7 @@ static void info(run *r, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-static void *alloc_floats(int64_t n)
+void *rt_alloc_floats(int64_t n)
 {
     void *p = NULL;
     size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
@@ -368,470 +387,6 @@ static sr_status check_program(const sr_program *prog)
 }
 
 /* -------------------------------------------------------------------------- */
-/* Initialization                                                              */
-
-/* N(0, std^2) by Box-Muller: elements 2k and 2k+1 share the uniforms with
- * counters 2k and 2k+1 of stream (param index + 1), so any slice of a tensor
- * can be initialized alone and matches the whole. */
-static void init_normal(float *p, int64_t n, float std, uint64_t seed, uint64_t stream)
-{
-    const double two_pi = 6.283185307179586476925286766559;
-    OMP(parallel for if(n >= 65536))
-    for (int64_t k = 0; k < (n + 1) / 2; k++) {
-        double u1 = 1.0 - (double)sr_rand_uniform(seed, stream, (uint64_t)(2 * k)); /* (0, 1] */
-        double u2 = (double)sr_rand_uniform(seed, stream, (uint64_t)(2 * k + 1));
-        double rad = sqrt(-2.0 * log(u1));
-        p[2 * k] = (float)(std * rad * cos(two_pi * u2));
-        if (2 * k + 1 < n) p[2 * k + 1] = (float)(std * rad * sin(two_pi * u2));
-    }
-}
-
-static void init_random(run *r)
-{
-    const sr_program *prog = r->prog;
-    for (int i = 0; i < prog->n_params; i++) {
-        const sr_param_desc *d = &prog->params[i];
-        float *p = r->params + d->offset;
-        switch (d->init) {
-        case SR_INIT_ZEROS: sr_zero(p, (long)d->numel); break;
-        case SR_INIT_ONES:
-            for (int64_t j = 0; j < d->numel; j++) p[j] = 1.0f;
-            break;
-        case SR_INIT_NORMAL:
-            init_normal(p, d->numel, d->std, r->o.seed, (uint64_t)i + 1);
-            break;
-        }
-    }
-}
-
-static int is_dir(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static int is_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static char *path_join(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *p = malloc(la + lb + 2);
-    if (!p) return NULL;
-    memcpy(p, a, la);
-    size_t n = la;
-    if (n == 0 || p[n - 1] != '/') p[n++] = '/';
-    memcpy(p + n, b, lb + 1);
-    return p;
-}
-
-/* Reads the first line of a small text file, trailing whitespace removed. */
-static sr_status read_line(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return sr_seterr(SR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    if (!fgets(buf, (int)cap, f)) buf[0] = '\0';
-    fclose(f);
-    size_t n = strlen(buf);
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
-    return SR_OK;
-}
-
-/* A checkpoint root (with `latest`) or a step directory -> the step directory. */
-static sr_status resolve_ckpt(const char *dir, char **out)
-{
-    *out = NULL;
-    if (!is_dir(dir)) {
-        if (access(dir, F_OK) != 0)
-            return sr_seterr(SR_ERR_IO, "cannot load checkpoint %s: %s", dir, strerror(errno));
-        return sr_seterr(SR_ERR_IO, "cannot load checkpoint %s: not a directory", dir);
-    }
-    char *latest = path_join(dir, "latest");
-    if (!latest) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    if (is_file(latest)) {
-        char name[512];
-        sr_status s = read_line(latest, name, sizeof name);
-        if (s == SR_OK && (name[0] == '\0' || strchr(name, '/')))
-            s = sr_seterr(SR_ERR_FORMAT, "%s does not name a step directory; fix or delete it", latest);
-        if (s == SR_OK) {
-            *out = path_join(dir, name);
-            if (!*out) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
-            else if (!is_dir(*out)) {
-                s = sr_seterr(SR_ERR_IO, "%s names %s, which does not exist", latest, *out);
-                free(*out);
-                *out = NULL;
-            }
-        }
-        free(latest);
-        return s;
-    }
-    free(latest);
-    char *model = path_join(dir, "model.safetensors");
-    if (!model) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    int ok = is_file(model);
-    free(model);
-    if (!ok)
-        return sr_seterr(SR_ERR_FORMAT,
-                         "%s is not a checkpoint: it has neither a 'latest' file nor "
-                         "model.safetensors",
-                         dir);
-    *out = strdup(dir);
-    return *out ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
-}
-
-/* Loads every program parameter from a safetensors file into arena. */
-static sr_status load_tensors(run *r, const char *path, float *arena, const char *suffix,
-                              const char *prefix)
-{
-    sr_st_file f;
-    SR_CHECK(sr_st_open(&f, path));
-    sr_status s = SR_OK;
-    for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
-        const sr_param_desc *d = &r->prog->params[i];
-        char *name = malloc(strlen(d->name) + strlen(suffix) + 1);
-        if (!name) {
-            s = sr_seterr(SR_ERR_NOMEM, "out of memory");
-            break;
-        }
-        strcpy(name, d->name);
-        strcat(name, suffix);
-        s = sr_st_load(&f, name, prefix, d->ndim, d->dims, arena + d->offset);
-        free(name);
-    }
-    sr_st_close(&f);
-    return s;
-}
-
-static sr_status init_from(run *r, const char *path)
-{
-    char *file = NULL;
-    sr_status s = SR_OK;
-    if (is_dir(path)) {
-        char *step = NULL;
-        SR_CHECK(resolve_ckpt(path, &step));
-        file = path_join(step, "model.safetensors");
-        free(step);
-    } else {
-        file = strdup(path);
-    }
-    if (!file) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    s = load_tensors(r, file, r->params, "", HF_PREFIX);
-    if (s == SR_OK) info(r, "initialized parameters from %s", file);
-    free(file);
-    return s;
-}
-
-/* --load: parameters, optimizer state and the step. */
-static sr_status load_checkpoint(run *r)
-{
-    char *dir = NULL;
-    SR_CHECK(resolve_ckpt(r->o.load, &dir));
-    char *state_path = path_join(dir, "state.json");
-    char *model = path_join(dir, "model.safetensors");
-    char *optim = path_join(dir, "optimizer.safetensors");
-    sr_json *st = NULL;
-    sr_status s = (state_path && model && optim) ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
-    if (s == SR_OK) s = sr_json_parse_file(state_path, &st);
-    int64_t step = 0;
-    if (s == SR_OK && (!sr_json_int64(sr_json_get(st, "step"), &step) || step < 0))
-        s = sr_seterr(SR_ERR_FORMAT, "%s has no valid \"step\"; the checkpoint is damaged", state_path);
-    if (s == SR_OK) {
-        const char *name = sr_json_string(sr_json_get(st, "model"));
-        if (name && r->prog->name && strcmp(name, r->prog->name) != 0)
-            s = sr_seterr(SR_ERR_STATE, "checkpoint %s was saved by model '%s', this program is '%s'",
-                          dir, name, r->prog->name);
-    }
-    if (s == SR_OK) s = load_tensors(r, model, r->params, "", NULL);
-    if (s == SR_OK) s = load_tensors(r, optim, r->m, ".exp_avg", NULL);
-    if (s == SR_OK) s = load_tensors(r, optim, r->v, ".exp_avg_sq", NULL);
-    if (s == SR_OK) {
-        uint64_t seed;
-        /* the run's seed continues unless the user chose another */
-        if (!flag_given(r->given, "seed") && sr_json_uint64(sr_json_get(st, "seed"), &seed))
-            r->o.seed = seed;
-        int64_t b = 0, t = 0;
-        if (sr_json_int64(sr_json_get(st, "batch"), &b) && sr_json_int64(sr_json_get(st, "seq"), &t) &&
-            (b != r->o.batch || t != r->o.seq))
-            info(r, "note: %s was trained with --batch %lld --seq %lld; continuing with --batch %d "
-                 "--seq %d changes the data order",
-                 dir, (long long)b, (long long)t, r->o.batch, r->o.seq);
-        r->start_step = (long)step;
-        r->loaded = 1;
-        info(r, "resumed from %s at step %ld", dir, r->start_step);
-    }
-    sr_json_free(st);
-    free(state_path);
-    free(model);
-    free(optim);
-    free(dir);
-    return s;
-}
-
-/* -------------------------------------------------------------------------- */
-/* Checkpoints                                                                 */
-
-static sr_status mkdir_p(const char *path)
-{
-    char *p = strdup(path);
-    if (!p) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    sr_status s = SR_OK;
-    for (char *c = p + 1;; c++) {
-        if (*c == '/' || *c == '\0') {
-            char save = *c;
-            *c = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
-                s = sr_seterr(SR_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
-            else if (!is_dir(p))
-                s = sr_seterr(SR_ERR_IO, "cannot create directory %s: a file is in the way", p);
-            *c = save;
-            if (s != SR_OK || save == '\0') break;
-        }
-    }
-    free(p);
-    return s;
-}
-
-/* Removes a directory we created and the plain files in it. */
-static void remove_flat_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char *p = path_join(dir, e->d_name);
-            if (p) unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
-static void fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd); /* best effort: some file systems refuse directory fsync */
-        close(fd);
-    }
-}
-
-static sr_status write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) return sr_seterr(SR_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-    int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok) return sr_seterr(SR_ERR_IO, "cannot write %s: %s", path, strerror(e));
-    return SR_OK;
-}
-
-static sr_status write_arena(run *r, const char *path, const float *arena, const char *suffix,
-                             long step)
-{
-    int n = r->prog->n_params;
-    sr_st_entry *e = calloc((size_t)n + 1, sizeof *e);
-    char **names = calloc((size_t)n + 1, sizeof *names);
-    sr_status s = (e && names) ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n && s == SR_OK; i++) {
-        const sr_param_desc *d = &r->prog->params[i];
-        names[i] = malloc(strlen(d->name) + strlen(suffix) + 1);
-        if (!names[i]) {
-            s = sr_seterr(SR_ERR_NOMEM, "out of memory");
-            break;
-        }
-        strcpy(names[i], d->name);
-        strcat(names[i], suffix);
-        e[i].name = names[i];
-        e[i].ndim = d->ndim;
-        e[i].dims = d->dims;
-        e[i].data = arena + d->offset;
-    }
-    char stepbuf[32];
-    snprintf(stepbuf, sizeof stepbuf, "%ld", step);
-    const char *meta[] = {"model", r->prog->name ? r->prog->name : "", "step", stepbuf};
-    if (s == SR_OK) s = sr_st_write(path, e, n, meta, 2);
-    for (int i = 0; names && i < n; i++) free(names[i]);
-    free(names);
-    free(e);
-    return s;
-}
-
-static char *state_json(run *r, long step)
-{
-    const opts *o = &r->o;
-    sr_buf b;
-    sr_buf_init(&b);
-    sr_buf_printf(&b, "{\n  \"step\": %ld,\n  \"tokens\": %lld,\n  \"seed\": %llu,\n", step,
-                  (long long)step * o->batch * o->seq, o->seed);
-    sr_buf_printf(&b, "  \"batch\": %d,\n  \"seq\": %d,\n  \"microbatches\": %d,\n", o->batch,
-                  o->seq, o->microbatches);
-    sr_buf_printf(&b, "  \"steps\": %ld,\n  \"lr\": ", o->steps);
-    sr_buf_json_float(&b, o->lr);
-    sr_buf_puts(&b, ",\n  \"min_lr\": ");
-    sr_buf_json_float(&b, o->min_lr);
-    sr_buf_puts(&b, ",\n  \"lr_schedule\": ");
-    sr_buf_json_string(&b, o->lr_schedule);
-    sr_buf_printf(&b, ",\n  \"warmup\": %d,\n  \"weight_decay\": ", o->warmup);
-    sr_buf_json_float(&b, o->weight_decay);
-    sr_buf_puts(&b, ",\n  \"beta1\": ");
-    sr_buf_json_float(&b, o->beta1);
-    sr_buf_puts(&b, ",\n  \"beta2\": ");
-    sr_buf_json_float(&b, o->beta2);
-    sr_buf_puts(&b, ",\n  \"eps\": ");
-    sr_buf_json_float(&b, o->eps);
-    sr_buf_puts(&b, ",\n  \"grad_clip\": ");
-    sr_buf_json_float(&b, o->grad_clip);
-    sr_buf_puts(&b, ",\n  \"dropout\": ");
-    sr_buf_json_float(&b, o->dropout);
-    sr_buf_puts(&b, ",\n  \"data\": ");
-    sr_buf_json_string(&b, o->data);
-    sr_buf_puts(&b, ",\n  \"val_data\": ");
-    sr_buf_json_string(&b, o->val_data);
-    sr_buf_puts(&b, ",\n  \"model\": ");
-    sr_buf_json_string(&b, r->prog->name);
-    sr_buf_puts(&b, ",\n  \"source\": ");
-    sr_buf_json_string(&b, r->prog->source);
-    sr_buf_puts(&b, ",\n  \"runtime\": \"libshardrt " SR_VERSION "\"\n}\n");
-    if (b.failed) {
-        sr_buf_free(&b);
-        return NULL;
-    }
-    return b.data;
-}
-
-/* Writes DIR/step-NNNNNNNN atomically: everything goes to a temporary
- * directory that is fsync'ed and renamed into place; only then is DIR/latest
- * replaced (temp file + rename). Any failure leaves the old latest as it was. */
-static sr_status save_checkpoint(run *r, long step)
-{
-    const char *root = r->o.save;
-    char name[64], tmpname[96], oldname[96], latest_tmp[64];
-    snprintf(name, sizeof name, "step-%08ld", step);
-    snprintf(tmpname, sizeof tmpname, ".tmp-%s-%ld", name, (long)getpid());
-    snprintf(oldname, sizeof oldname, ".old-%s-%ld", name, (long)getpid());
-    snprintf(latest_tmp, sizeof latest_tmp, ".latest.tmp-%ld", (long)getpid());
-    SR_CHECK(mkdir_p(root));
-    char *final = path_join(root, name), *tmp = path_join(root, tmpname);
-    char *old = path_join(root, oldname), *ltmp = path_join(root, latest_tmp);
-    char *latest = path_join(root, "latest");
-    char *f_model = tmp ? path_join(tmp, "model.safetensors") : NULL;
-    char *f_optim = tmp ? path_join(tmp, "optimizer.safetensors") : NULL;
-    char *f_state = tmp ? path_join(tmp, "state.json") : NULL;
-    char *f_config = tmp ? path_join(tmp, "config.json") : NULL;
-    char *state = state_json(r, step);
-    sr_status s = SR_OK;
-    int made_tmp = 0;
-    if (!final || !tmp || !old || !ltmp || !latest || !f_model || !f_optim || !f_state ||
-        !f_config || !state) {
-        s = sr_seterr(SR_ERR_NOMEM, "out of memory while saving a checkpoint");
-        goto out;
-    }
-    if (access(final, F_OK) == 0 && !is_dir(final)) {
-        s = sr_seterr(SR_ERR_IO, "cannot save checkpoint: %s exists and is not a directory; "
-                      "move it away", final);
-        goto out;
-    }
-    if (is_dir(tmp)) remove_flat_dir(tmp); /* left over by a crashed run with our pid */
-    if (mkdir(tmp, 0777) != 0) {
-        s = sr_seterr(SR_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    made_tmp = 1;
-    s = write_arena(r, f_model, r->params, "", step);
-    if (s == SR_OK) {
-        /* optimizer state: NAME.exp_avg then NAME.exp_avg_sq, as torch names them */
-        int n = r->prog->n_params;
-        sr_st_entry *e = calloc(2 * (size_t)n + 1, sizeof *e);
-        char **names = calloc(2 * (size_t)n + 1, sizeof *names);
-        if (!e || !names) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
-        for (int i = 0; i < 2 * n && s == SR_OK; i++) {
-            const sr_param_desc *d = &r->prog->params[i / 2];
-            const char *suf = i % 2 ? ".exp_avg_sq" : ".exp_avg";
-            names[i] = malloc(strlen(d->name) + strlen(suf) + 1);
-            if (!names[i]) {
-                s = sr_seterr(SR_ERR_NOMEM, "out of memory");
-                break;
-            }
-            strcpy(names[i], d->name);
-            strcat(names[i], suf);
-            e[i].name = names[i];
-            e[i].ndim = d->ndim;
-            e[i].dims = d->dims;
-            e[i].data = (i % 2 ? r->v : r->m) + d->offset;
-        }
-        char stepbuf[32];
-        snprintf(stepbuf, sizeof stepbuf, "%ld", step);
-        const char *meta[] = {"step", stepbuf};
-        if (s == SR_OK) s = sr_st_write(f_optim, e, 2 * n, meta, 1);
-        for (int i = 0; names && i < 2 * n; i++) free(names[i]);
-        free(names);
-        free(e);
-    }
-    if (s == SR_OK) s = write_text(f_state, state);
-    if (s == SR_OK) {
-        const char *cfg = r->prog->config_json ? r->prog->config_json : "{}";
-        size_t n = strlen(cfg);
-        char *c = malloc(n + 2);
-        if (!c) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
-        else {
-            memcpy(c, cfg, n);
-            c[n] = '\n';
-            c[n + 1] = '\0';
-            if (n && cfg[n - 1] == '\n') c[n] = '\0';
-            s = write_text(f_config, c);
-            free(c);
-        }
-    }
-    if (s != SR_OK) goto out;
-    fsync_dir(tmp);
-    if (is_dir(final)) {
-        /* re-saving a step: move the old copy aside so the rename can land */
-        if (rename(final, old) != 0) {
-            s = sr_seterr(SR_ERR_IO, "cannot replace %s: %s", final, strerror(errno));
-            goto out;
-        }
-    }
-    if (rename(tmp, final) != 0) {
-        s = sr_seterr(SR_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-        if (is_dir(old)) rename(old, final);
-        goto out;
-    }
-    made_tmp = 0;
-    if (is_dir(old)) remove_flat_dir(old);
-    fsync_dir(root);
-    char line[80];
-    snprintf(line, sizeof line, "%s\n", name);
-    s = write_text(ltmp, line);
-    if (s == SR_OK && rename(ltmp, latest) != 0)
-        s = sr_seterr(SR_ERR_IO, "cannot update %s: %s", latest, strerror(errno));
-    if (s != SR_OK) unlink(ltmp);
-    else fsync_dir(root);
-    if (s == SR_OK) info(r, "saved checkpoint %s", final);
-out:
-    if (made_tmp) remove_flat_dir(tmp);
-    free(final);
-    free(tmp);
-    free(old);
-    free(ltmp);
-    free(latest);
-    free(f_model);
-    free(f_optim);
-    free(f_state);
-    free(f_config);
-    free(state);
-    return s;
-}
-
-/* -------------------------------------------------------------------------- */
 /* Training                                                                    */
 
 static float lr_at(const opts *o, long k)
@@ -856,10 +411,35 @@ static void exec_init(run *r, sr_exec *e, int B, float dropout, long step)
     e->work = r->work;
     e->inputs = r->inputs;
     e->targets = r->targets;
-    e->dloss = 1.0f / (float)r->o.microbatches;
+    e->dloss = 1.0f / (float)(r->o.microbatches * r->grid.dp); /* the mean over the global batch */
     e->dropout = dropout;
     e->seed = r->o.seed;
+    e->tp_rank = r->grid.tp_rank;
+    e->tp = r->grid.tp;
+    e->tp_comm = r->grid.tp_comm;
     e->step = (uint64_t)step;
+}
+
+/* --dump-batches: one line per sequence trained on: step, sequence index in
+ * the global batch, FNV-1a hash of its tokens and targets */
+static void record_batch(run *r, long k, int first)
+{
+    int T = r->o.seq;
+    for (int j = 0; j < r->B; j++) {
+        uint64_t h = 1469598103934665603ULL;
+        for (int t = 0; t < T; t++) {
+            h = (h ^ (uint64_t)(uint32_t)r->h_inputs[j * T + t]) * 1099511628211ULL;
+            h = (h ^ (uint64_t)(uint32_t)r->h_targets[j * T + t]) * 1099511628211ULL;
+        }
+        fprintf(r->batches, "%ld %d %016llx\n", k, first + j, (unsigned long long)h);
+    }
+}
+
+/* the first sequence of microbatch mb of this data rank in the global batch:
+ * data rank d owns sequences [d*G/dp, (d+1)*G/dp), in microbatches of B */
+static int first_seq(const run *r, int mb)
+{
+    return r->grid.dp_rank * (r->o.batch / r->grid.dp) + mb * r->B;
 }
 
 static sr_status evaluate(run *r, double *out)
@@ -870,14 +450,17 @@ static sr_status evaluate(run *r, double *out)
     double sum = 0;
     for (int64_t b = 0; b < nb; b++)
         for (int mb = 0; mb < o->microbatches; mb++) {
-            SR_CHECK(sr_data_batch(&r->val, b, o->batch, o->seq, mb * r->B, r->B, r->inputs, r->targets));
+            int first = first_seq(r, mb);
+            SR_CHECK(sr_data_batch(&r->val, b, o->batch, o->seq, first, r->B, r->h_inputs, r->h_targets));
+            push_tokens(r, r->B);
             sr_exec e;
             exec_init(r, &e, r->B, 0.0f, b);
-            e.row0 = (int64_t)mb * r->B * o->seq;
+            e.row0 = (int64_t)first * o->seq;
             r->prog->forward(&e);
             sum += e.loss;
         }
-    *out = sum / (double)(nb * o->microbatches);
+    if (r->grid.dp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, &sum, 1));
+    *out = sum / (double)(nb * o->microbatches * r->grid.dp);
     return SR_OK;
 }
 
@@ -885,7 +468,7 @@ static sr_status run_eval(run *r, long step)
 {
     double vl;
     SR_CHECK(evaluate(r, &vl));
-    info(r, "step %ld: val loss %.6f", step, vl);
+    rt_info(r, "step %ld: val loss %.6f", step, vl);
     if (r->log) {
         fprintf(r->log, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, (double)(float)vl);
         fflush(r->log);
@@ -903,7 +486,7 @@ static void fmt_eta(char *buf, size_t cap, double s)
 static void progress(run *r, long k, float loss, float lr, double norm, double tok_s, double ms,
                      double elapsed)
 {
-    if (r->o.quiet) return;
+    if (r->o.quiet || !r->rank0) return;
     long done = k + 1 - r->start_step, total = r->o.steps - r->start_step;
     char eta[32];
     fmt_eta(eta, sizeof eta, elapsed / (double)done * (double)(total - done));
@@ -920,11 +503,73 @@ static void progress(run *r, long k, float loss, float lr, double norm, double t
                 k + 1, r->o.steps, (double)loss, (double)lr, norm, tok_s, ms, eta);
 }
 
-static sr_status dump_grads(run *r, long step)
+
+/* Data parallelism: after the microbatches, every rank holds the average
+ * gradient (each microbatch's loss was scaled by 1/(M*dp) and the ranks'
+ * gradients are summed). Without ZeRO the buckets were launched during the
+ * last backward; with ZeRO-1 one reduce-scatter gives each rank the sum of
+ * its shard. The loss is averaged over the ranks too. */
+static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
 {
-    sr_status s = write_arena(r, r->o.dump_grads, r->grads, "", step);
-    if (s == SR_OK) info(r, "wrote the gradients of step %ld to %s", step, r->o.dump_grads);
-    return s;
+    if (r->grid.dp == 1) return SR_OK;
+    if (r->dp) {
+        SR_CHECK(sr_dp_finish(r->dp));
+        double hidden, total;
+        sr_dp_overlap(r->dp, &hidden, &total, t_bwd_end);
+        r->comm_hidden_us += hidden;
+        r->comm_total_us += total;
+    } else {
+        double t0 = sr_trace_now_us();
+        sr_comm_set_step(r->grid.dp_comm, k);
+        SR_CHECK(sr_comm_reduce_scatter(r->grid.dp_comm, r->grads, r->shard_tmp, r->shard_n,
+                                        "gradients (ZeRO-1)", NULL));
+        sr_trace_span(r->trace, SR_TRACK_COMM, "reduce-scatter", t0, sr_trace_now_us(), "gradients");
+        r->be->copy(r->grads + r->shard_lo, r->shard_tmp, sizeof(float) * (size_t)r->shard_n);
+    }
+    SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, loss_sum, 1));
+    *loss_sum /= r->grid.dp;
+    return SR_OK;
+}
+
+/* Global-norm clipping and AdamW on this rank's range of the arenas: all of
+ * it, or with ZeRO-1 its shard, after which the parameters are gathered. */
+static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
+{
+    const sr_program *prog = r->prog;
+    const opts *o = &r->o;
+    int64_t lo = r->shard_lo, hi = r->shard_lo + r->shard_n;
+    /* squares of split parameters are summed over the tensor group; the
+     * replicated ones are the same on every tensor rank and count once */
+    double sq[2] = {0, 0};
+    for (int i = 0; i < prog->n_params; i++) {
+        const sr_param_desc *d = &prog->params[i];
+        int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
+        if (b > a) sq[d->split_dim >= 0] += r->be->sumsq(r->grads + a, b - a);
+    }
+    if (r->shard_n != r->n_alloc) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, sq, 2));
+    if (r->grid.tp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.tp_comm, &sq[1], 1));
+    double norm = sqrt(sq[0] + sq[1]);
+    if (o->grad_clip > 0) {
+        /* torch.nn.utils.clip_grad_norm_: coefficient in float32, applied when < 1 */
+        float coef = o->grad_clip / ((float)norm + 1e-6f);
+        if (coef < 1.0f) r->be->scale(r->grads + lo, coef, r->shard_n);
+    }
+    for (int i = 0; i < prog->n_params; i++) {
+        const sr_param_desc *d = &prog->params[i];
+        int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
+        if (b <= a) continue;
+        r->be->adamw(r->params + a, r->grads + a, r->m + (a - lo), r->v + (a - lo), b - a, lr,
+                     o->beta1, o->beta2, o->eps, d->decay ? o->weight_decay : 0.0f, k + 1);
+    }
+    if (r->shard_n != r->n_alloc) {
+        double t0 = sr_trace_now_us();
+        r->be->copy(r->shard_tmp, r->params + lo, sizeof(float) * (size_t)r->shard_n);
+        SR_CHECK(sr_comm_allgather(r->grid.dp_comm, r->shard_tmp, r->params, r->shard_n,
+                                   "parameters (ZeRO-1)", NULL));
+        sr_trace_span(r->trace, SR_TRACK_COMM, "all-gather", t0, sr_trace_now_us(), "parameters");
+    }
+    *norm_out = norm;
+    return SR_OK;
 }
 
 static sr_status train(run *r)
@@ -934,40 +579,48 @@ static sr_status train(run *r)
     int M = o->microbatches, T = o->seq;
     double t_begin = now_s();
     long last_saved = -1, last_eval = -1;
+    /* the starting point of the validation curve */
+    if (r->have_val && o->eval_every > 0 && r->start_step == 0 && o->steps > 0) {
+        SR_CHECK(run_eval(r, 0));
+        last_eval = 0;
+    }
     for (long k = r->start_step; k < o->steps; k++) {
         double t0 = now_s();
         float lr = lr_at(o, k);
-        sr_zero(r->grads, (long)prog->n_param_floats);
-        double loss_sum = 0;
+        r->be->zero(r->grads, r->n_alloc);
+        double loss_sum = 0, t_bwd_end = 0;
         for (int mb = 0; mb < M; mb++) {
-            SR_CHECK(sr_data_batch(&r->train, k, o->batch, T, mb * r->B, r->B, r->inputs, r->targets));
+            int first = first_seq(r, mb);
+            SR_CHECK(sr_data_batch(&r->train, k, o->batch, T, first, r->B, r->h_inputs, r->h_targets));
+            push_tokens(r, r->B);
+            if (r->batches) record_batch(r, k, first);
             sr_exec e;
             exec_init(r, &e, r->B, o->dropout, k);
-            e.row0 = (int64_t)mb * r->B * T;
+            e.row0 = (int64_t)first * T;
+            if (r->dp) {
+                sr_dp_begin(r->dp, mb == M - 1, k);
+                e.grad_ready = sr_dp_grad_ready;
+                e.user = r->dp;
+            }
+            sr_trace_begin(r->trace, SR_TRACK_COMPUTE, "forward");
             prog->forward(&e);
+            sr_trace_end(r->trace, SR_TRACK_COMPUTE);
             loss_sum += e.loss;
+            sr_trace_begin(r->trace, SR_TRACK_COMPUTE, "backward");
             if (prog->backward) prog->backward(&e);
+            sr_trace_end(r->trace, SR_TRACK_COMPUTE);
+            t_bwd_end = sr_trace_now_us();
         }
+        SR_CHECK(sync_grads(r, k, &loss_sum, t_bwd_end));
         float loss = (float)(loss_sum / M);
         if (!isfinite(loss))
             return sr_seterr(SR_ERR_STATE, "the loss became %g at step %ld; lower --lr or set --grad-clip",
                              (double)loss, k);
-        if (o->dump_grads && k == r->start_step) SR_CHECK(dump_grads(r, k));
-        double sq = 0;
-        for (int i = 0; i < prog->n_params; i++)
-            sq += sr_sumsq(r->grads + prog->params[i].offset, (long)prog->params[i].numel);
-        double norm = sqrt(sq);
-        if (o->grad_clip > 0) {
-            /* torch.nn.utils.clip_grad_norm_: coefficient in float32, applied when < 1 */
-            float coef = o->grad_clip / ((float)norm + 1e-6f);
-            if (coef < 1.0f) sr_scale_fwd(r->grads, r->grads, coef, (long)prog->n_param_floats);
-        }
-        for (int i = 0; i < prog->n_params; i++) {
-            const sr_param_desc *d = &prog->params[i];
-            sr_adamw_step(r->params + d->offset, r->grads + d->offset, r->m + d->offset,
-                          r->v + d->offset, (long)d->numel, lr, o->beta1, o->beta2, o->eps,
-                          d->decay ? o->weight_decay : 0.0f, k + 1);
-        }
+        if (o->dump_grads && k == r->start_step) SR_CHECK(rt_agree(r, rt_dump_grads(r, k), "--dump-grads"));
+        sr_trace_begin(r->trace, SR_TRACK_COMPUTE, "optimizer");
+        double norm;
+        SR_CHECK(optimizer_step(r, k, lr, &norm));
+        sr_trace_end(r->trace, SR_TRACK_COMPUTE);
         double t1 = now_s();
         double ms = (t1 - t0) * 1e3, tok_s = (double)o->batch * T / (t1 - t0 > 0 ? t1 - t0 : 1e-9);
         if (r->log) {
@@ -982,14 +635,17 @@ static sr_status train(run *r)
             last_eval = k + 1;
         }
         if (o->save && o->save_every > 0 && (k + 1) % o->save_every == 0) {
-            SR_CHECK(save_checkpoint(r, k + 1));
+            SR_CHECK(rt_checkpoint(r, k + 1));
             last_saved = k + 1;
         }
     }
     long end = o->steps > r->start_step ? o->steps : r->start_step;
+    if (r->dp && r->comm_total_us > 0)
+        rt_info(r, "gradient all-reduce: %.1f ms in total, %.0f%% of it hidden behind backward",
+             r->comm_total_us / 1e3, 100.0 * r->comm_hidden_us / r->comm_total_us);
     if (r->have_val && last_eval != end) SR_CHECK(run_eval(r, end));
     int trained = o->steps > r->start_step;
-    if (o->save && last_saved != end && (trained || !r->loaded)) SR_CHECK(save_checkpoint(r, end));
+    if (o->save && last_saved != end && (trained || !r->loaded)) SR_CHECK(rt_checkpoint(r, end));
     return SR_OK;
 }
 
@@ -1045,9 +701,11 @@ static sr_status sample(run *r)
     if (plen == 0) plen = 1;
     int32_t *toks = malloc((plen + (size_t)o->sample) * sizeof *toks);
     cand *c = malloc((size_t)V * sizeof *c);
-    if (!toks || !c) {
+    float *row = malloc(2 * (size_t)V * sizeof *row); /* the row, then this rank's part */
+    if (!toks || !c || !row) {
         free(toks);
         free(c);
+        free(row);
         return sr_seterr(SR_ERR_NOMEM, "out of memory for sampling");
     }
     size_t n = 0;
@@ -1060,9 +718,10 @@ static sr_status sample(run *r)
     sr_status s = SR_OK;
     for (int i = 0; i < o->sample; i++) {
         size_t w = n < (size_t)T ? n : (size_t)T;
-        memset(r->inputs, 0, (size_t)T * sizeof *r->inputs);
-        memset(r->targets, 0, (size_t)T * sizeof *r->targets);
-        memcpy(r->inputs, toks + n - w, w * sizeof *toks);
+        memset(r->h_inputs, 0, (size_t)T * sizeof *r->h_inputs);
+        memset(r->h_targets, 0, (size_t)T * sizeof *r->h_targets);
+        memcpy(r->h_inputs, toks + n - w, w * sizeof *toks);
+        push_tokens(r, 1);
         sr_exec e;
         exec_init(r, &e, 1, 0.0f, o->steps);
         prog->forward(&e);
@@ -1071,10 +730,18 @@ static sr_status sample(run *r)
                           prog->name ? prog->name : "?");
             break;
         }
+        /* under tensor parallelism each rank holds V/tp columns of the logits */
+        int Vl = V / r->grid.tp;
+        r->be->d2h(row + (size_t)V, e.logits + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(float));
+        if (r->grid.tp > 1)
+            s = sr_comm_allgather(r->grid.tp_comm, row + (size_t)V, row, Vl, "logits for sampling", NULL);
+        else
+            memcpy(row, row + (size_t)V, (size_t)V * sizeof(float));
+        if (s != SR_OK) break;
         float u = sr_rand_uniform(o->seed, SAMPLE_STREAM, (uint64_t)i);
-        toks[n++] = pick(e.logits + (w - 1) * (size_t)V, V, o->temperature, o->top_k, u, c);
+        toks[n++] = pick(row, V, o->temperature, o->top_k, u, c);
     }
-    if (s == SR_OK) {
+    if (s == SR_OK && r->rank0) {
         if (r->line_open) {
             fputc('\n', stderr);
             r->line_open = 0;
@@ -1090,6 +757,7 @@ static sr_status sample(run *r)
     }
     free(toks);
     free(c);
+    free(row);
     return s;
 }
 
@@ -1102,9 +770,8 @@ static void set_threads(int n)
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
-#if defined(__GNUC__)
-    if (openblas_set_num_threads) openblas_set_num_threads(n);
-#endif
+    /* OpenBLAS stays on one thread: the kernels parallelize with OpenMP
+     * around their BLAS calls (see kernels.c) */
 }
 
 static sr_status setup(run *r)
@@ -1113,7 +780,21 @@ static sr_status setup(run *r)
     opts *o = &r->o;
     SR_CHECK(check_program(prog));
     set_threads(o->threads);
-    r->B = o->batch / o->microbatches;
+    r->be = prog->backend ? prog->backend : &sr_backend_host;
+    /* checkpoints hold whole tensors: their layout */
+    r->full = calloc((size_t)prog->n_params + 1, sizeof *r->full);
+    if (!r->full) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < prog->n_params; i++) {
+        sr_param_desc *f = &r->full[i];
+        *f = prog->params[i];
+        for (int k = 0; k < f->ndim; k++) f->dims[k] = f->full_dims[k] > 0 ? f->full_dims[k] : f->dims[k];
+        f->numel = sr_param_full_numel(&prog->params[i]);
+        f->offset = r->n_full;
+        f->split_dim = -1;
+        r->n_full += f->numel;
+    }
+    SR_CHECK(r->be->init(r->grid.local_rank));
+    r->B = o->batch / (o->dp * o->microbatches);
     r->tty = isatty(fileno(stderr));
 
     /* data first: a wrong file name should fail before minutes of loading */
@@ -1129,40 +810,71 @@ static sr_status setup(run *r)
     }
 
     int64_t n = prog->n_param_floats;
-    r->params = alloc_floats(n);
-    r->grads = alloc_floats(n);
-    r->m = alloc_floats(n);
-    r->v = alloc_floats(n);
+    int dp = r->grid.dp;
+    r->n_alloc = n;
+    r->shard_lo = 0;
+    r->shard_n = n;
+    if (o->zero && dp > 1) {
+        /* ZeRO-1: the arenas padded to dp equal shards; rank d updates shard d */
+        r->n_alloc = (n + dp - 1) / dp * dp;
+        r->shard_n = r->n_alloc / dp;
+        r->shard_lo = (int64_t)r->grid.dp_rank * r->shard_n;
+        r->shard_tmp = r->be->alloc(sizeof(float) * (size_t)r->shard_n);
+        if (!r->shard_tmp) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    }
+    r->params = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
+    r->grads = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
+    r->m = r->be->alloc(sizeof(float) * (size_t)r->shard_n);
+    r->v = r->be->alloc(sizeof(float) * (size_t)r->shard_n);
     if (!r->params || !r->grads || !r->m || !r->v)
         return sr_seterr(SR_ERR_NOMEM, "cannot allocate %.1f MB for parameters, gradients and "
-                         "optimizer state", 16.0 * (double)n / 1e6);
+                         "optimizer state", (8.0 * (double)r->n_alloc + 8.0 * (double)r->shard_n) / 1e6);
+    if (dp > 1 && !o->zero)
+        SR_CHECK(sr_dp_init(&r->dp, prog, r->grid.dp_comm, r->grads, (int64_t)((double)o->bucket_mb * 1e6),
+                            r->trace));
     size_t w = prog->work_bytes(r->B, o->seq), w1 = prog->work_bytes(1, o->seq);
     r->work_size = w > w1 ? w : w1;
-    r->work = alloc_floats((int64_t)((r->work_size + 3) / 4));
-    r->inputs = malloc((size_t)r->B * o->seq * sizeof(int32_t));
-    r->targets = malloc((size_t)r->B * o->seq * sizeof(int32_t));
-    if (!r->work || !r->inputs || !r->targets)
+    size_t tok_bytes = (size_t)(r->B > 1 ? r->B : 1) * o->seq * sizeof(int32_t);
+    r->work = r->be->alloc(r->work_size);
+    r->inputs = r->be->alloc(tok_bytes);
+    r->targets = r->be->alloc(tok_bytes);
+    r->h_inputs = malloc(tok_bytes);
+    r->h_targets = malloc(tok_bytes);
+    if (!r->work || !r->inputs || !r->targets || !r->h_inputs || !r->h_targets)
         return sr_seterr(SR_ERR_NOMEM, "cannot allocate %.1f MB of activations for %d x %d "
                          "sequences; raise --microbatches or lower --seq",
                          (double)r->work_size / 1e6, r->B, o->seq);
 
-    if (o->load) SR_CHECK(load_checkpoint(r));
-    else if (strcmp(o->init, "random") == 0) init_random(r);
-    else SR_CHECK(init_from(r, o->init));
+    if (o->load) SR_CHECK(rt_load_checkpoint(r));
+    else if (strcmp(o->init, "random") == 0) SR_CHECK(rt_init_random(r));
+    else SR_CHECK(rt_init_from(r, o->init));
 
     if (o->steps > r->start_step && !r->have_train)
         return sr_seterr(SR_ERR_USAGE, "no training data: pass --data FILE (or --steps 0)");
     if (o->dump_grads && o->steps <= r->start_step)
         return sr_seterr(SR_ERR_USAGE, "--dump-grads needs at least one training step");
-    if (o->log) {
+    if (!o->quiet) {
+        /* every rank reports its own memory: ZeRO-1 divides the optimizer state by dp */
+        fprintf(stderr, "rank %d (dp %d/%d): parameters %.2f MiB, gradients %.2f MiB, optimizer state "
+                "%.2f MiB, activations %.2f MiB\n", r->grid.rank, r->grid.dp_rank, dp,
+                4.0 * (double)r->n_alloc / 1048576.0, 4.0 * (double)r->n_alloc / 1048576.0,
+                8.0 * (double)r->shard_n / 1048576.0, (double)r->work_size / 1048576.0);
+    }
+    if (o->dump_batches) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/batches-rank%d.txt", o->dump_batches, r->grid.rank);
+        r->batches = fopen(path, "w");
+        if (!r->batches) return sr_seterr(SR_ERR_IO, "--dump-batches: cannot write %s: %s", path, strerror(errno));
+    }
+    if (o->log && r->rank0) {
         r->log = fopen(o->log, r->loaded ? "a" : "w"); /* a resumed run continues its log */
         if (!r->log) return sr_seterr(SR_ERR_IO, "cannot open log file %s: %s", o->log, strerror(errno));
     }
     if (r->have_train)
-        info(r, "%s: %lld parameters; batch %d x %d in %d microbatch%s; steps %ld..%ld; %s has %lld "
-             "tokens (%lld batches per pass)",
-             prog->name ? prog->name : "model", (long long)n, o->batch, o->seq, o->microbatches,
-             o->microbatches == 1 ? "" : "es", r->start_step, o->steps, o->data,
+        rt_info(r, "%s: %lld parameters; batch %d x %d over %d data rank%s in %d microbatch%s; steps "
+             "%ld..%ld; %s has %lld tokens (%lld batches per pass)",
+             prog->name ? prog->name : "model", (long long)n, o->batch, o->seq, dp, dp == 1 ? "" : "s",
+             o->microbatches, o->microbatches == 1 ? "" : "es", r->start_step, o->steps, o->data,
              (long long)r->train.n_tokens,
              (long long)sr_data_batches_per_epoch(&r->train, o->batch, o->seq));
     return SR_OK;
@@ -1171,15 +883,23 @@ static sr_status setup(run *r)
 static void cleanup(run *r)
 {
     if (r->log) fclose(r->log);
+    if (r->batches) fclose(r->batches);
     if (r->have_train) sr_data_close(&r->train);
     if (r->have_val) sr_data_close(&r->val);
-    free(r->params);
-    free(r->grads);
-    free(r->m);
-    free(r->v);
-    free(r->work);
-    free(r->inputs);
-    free(r->targets);
+    if (r->be) {
+        void *bufs[] = {r->params, r->grads, r->m, r->v, r->work, r->inputs, r->targets, r->shard_tmp};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) r->be->free(bufs[i]);
+    }
+    free(r->h_inputs);
+    free(r->h_targets);
+    free(r->full);
+    sr_dp_free(r->dp);
+    if (r->trace) {
+        sr_status s = sr_trace_close(r->trace);
+        if (s != SR_OK) fprintf(stderr, "%s: warning: %s\n", r->argv0, sr_errmsg());
+    }
+    if (r->have_grid) sr_grid_free(&r->grid);
 }
 
 int sr_main(const sr_program *prog, int argc, char **argv)
@@ -1191,27 +911,47 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     opts defaults;
     set_defaults(&defaults, prog);
     r.o = defaults;
-    sr_status s = parse_flags(&r.o, r.given, argc, argv);
-    if (s == SR_OK && r.o.help) {
-        print_help(prog, &defaults, r.argv0);
-        return 0;
+    sr_status s = sr_comm_init(&argc, &argv);
+    if (s != SR_OK) {
+        fprintf(stderr, "%s: error: %s\n", r.argv0, sr_errmsg());
+        return 1;
     }
-    if (s == SR_OK && r.o.version) {
-        printf("%s: model %s from %s, libshardrt %s\n", r.argv0, prog->name ? prog->name : "?",
-               prog->source ? prog->source : "?", SR_VERSION);
+    r.rank0 = sr_comm_world_rank() == 0;
+    s = parse_flags(&r.o, r.given, argc, argv);
+    if (s == SR_OK && (r.o.help || r.o.version)) {
+        if (r.rank0 && r.o.help) print_help(prog, &defaults, r.argv0);
+        else if (r.rank0)
+            printf("%s: model %s from %s, libshardrt %s\n", r.argv0, prog->name ? prog->name : "?",
+                   prog->source ? prog->source : "?", SR_VERSION);
+        sr_comm_finalize();
         return 0;
     }
     if (s == SR_OK) s = check_opts(&r.o, prog);
-    if (s == SR_OK) s = setup(&r);
-    if (s == SR_OK) s = train(&r);
-    if (s == SR_OK && r.o.sample > 0) s = sample(&r);
-    if (r.line_open) fputc('\n', stderr);
-    cleanup(&r);
-    if (s == SR_OK) return 0;
-    fprintf(stderr, "%s: error: %s\n", r.argv0, sr_errmsg());
-    if (s == SR_ERR_USAGE) {
-        fprintf(stderr, "try %s --help\n", r.argv0);
-        return 2;
+    /* every rank computes the same answer to these: no agreement needed */
+    if (s == SR_OK) {
+        const sr_backend *be = prog->backend ? prog->backend : &sr_backend_host;
+        s = sr_grid_init(&r.grid, r.o.dp, r.o.tp, r.o.pp, be->comm, (double)r.o.comm_timeout);
+        r.have_grid = s == SR_OK;
     }
-    return 1;
+    if (s == SR_OK) s = sr_trace_open(&r.trace, r.o.trace, r.grid.rank, r.grid.world);
+    if (s == SR_OK) s = rt_agree(&r, setup(&r), "setting up");
+    if (s == SR_OK) s = train(&r);
+    if (s == SR_OK && r.o.sample > 0) s = sample(&r); /* every rank: the forward is collective */
+    if (r.line_open) fputc('\n', stderr);
+    int code = s == SR_OK ? 0 : s == SR_ERR_USAGE ? 2 : 1;
+    /* rank 0 speaks for all about errors every rank shares (flags, files);
+     * the others speak when their failure is their own */
+    if (s != SR_OK && (r.rank0 || s == SR_ERR_COMM || s == SR_ERR_NOMEM)) {
+        if (r.have_grid && r.grid.world > 1 && !r.rank0)
+            fprintf(stderr, "%s: rank %d: error: %s\n", r.argv0, r.grid.rank, sr_errmsg());
+        else
+            fprintf(stderr, "%s: error: %s\n", r.argv0, sr_errmsg());
+        if (s == SR_ERR_USAGE) fprintf(stderr, "try %s --help\n", r.argv0);
+    }
+    /* a rank stuck after a failed collective would block MPI_Finalize */
+    int abort_all = s == SR_ERR_COMM && r.have_grid && r.grid.world > 1;
+    cleanup(&r);
+    if (abort_all) sr_comm_abort(code);
+    sr_comm_finalize();
+    return code;
 }

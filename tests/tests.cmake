@@ -32,3 +32,9 @@ add_test(NAME reference_pytorch COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/r
   $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(unit_train_driver e2e_build reference_pytorch unit_test_kernels
   PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}")
+
+# the communication layer under mpirun (tests/comm.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/comm.cmake OPTIONAL)
+add_test(NAME e2e_data_parallel COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/dp.sh
+  $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(e2e_data_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 900)

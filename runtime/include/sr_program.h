@@ -30,8 +30,8 @@ typedef enum sr_axis {
 typedef struct sr_param_desc {
     const char *name;   /* full hierarchical name, e.g. "transformer.h.3.attn.c_attn.weight" */
     int ndim;
-    int64_t dims[4];    /* logical (full) shape */
-    int64_t numel;
+    int64_t dims[4];    /* this rank's shape: the full shape with split_dim divided by tp */
+    int64_t numel;      /* of dims */
     int64_t offset;     /* float offset of this parameter in the parameter arena */
     sr_init init;
     float std;          /* for SR_INIT_NORMAL */
@@ -39,6 +39,8 @@ typedef struct sr_param_desc {
     int split_dim;      /* -1: replicated; else the dim split over split_axis */
     sr_axis split_axis;
     const char *src;    /* "file:line" of the declaration, for messages */
+    int64_t full_dims[4]; /* the logical shape, as checkpoints store it */
+    int groups;         /* split_dim is `groups` equal chunks (q|k|v), each split over the ranks */
 } sr_param_desc;
 
 /* Defaults from the .model file's train block; every one can be overridden by
@@ -77,7 +79,26 @@ typedef struct sr_exec {
      * NULL: not called. */
     void (*grad_ready)(struct sr_exec *e, int param);
     void *user;              /* the runtime's, for grad_ready */
+    int tp_rank, tp;         /* this rank in the tensor group, and its size */
+    struct sr_comm *tp_comm; /* the tensor group: tensor-parallel collectives */
 } sr_exec;
+
+/* tensor parallelism, called by generated code (runtime/tp.c) */
+void sr_tp_allreduce(sr_exec *e, float *out, const float *in, long n);
+/* in (outer, local, inner) from each rank -> out (outer, tp*local, inner) */
+void sr_tp_allgather(sr_exec *e, float *out, const float *in, long outer, long local, long inner);
+void sr_tp_allgather_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner);
+/* vocab-parallel embedding: this rank holds rows [rank*Vl, (rank+1)*Vl) of the
+ * table; other ids give zeros (the all-reduce that follows sums the parts) */
+void sr_embedding_vp_fwd(float *out, const float *w, const int32_t *idx, int N, int D, int Vl, int rank);
+void sr_embedding_vp_bwd(float *dw, const float *dout, const int32_t *idx, int N, int D, int Vl, int rank);
+/* vocab-parallel cross-entropy (Megatron's vocab_parallel_cross_entropy):
+ * logits (N, Vl) are this rank's columns; per-row max, sum of exponentials
+ * and the target's logit are combined over the group, never the logits.
+ * lse (N) is saved; returns the mean loss. */
+float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl);
+void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, const float *lse,
+                            const int32_t *targets, float dloss, int N, int Vl);
 
 typedef struct sr_program {
     const char *name;        /* model name, e.g. "GPT" */
@@ -92,6 +113,8 @@ typedef struct sr_program {
     void (*backward)(sr_exec *e);  /* accumulates into e->grads; needs the forward's workspace */
     sr_train_defaults defaults;
     const char *config_json; /* the config constants as a JSON object (written as config.json) */
+    const struct sr_backend *backend; /* where tensors live; NULL = host memory */
+    int tp;                  /* the tensor-parallel degree the program was compiled for */
 } sr_program;
 
 /* Runs the program: parses flags, trains, evaluates, saves, samples.

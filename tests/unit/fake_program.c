@@ -16,8 +16,9 @@
 
 static sr_param_desc params[2] = {
     {"wte.weight", 2, {V, V, 0, 0}, V * V, 0, SR_INIT_NORMAL, 0.02f, 1, -1, SR_AXIS_NONE,
-     "fake.model:3"},
-    {"bias", 1, {V, 0, 0, 0}, V, V * V, SR_INIT_ZEROS, 0.0f, 0, -1, SR_AXIS_NONE, "fake.model:4"},
+     "fake.model:3", {V, V, 0, 0}, 1},
+    {"bias", 1, {V, 0, 0, 0}, V, V * V, SR_INIT_ZEROS, 0.0f, 0, -1, SR_AXIS_NONE, "fake.model:4",
+     {V, 0, 0, 0}, 1},
 };
 
 /* workspace: emb, h, logits, dlogits, dh, demb (N, V) and lse (N) */
@@ -92,6 +93,7 @@ int main(int argc, char **argv)
     prog.params = params;
     prog.n_param_floats = V * V + V;
     prog.vocab = V;
+    prog.tp = 1;
     prog.max_seq = 0;
     prog.work_bytes = work_bytes;
     prog.forward = forward;

@@ -1,0 +1,1874 @@
+/* plan.c: `shardc plan`: what a model costs under a parallel layout.
+ *
+ * Needs: a program through drv_front and drv_back: the forward IR with its
+ * shardings and Program.collectives, the backward program, the memory plan.
+ * Gives, for every distinct rank role (pipeline stages that differ): bytes
+ * of parameters, gradients and optimizer state (ZeRO stages 0-3), peak
+ * activations under the schedule and recomputation; FLOPs of a step (model
+ * and hardware, and the matmul subset); every collective and send/recv with
+ * its group, size and count and the bytes each rank sends; the pipeline
+ * bubble, a step time from the cost model and the MFU. `--search` ranks
+ * every layout of N GPUs. The models are documented in docs/plan.md; this
+ * file changes nothing in the IR.
+ *
+ * One entry point, plan_main; everything else is static. Results live in
+ * malloc'd memory so that --search can sx_reset() the arena between layouts.
+ */
+#include "shardc.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "sr_json.h"
+
+#ifndef SHARDC_STDLIB_DIR
+#define SHARDC_STDLIB_DIR ""
+#endif
+
+int plan_main(int argc, char **argv);
+
+/* ---- hardware ------------------------------------------------------------ */
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+typedef struct Gpu {
+    const char *name;
+    double peak_bf16, peak_fp32; /* dense FLOP/s */
+    double mem;                  /* bytes; 0: the host's memory */
+} Gpu;
+
+static const Gpu gpus[] = {
+    {"h100", 989e12, 67e12, 80 * GiB},  /* H100 SXM */
+    {"h200", 989e12, 67e12, 141e9},     /* H200 SXM: 141 GB HBM3e */
+    {"a100", 312e12, 19.5e12, 80 * GiB},/* A100 SXM 80GB */
+    {"cpu", 100e9, 100e9, 0},           /* the host backend: a documented guess */
+    {NULL, 0, 0, 0},
+};
+
+enum { OPT_FLOPS_PER_PARAM = 14 }; /* AdamW update 12 + gradient-norm 2 */
+
+/* ---- options -------------------------------------------------------------- */
+
+enum { MAXSET = 256, MAXINC = 16 };
+
+typedef struct Opts {
+    const char *file;
+    const char *sets[MAXSET];
+    int nset;
+    const char *config_json;
+    const char *inc[MAXINC];
+    int ninc;
+    int dp, tp, pp, mb, vs;
+    const char *sched;
+    int zero, rc, bf16;
+    long long batch, seq;
+    int gpus;
+    const Gpu *gpu;
+    double gpu_mem, eff;
+    int gpn;
+    double intra_bw, intra_lat, inter_bw, inter_lat, bucket_mb;
+    int search, json, top, max_errors;
+} Opts;
+
+/* ---- results (malloc'd: they outlive the arena) ---------------------------- */
+
+enum { G_DATA, G_TENSOR, G_PIPE, G_EMBED };
+enum { C_AR, C_RS, C_AG, C_SEND, C_RECV };
+enum { PH_FWD, PH_BWD, PH_RC, PH_STEP };
+static const char *group_name[] = {"data", "tensor", "pipeline", "embedding"};
+static const char *coll_name[] = {"all-reduce", "reduce-scatter", "all-gather", "send", "recv"};
+static const char *phase_name[] = {"forward", "backward", "recompute", "step"};
+
+#define MAXCOLL 32
+typedef struct Coll {
+    char what[40];
+    int group, kind, phase, n; /* n: ranks in the group */
+    double size;               /* bytes of one call's full buffer */
+    double calls;              /* per step */
+} Coll;
+
+typedef struct Dev {
+    double params, arena;      /* parameter elements on a rank; the runtime's padded arena */
+    int ntensors, layers;
+    double work, saved;        /* bytes per microbatch: workspace, saved for backward */
+    double rc_drop, rc_keep, rc_one; /* recompute: saved bytes dropped, kept, one block's */
+    double inflight;           /* microbatches of saved activations held at the peak */
+    double ff, bf, rf;         /* FLOPs per microbatch on a rank: forward, backward, recompute */
+    double m_params, m_grads, m_opt, m_act, m_other, total;
+    double zs[4][3];           /* ZeRO stage z: params, grads, optimizer bytes */
+    Coll coll[MAXCOLL];
+    int ncoll;
+    double t_f, t_b, t_r, t_tp, t_p2p, t_mb, t_dp, t_dp_exposed, t_embed, t_opt;
+} Dev;
+
+typedef struct Plan {
+    int dp, tp, pp, v, m, world, zero, rc, bf16;
+    char sched[16];
+    long long G, T;
+    double B;
+    int ok, fits;
+    char reason[400];
+    double nparams;
+    double f_fwd, f_bwd, f_rc, f_opt, mm, mm_rc; /* per step, whole model */
+    double model_flops, hw_flops;
+    double bubble, t_pipe, t_compute, t_bubble, t_comm, step, mfu, tok_s;
+    double peak, budget, max_total;
+    int max_dev;
+    double memplan_ws;         /* Ir's workspace at (B, T), 4-byte elements, before tp */
+    int R, ndev;
+    Dev *dev;
+} Plan;
+
+/* ---- formatting ---------------------------------------------------------- */
+
+static char fbuf[64][48];
+static int fnext;
+static char *fslot(void) { return fbuf[fnext++ & 63]; }
+
+static const char *fmt_bytes(double b)
+{
+    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int i = 0;
+    while (fabs(b) >= 1024.0 && i < 5) b /= 1024.0, i++;
+    char *s = fslot();
+    if (i == 0) snprintf(s, 48, "%.0f B", b);
+    else snprintf(s, 48, "%.1f %s", b, u[i]);
+    return s;
+}
+
+static const char *fmt_si(double x, const char *unit)
+{
+    static const char *p[] = {"", "K", "M", "G", "T", "P", "E", "Z"};
+    int i = 0;
+    while (fabs(x) >= 1000.0 && i < 7) x /= 1000.0, i++;
+    char *s = fslot();
+    snprintf(s, 48, x >= 100 || i == 0 ? "%.0f %s%s" : "%.2f %s%s", x, p[i], unit);
+    return s;
+}
+
+static const char *fmt_count(double x)
+{
+    char *s = fslot();
+    if (x >= 1e12) snprintf(s, 48, "%.2f trillion", x / 1e12);
+    else if (x >= 1e9) snprintf(s, 48, "%.2f billion", x / 1e9);
+    else if (x >= 1e6) snprintf(s, 48, "%.2f million", x / 1e6);
+    else snprintf(s, 48, "%.0f", x);
+    return s;
+}
+
+static const char *fmt_time(double t)
+{
+    char *s = fslot();
+    if (t >= 1.0) snprintf(s, 48, "%.3f s", t);
+    else if (t >= 1e-3) snprintf(s, 48, "%.2f ms", t * 1e3);
+    else snprintf(s, 48, "%.1f us", t * 1e6);
+    return s;
+}
+
+static const char *fmt_int(double x)
+{
+    char tmp[40], *s = fslot();
+    snprintf(tmp, sizeof tmp, "%.0f", x);
+    int n = (int)strlen(tmp), neg = tmp[0] == '-', o = 0;
+    for (int i = 0; i < n; i++) {
+        s[o++] = tmp[i];
+        int left = n - i - 1;
+        if (left > 0 && left % 3 == 0 && !(neg && i == 0)) s[o++] = ',';
+    }
+    s[o] = 0;
+    return s;
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 32) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double x)
+{
+    if (!isfinite(x)) fputs("null", f);
+    else if (x == floor(x) && fabs(x) < 9e15) fprintf(f, "%.0f", x);
+    else fprintf(f, "%.10g", x);
+}
+
+/* ---- FLOPs templates (ops.def) -------------------------------------------- */
+
+static double dim_val(Dim d, const double *sym)
+{
+    double x = (double)d.c;
+    for (int i = 0; i < SX_MAXSYM; i++)
+        for (int k = 0; k < d.p[i]; k++) x *= sym[i];
+    return x;
+}
+
+typedef struct Tpl {
+    const char *p;
+    const Ir *ir;
+    const IrOp *op;
+    const double *sym;
+    int bad;
+} Tpl;
+
+static double tpl_expr(Tpl *t);
+
+static double tpl_atom(Tpl *t)
+{
+    while (*t->p == ' ') t->p++;
+    if (*t->p == '(') {
+        t->p++;
+        double v = tpl_expr(t);
+        while (*t->p == ' ') t->p++;
+        if (*t->p == ')') t->p++;
+        else t->bad = 1;
+        return v;
+    }
+    if (*t->p == '-') {
+        t->p++;
+        return -tpl_atom(t);
+    }
+    if (*t->p == '$') {
+        const char *q = t->p + 1;
+        IrValue *out = t->op->out >= 0 ? ((Ir *)t->ir)->values.v[t->op->out] : NULL;
+        if ((q[0] == 's' || q[0] == 'k') && q[1] >= '0' && q[1] <= '3') {
+            t->p += 3;
+            return q[0] == 's' ? dim_val(t->op->sz[q[1] - '0'], t->sym) : t->op->k[q[1] - '0'];
+        }
+        if ((q[0] == 'n' || q[0] == 'N') && out) {
+            t->p += 2;
+            Dim n = shape_numel(&out->shape);
+            double x = dim_val(n, t->sym);
+            if (q[0] == 'N' && out->shape.nd) x /= dim_val(out->shape.d[out->shape.nd - 1], t->sym);
+            return x;
+        }
+        t->bad = 1;
+        t->p++;
+        return 0;
+    }
+    if (isdigit((unsigned char)*t->p) || *t->p == '.') {
+        char *end;
+        double v = strtod(t->p, &end);
+        t->p = end;
+        return v;
+    }
+    t->bad = 1;
+    if (*t->p) t->p++;
+    return 0;
+}
+
+static double tpl_term(Tpl *t)
+{
+    double v = tpl_atom(t);
+    for (;;) {
+        while (*t->p == ' ') t->p++;
+        if (*t->p == '*') t->p++, v *= tpl_atom(t);
+        else if (*t->p == '/') {
+            t->p++;
+            double d = tpl_atom(t);
+            v = d ? v / d : 0;
+        } else return v;
+    }
+}
+
+static double tpl_expr(Tpl *t)
+{
+    double v = tpl_term(t);
+    for (;;) {
+        while (*t->p == ' ') t->p++;
+        if (*t->p == '+') t->p++, v += tpl_term(t);
+        else if (*t->p == '-') t->p++, v -= tpl_term(t);
+        else return v;
+    }
+}
+
+static double tpl_eval(const char *s, const Ir *ir, const IrOp *op, const double *sym)
+{
+    if (!s || !*s) return 0;
+    Tpl t = {s, ir, op, sym, 0};
+    double v = tpl_expr(&t);
+    if (t.bad || *t.p) sx_ice("bad FLOPs template \"%s\" of op %s", s, ir_ops[op->kind].name);
+    return v;
+}
+
+/* the matrix-product part of an op's FLOPs (Megatron's count): matmuls whole,
+ * attention's QK^T and AV products (the first term of its ops.def row) */
+static const char *mm_tpl(const IrOp *op, int bwd)
+{
+    switch (op->kind) {
+    case OP_MATMUL:
+    case OP_MATMUL_T:
+        return bwd ? ir_ops[op->kind].flops_bwd : ir_ops[op->kind].flops_fwd;
+    case OP_ATTENTION: return bwd ? "8*$s0*$s1*$s1*$s2" : "4*$s0*$s1*$s1*$s2";
+    default: return NULL;
+    }
+}
+
+/* ---- the analysis of one layout ---------------------------------------------- */
+
+typedef struct Ana {
+    Program *P;
+    Ir *ir;
+    const Opts *o;
+    Plan *pl;
+    double sym[SX_MAXSYM];
+    int C;                 /* chunks: pp * virtual stages */
+    int *chunk;            /* op -> chunk */
+    int *bwd_of;           /* op -> its backward step, -1 */
+    double *ff, *bf, *mf, *mb; /* op -> FLOPs per microbatch on a rank */
+    char *split;           /* op -> computed on split or partial tensors (tp parts make the whole) */
+    double eb;             /* bytes of an activation element */
+    double pb, gb, ob;     /* bytes per parameter: weights, gradients, optimizer */
+} Ana;
+
+static int in_workspace(const Ir *ir, const IrValue *v)
+{
+    if (v->kind == VK_OP || v->kind == VK_AUX) return 1;
+    if (v->kind == VK_GRAD) return ((IrValue *)ir->values.v[v->primal])->kind != VK_PARAM;
+    return 0;
+}
+
+/* elements of a value on a rank: after shard_lower, shapes are local */
+static double val_elems(Ana *A, int id)
+{
+    IrValue *v = A->ir->values.v[id];
+    return dim_val(shape_numel(&v->shape), A->sym);
+}
+
+static double val_bytes(Ana *A, int id)
+{
+    IrValue *v = A->ir->values.v[id];
+    return val_elems(A, id) * (v->dtype == DT_I32 ? 4.0 : A->eb);
+}
+
+static void touch(int *first, int *last, int v, int t)
+{
+    if (v < 0) return;
+    if (first[v] < 0 || t < first[v]) first[v] = t;
+    if (t > last[v]) last[v] = t;
+}
+
+static int dev_of(Ana *A, int op) { return A->chunk[op] % A->pl->pp; }
+
+/* is backward step b on device d? (a parameter's gradient sum: where it is read) */
+static int bwd_on(Ana *A, const IrBwd *b, int d)
+{
+    if (b->fwd >= 0) return dev_of(A, b->fwd) == d;
+    Ir *ir = A->ir;
+    int p = ((IrValue *)ir->values.v[b->dout])->primal;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (dev_of(A, i) != d) continue;
+        for (int k = 0; k < op->nin; k++)
+            if (op->in[k] == p) return 1;
+    }
+    return 0;
+}
+
+static void add_coll(Dev *D, const char *what, int group, int kind, int phase, int n, double size,
+                     double calls)
+{
+    if (calls <= 0 || n < 2) return;
+    for (int i = 0; i < D->ncoll; i++) {
+        Coll *c = &D->coll[i];
+        if (c->group == group && c->kind == kind && c->phase == phase && c->size == size &&
+            !strcmp(c->what, what)) {
+            c->calls += calls;
+            return;
+        }
+    }
+    if (D->ncoll == MAXCOLL) sx_ice("too many kinds of collectives");
+    Coll *c = &D->coll[D->ncoll++];
+    snprintf(c->what, sizeof c->what, "%s", what);
+    c->group = group;
+    c->kind = kind;
+    c->phase = phase;
+    c->n = n;
+    c->size = size;
+    c->calls = calls;
+}
+
+/* memory of device d's activations: lifetimes over its forward ops then its
+ * backward steps (as memplan.c does for the whole program), the same greedy
+ * slot assignment, per-rank slot sizes; what is saved for the backward; what
+ * block recomputation drops */
+static void dev_activations(Ana *A, int d, Dev *D)
+{
+    Ir *ir = A->ir;
+    int nv = ir->values.n, nf = 0;
+    int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv);
+    for (int i = 0; i < nv; i++) first[i] = last[i] = -1;
+    int has_out = 0;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (dev_of(A, i) != d) continue;
+        for (int k = 0; k < op->nin; k++) touch(first, last, op->in[k], nf);
+        touch(first, last, op->out, nf);
+        for (int a = 0; a < ir_ops[op->kind].naux; a++) touch(first, last, op->aux[a], nf);
+        if (op->out == ir->output) has_out = 1;
+        nf++;
+    }
+    if (has_out) touch(first, last, ir->output, nf);
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) && dev_of(A, i) == d)
+            touch(first, last, op->in[0], nf);
+    }
+    if (has_out && ir->seed >= 0 && ir->bwd.n) touch(first, last, ir->seed, nf);
+    int t = nf;
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        if (!bwd_on(A, b, d)) continue;
+        if (b->kind == BWD_ALLREDUCE) {
+            touch(first, last, b->dout, t++);
+            continue;
+        }
+        IrOp *op = ir->ops.v[b->fwd];
+        unsigned u = ad_template_uses(ir_ops[op->kind].bwd);
+        for (int k = 0; k < op->nin; k++)
+            if (u & (1u << k)) touch(first, last, op->in[k], t);
+        if (u & (1u << 4)) touch(first, last, op->out, t);
+        for (int a = 0; a < 2; a++)
+            if (u & (1u << (5 + a))) touch(first, last, op->aux[a], t);
+        touch(first, last, b->dout, t);
+        for (int k = 0; k < 4; k++)
+            if (b->din[k] >= 0) touch(first, last, b->din[k], t);
+        t++;
+    }
+    /* greedy slots: values by start; a free slot of the same logical size */
+    int *order = sx_alloc(sizeof(int) * (size_t)(nv + 1));
+    int n = 0;
+    for (int i = 0; i < nv; i++)
+        if (in_workspace(ir, ir->values.v[i]) && first[i] >= 0) order[n++] = i;
+    for (int i = 1; i < n; i++) {
+        int x = order[i], j = i - 1;
+        while (j >= 0 && first[order[j]] > first[x]) {
+            order[j + 1] = order[j];
+            j--;
+        }
+        order[j + 1] = x;
+    }
+    Dim *size = sx_alloc(sizeof(Dim) * (size_t)(n + 1));
+    double *bytes = sx_alloc(sizeof(double) * (size_t)(n + 1));
+    int *busy = sx_alloc(sizeof(int) * (size_t)(n + 1));
+    int ns = 0;
+    for (int i = 0; i < n; i++) {
+        IrValue *v = ir->values.v[order[i]];
+        Dim el = shape_numel(&v->shape);
+        int s = -1;
+        for (int k = 0; k < ns && s < 0; k++)
+            if (busy[k] < first[v->id] && dim_eq(size[k], el)) s = k;
+        if (s < 0) {
+            s = ns++;
+            size[s] = el;
+        }
+        busy[s] = last[v->id];
+        double b = val_bytes(A, v->id);
+        if (b > bytes[s]) bytes[s] = b;
+    }
+    D->work = 0;
+    for (int s = 0; s < ns; s++) D->work += (double)(((int64_t)ceil(bytes[s]) + 63) & ~(int64_t)63);
+    /* saved for the backward: live across the forward/backward boundary */
+    int R = A->pl->R;
+    double *per_layer = sx_alloc(sizeof(double) * (size_t)(R + 1));
+    char *binput = sx_alloc((size_t)nv);
+    for (int i = 0; i < ir->ops.n; i++) { /* block inputs: made outside the repetition reading them */
+        IrOp *op = ir->ops.v[i];
+        if (op->stage < 0 || dev_of(A, i) != d) continue;
+        for (int k = 0; k < op->nin; k++) {
+            IrValue *x = ir->values.v[op->in[k]];
+            if (x->def >= 0 && ((IrOp *)ir->ops.v[x->def])->stage != op->stage && x->dtype != DT_I32)
+                binput[x->id] = 1;
+        }
+    }
+    D->saved = D->rc_drop = D->rc_keep = D->rc_one = 0;
+    for (int i = 0; i < nv; i++) {
+        IrValue *v = ir->values.v[i];
+        if (!in_workspace(ir, v)) continue;
+        int live = first[i] >= 0 && first[i] < nf && last[i] > nf;
+        double b = val_bytes(A, i);
+        if (live) D->saved += b;
+        int layer = v->def >= 0 ? ((IrOp *)ir->ops.v[v->def])->stage : -1;
+        if (v->kind == VK_GRAD) layer = -1;
+        if (binput[i] || (live && layer < 0)) D->rc_keep += b;
+        else if (live) {
+            D->rc_drop += b;
+            per_layer[layer] += b;
+        }
+    }
+    for (int r = 0; r < R; r++)
+        if (per_layer[r] > D->rc_one) D->rc_one = per_layer[r];
+}
+
+static void dev_analyze(Ana *A, int d, Dev *D)
+{
+    Ir *ir = A->ir;
+    Plan *pl = A->pl;
+    const Opts *o = A->o;
+    int tp = pl->tp, m = pl->m;
+    memset(D, 0, sizeof *D);
+    /* parameters: those read by the device's ops, in declaration order */
+    char *used = sx_alloc((size_t)ir->params.n + 1);
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (dev_of(A, i) != d) continue;
+        for (int k = 0; k < op->nin; k++) {
+            IrValue *x = ir->values.v[op->in[k]];
+            if (x->kind == VK_PARAM) used[x->param] = 1;
+        }
+    }
+    double *arena_lo = sx_alloc(sizeof(double) * (size_t)(ir->params.n + 1));
+    int *arena_ix = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
+    int np = 0;
+    for (int i = 0; i < ir->params.n; i++) {
+        if (!used[i]) continue;
+        IrParam *p = ir->params.v[i];
+        double n = val_elems(A, p->value); /* this rank's part */
+        D->params += n;
+        arena_lo[np] = D->arena;
+        arena_ix[np++] = i;
+        D->arena += ceil(n / 16.0) * 16.0; /* the runtime aligns each tensor to 64 bytes */
+        D->ntensors++;
+        /* a parameter on several stages (a tied embedding): its gradient is summed between them */
+        int holders = 0, me = 0;
+        for (int s = 0; s < pl->pp; s++) {
+            int h = 0;
+            for (int k = 0; k < ir->ops.n && !h; k++) {
+                IrOp *op = ir->ops.v[k];
+                if (dev_of(A, k) != s) continue;
+                for (int j = 0; j < op->nin; j++)
+                    if (op->in[j] == p->value) h = 1;
+            }
+            holders += h;
+            if (s == d) me = h;
+        }
+        if (holders > 1 && me) add_coll(D, "tied parameter gradients", G_EMBED, C_AR, PH_STEP, holders,
+                                        n * A->gb, 1);
+    }
+    arena_lo[np] = D->arena;
+    for (int r = 0; r < pl->R; r++) {
+        int c = 0; /* chunk of layer r */
+        for (int i = 0; i < ir->ops.n; i++) {
+            IrOp *op = ir->ops.v[i];
+            if (op->stage == r) {
+                c = A->chunk[i];
+                break;
+            }
+        }
+        if (c % pl->pp == d) D->layers++;
+    }
+    /* FLOPs per microbatch on a rank */
+    for (int i = 0; i < ir->ops.n; i++) {
+        if (dev_of(A, i) != d) continue;
+        IrOp *op = ir->ops.v[i];
+        D->ff += A->ff[i];
+        D->bf += A->bf[i];
+        if (pl->rc && op->stage >= 0) D->rf += A->ff[i];
+    }
+    dev_activations(A, d, D);
+    /* activations at the peak: the current microbatch's whole workspace plus
+     * what the other microbatches in flight keep for their backward */
+    int pp = pl->pp, v = pl->v;
+    double keep = pl->rc ? D->rc_keep : D->saved;
+    double work = pl->rc ? D->work - D->rc_drop + D->rc_one : D->work;
+    if (work < keep) work = keep;
+    /* in flight, in units of a model chunk's microbatch (interleaved: 1/v of
+     * the stage's layers; otherwise v = 1 and a unit is a microbatch) */
+    double units = 1;
+    if (pp > 1) {
+        if (!strcmp(pl->sched, "gpipe")) units = m;
+        else if (!strcmp(pl->sched, "interleaved")) {
+            units = 2.0 * (pp - d - 1) + (double)(v - 1) * pp + 1;
+            if (units > (double)m * v) units = (double)m * v;
+        } else units = m < pp - d ? m : pp - d;
+    }
+    D->inflight = units / v;
+    D->m_act = (work + (units - 1) * keep) / v;
+    /* model states, and the same under every ZeRO stage */
+    int dp = pl->dp;
+    for (int z = 0; z < 4; z++) {
+        D->zs[z][0] = D->params * A->pb / (z >= 3 ? dp : 1);
+        D->zs[z][1] = D->params * A->gb / (z >= 2 ? dp : 1);
+        D->zs[z][2] = D->params * A->ob / (z >= 1 ? dp : 1);
+    }
+    D->m_params = D->zs[pl->zero][0];
+    D->m_grads = D->zs[pl->zero][1];
+    D->m_opt = D->zs[pl->zero][2];
+    D->m_other = 2.0 * pl->B * (double)pl->T * 4.0; /* token ids and targets */
+    if (pl->zero == 1 && dp > 1 && !pl->bf16) D->m_other += ceil(D->arena / dp) * 4.0; /* shard buffer */
+    D->total = D->m_params + D->m_grads + D->m_opt + D->m_act + D->m_other;
+
+    /* tensor-parallel collectives: ops of the lowered IR (shard_lower), the
+     * backward's gradient sums (autodiff), and the two inside the
+     * vocab-parallel cross-entropy (runtime/tp.c: an all-gather of the row
+     * maxima, an all-reduce of the sums and target logits; 4-byte floats) */
+    double ceb = A->eb; /* bytes of a communicated activation element */
+    if (tp > 1) {
+        for (int i = 0; i < ir->ops.n; i++) {
+            IrOp *op = ir->ops.v[i];
+            if (dev_of(A, i) != d) continue;
+            int again = pl->rc && op->stage >= 0; /* recomputation repeats the forward's */
+            double S = val_elems(A, op->out) * ceb;
+            if (op->kind == OP_TP_ALLREDUCE || op->kind == OP_TP_ALLGATHER) {
+                IrValue *x = ir->values.v[op->in[0]];
+                IrOp *def = x->def >= 0 ? ir->ops.v[x->def] : NULL;
+                const char *what = op->kind == OP_TP_ALLGATHER ? "split activation"
+                                   : !def ? "partial sum"
+                                   : def->kind == OP_MATMUL || def->kind == OP_MATMUL_T ? "row-parallel output"
+                                   : def->kind == OP_EMBEDDING_VP ? "vocab-parallel embedding"
+                                                                  : "partial sum";
+                int kind = op->kind == OP_TP_ALLREDUCE ? C_AR : C_AG;
+                add_coll(D, what, G_TENSOR, kind, PH_FWD, tp, S, m);
+                if (again) add_coll(D, what, G_TENSOR, kind, PH_RC, tp, S, m);
+            } else if (op->kind == OP_CROSS_ENTROPY_VP) {
+                double N = dim_val(op->sz[0], A->sym);
+                add_coll(D, "cross-entropy row maxima", G_TENSOR, C_AG, PH_FWD, tp, N * tp * 4.0, m);
+                add_coll(D, "cross-entropy sums", G_TENSOR, C_AR, PH_FWD, tp, 2 * N * 4.0, m);
+            }
+        }
+        for (int j = 0; j < ir->bwd.n; j++) {
+            IrBwd *b = ir->bwd.v[j];
+            if (b->kind != BWD_ALLREDUCE || !bwd_on(A, b, d)) continue;
+            IrValue *g = ir->values.v[b->dout];
+            IrValue *x = ir->values.v[g->primal];
+            add_coll(D, x->kind == VK_PARAM ? "replicated parameter grad" : "column-parallel input grad", G_TENSOR,
+                     C_AR, PH_BWD, tp, val_elems(A, b->dout) * (x->kind == VK_PARAM ? A->gb : ceb), m);
+        }
+    }
+    /* pipeline: the values that cross each chunk boundary, each way */
+    if (pl->pp > 1) {
+        int C = A->C;
+        double *bnd = sx_alloc(sizeof(double) * (size_t)(C + 1));
+        int *nbnd = sx_alloc(sizeof(int) * (size_t)(C + 1));
+        int *maxc = sx_alloc(sizeof(int) * (size_t)ir->values.n);
+        for (int i = 0; i < ir->values.n; i++) maxc[i] = -1;
+        for (int i = 0; i < ir->ops.n; i++) {
+            IrOp *op = ir->ops.v[i];
+            for (int k = 0; k < op->nin; k++)
+                if (A->chunk[i] > maxc[op->in[k]]) maxc[op->in[k]] = A->chunk[i];
+        }
+        for (int i = 0; i < ir->values.n; i++) {
+            IrValue *x = ir->values.v[i];
+            if (x->kind != VK_OP || x->def < 0) continue;
+            for (int c = A->chunk[x->def]; c < maxc[i]; c++) {
+                bnd[c] += val_bytes(A, i);
+                nbnd[c]++;
+            }
+        }
+        for (int c = d; c < C; c += pl->pp) {
+            if (c < C - 1 && nbnd[c]) {
+                add_coll(D, "activation", G_PIPE, C_SEND, PH_FWD, 2, bnd[c] / nbnd[c], (double)nbnd[c] * m);
+                add_coll(D, "activation grad", G_PIPE, C_RECV, PH_BWD, 2, bnd[c] / nbnd[c], (double)nbnd[c] * m);
+            }
+            if (c > 0 && nbnd[c - 1]) {
+                add_coll(D, "activation", G_PIPE, C_RECV, PH_FWD, 2, bnd[c - 1] / nbnd[c - 1],
+                         (double)nbnd[c - 1] * m);
+                add_coll(D, "activation grad", G_PIPE, C_SEND, PH_BWD, 2, bnd[c - 1] / nbnd[c - 1],
+                         (double)nbnd[c - 1] * m);
+            }
+        }
+    }
+    /* data parallel: the gradients of the device's parameters */
+    if (dp > 1) {
+        double eg = pl->bf16 ? 2.0 : 4.0;
+        if (pl->zero == 0) {
+            /* buckets as the runtime cuts them: reverse declaration order */
+            double limit = o->bucket_mb * 1e6 / eg, hi = -1;
+            int nb = 0;
+            for (int k = np - 1; k >= 0; k--) {
+                double end = arena_lo[k + 1];
+                if (nb == 0 || hi - arena_lo[k] > limit) {
+                    nb++;
+                    hi = end;
+                }
+            }
+            add_coll(D, "gradients (bucketed)", G_DATA, C_AR, PH_BWD, dp, D->arena * eg / (nb ? nb : 1), nb);
+        } else {
+            double nalloc = ceil(D->arena / dp) * dp;
+            add_coll(D, "gradients", G_DATA, C_RS, PH_STEP, dp, nalloc * eg, 1);
+            if (pl->zero < 3) add_coll(D, "parameters", G_DATA, C_AG, PH_STEP, dp, nalloc * (pl->bf16 ? 2.0 : 4.0), 1);
+            else add_coll(D, "parameters (per tensor)", G_DATA, C_AG, PH_FWD, dp,
+                          nalloc * (pl->bf16 ? 2.0 : 4.0) / D->ntensors, 2.0 * D->ntensors);
+        }
+    }
+    (void)arena_ix;
+}
+
+/* ---- cost model ---------------------------------------------------------- */
+
+static void link_of(const Opts *o, const Plan *pl, int group, double *bw, double *lat)
+{
+    int intra;
+    if (group == G_TENSOR) intra = pl->tp <= o->gpn;
+    else if (group == G_DATA) intra = pl->tp * pl->dp <= o->gpn;
+    else intra = pl->world <= o->gpn;
+    *bw = (intra ? o->intra_bw : o->inter_bw) * 1e9;
+    *lat = (intra ? o->intra_lat : o->inter_lat) * 1e-6;
+}
+
+/* ring algorithm: bytes a rank sends for one call of buffer S over n ranks */
+static double sent_factor(int kind, int n)
+{
+    switch (kind) {
+    case C_AR: return 2.0 * (n - 1) / n;
+    case C_RS:
+    case C_AG: return (double)(n - 1) / n;
+    case C_SEND: return 1.0;
+    default: return 0.0;
+    }
+}
+
+/* bytes the runtime's counters record for one call (sr_comm_stats.bytes) */
+static double payload(const Coll *c) { return c->kind == C_AG ? c->size / c->n : c->size; }
+
+static double coll_time(const Opts *o, const Plan *pl, const Coll *c, double calls)
+{
+    double bw, lat;
+    link_of(o, pl, c->group, &bw, &lat);
+    double steps = c->kind == C_AR ? 2.0 * (c->n - 1) : c->kind == C_SEND ? 1.0 : c->kind == C_RECV ? 0.0 : c->n - 1;
+    return calls * (steps * lat + sent_factor(c->kind, c->n) * c->size / bw);
+}
+
+static void cost(const Opts *o, Plan *pl)
+{
+    double F = pl->peak * o->eff;
+    double tmax = 0, dpx = 0, emb = 0, opt = 0;
+    for (int d = 0; d < pl->ndev; d++) {
+        Dev *D = &pl->dev[d];
+        D->t_f = D->ff / F;
+        D->t_b = D->bf / F;
+        D->t_r = D->rf / F;
+        double t_dp = 0, t_last = 0, t_ag = 0;
+        for (int i = 0; i < D->ncoll; i++) {
+            Coll *c = &D->coll[i];
+            double per_mb = c->calls / pl->m;
+            if (c->group == G_TENSOR) D->t_tp += coll_time(o, pl, c, per_mb);
+            else if (c->group == G_PIPE) D->t_p2p += coll_time(o, pl, c, per_mb);
+            else if (c->group == G_EMBED) D->t_embed += coll_time(o, pl, c, c->calls);
+            else if (c->kind == C_AG) t_ag += coll_time(o, pl, c, c->calls);
+            else {
+                t_dp += coll_time(o, pl, c, c->calls);
+                t_last = coll_time(o, pl, c, 1);
+            }
+        }
+        D->t_mb = D->t_f + D->t_b + D->t_r + D->t_tp + D->t_p2p;
+        D->t_dp = t_dp + t_ag;
+        /* the gradient reduction overlaps the last microbatch's backward
+         * except its last bucket; ZeRO's parameter gather follows the step
+         * (ZeRO-3 gathers during forward and backward, hidden behind them) */
+        double hidden = D->t_b + D->t_r;
+        D->t_dp_exposed = t_dp - hidden > t_last ? t_dp - hidden : t_last;
+        if (pl->zero == 3) {
+            double h3 = (D->t_f + D->t_b + D->t_r) * pl->m;
+            D->t_dp_exposed += t_ag > h3 ? t_ag - h3 : 0;
+        } else D->t_dp_exposed += t_ag;
+        D->t_opt = OPT_FLOPS_PER_PARAM * D->params / (pl->zero >= 1 ? pl->dp : 1) / F;
+        if (D->t_mb > tmax) tmax = D->t_mb;
+        if (D->t_dp_exposed > dpx) dpx = D->t_dp_exposed;
+        if (D->t_embed > emb) emb = D->t_embed;
+        if (D->t_opt > opt) opt = D->t_opt;
+    }
+    int p = pl->pp, m = pl->m, v = pl->v;
+    double b = 0;
+    if (p > 1) {
+        if (!strcmp(pl->sched, "interleaved")) b = (p - 1.0) / ((double)v * m + p - 1);
+        else if (!strcmp(pl->sched, "zb-h1")) b = (p - 1.0) / (3.0 * m + p - 1);
+        else b = (p - 1.0) / ((double)m + p - 1);
+    }
+    pl->bubble = b;
+    pl->t_pipe = m * tmax / (1 - b);
+    double cmax = 0; /* compute alone, slowest device */
+    for (int d = 0; d < pl->ndev; d++) {
+        Dev *D = &pl->dev[d];
+        double c = (D->t_f + D->t_b + D->t_r) * m;
+        if (c > cmax) cmax = c;
+    }
+    pl->t_compute = cmax;
+    pl->t_bubble = pl->t_pipe * b;
+    pl->step = pl->t_pipe + dpx + emb + opt;
+    pl->t_comm = pl->step - pl->t_compute - pl->t_bubble - opt;
+    pl->mfu = pl->model_flops / (pl->step * pl->world * pl->peak);
+    pl->tok_s = (double)pl->G * (double)pl->T / pl->step;
+}
+
+/* evaluates layout (dp, tp, pp from the compiled program; m, schedule, v given) */
+static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v, Plan *pl)
+{
+    Ir *ir = &P->ir;
+    memset(pl, 0, sizeof *pl);
+    pl->dp = P->layout.dp;
+    pl->tp = P->layout.tp;
+    pl->pp = P->layout.pp;
+    pl->world = pl->dp * pl->tp * pl->pp;
+    pl->m = m;
+    pl->v = v;
+    snprintf(pl->sched, sizeof pl->sched, "%s", sched);
+    pl->zero = o->zero;
+    pl->rc = o->rc;
+    pl->bf16 = o->bf16;
+    pl->R = P->layout_repeats;
+    pl->ok = 1;
+    const Const *cb = sema_find_const(&P->train, "batch"), *cs = sema_find_const(&P->train, "seq");
+    pl->G = o->batch ? o->batch : cb && !cb->is_str && !cb->is_float ? cb->i : 0;
+    pl->T = o->seq ? o->seq : cs && !cs->is_str && !cs->is_float ? cs->i : 0;
+    if (pl->G <= 0 || pl->T <= 0) {
+        pl->ok = 0;
+        snprintf(pl->reason, sizeof pl->reason, "no %s: give the train section a `%s` or pass %s",
+                 pl->G <= 0 ? "global batch" : "sequence length", pl->G <= 0 ? "batch" : "seq",
+                 pl->G <= 0 ? "--batch G" : "--seq T");
+        return;
+    }
+    if (pl->G % ((long long)pl->dp * m)) {
+        pl->ok = 0;
+        snprintf(pl->reason, sizeof pl->reason, "global batch %lld is not divisible by data=%d x microbatches=%d",
+                 pl->G, pl->dp, m);
+        return;
+    }
+    if (pl->pp > 1 && pl->R < pl->pp * v) {
+        pl->ok = 0;
+        snprintf(pl->reason, sizeof pl->reason, "%d layers cannot fill pipeline=%d x %d virtual stages", pl->R,
+                 pl->pp, v);
+        return;
+    }
+    if (v > 1 && strcmp(sched, "interleaved")) {
+        pl->ok = 0;
+        snprintf(pl->reason, sizeof pl->reason, "virtual stages need the interleaved schedule");
+        return;
+    }
+    pl->B = (double)pl->G / ((double)pl->dp * m);
+    pl->peak = o->bf16 ? o->gpu->peak_bf16 : o->gpu->peak_fp32;
+    pl->budget = o->gpu_mem;
+    if (pl->budget <= 0) { /* cpu: the host's memory, shared by the ranks of a node */
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        int per_node = pl->world < o->gpn ? pl->world : o->gpn;
+        pl->budget = pages > 0 && psz > 0 ? (double)pages * (double)psz / per_node : 0;
+    }
+
+    Ana A;
+    memset(&A, 0, sizeof A);
+    A.P = P;
+    A.ir = ir;
+    A.o = o;
+    A.pl = pl;
+    for (int i = 0; i < SX_MAXSYM; i++) A.sym[i] = 1;
+    A.sym[0] = pl->B;
+    if (ir->nsym > 1) A.sym[1] = (double)pl->T;
+    A.eb = o->bf16 ? 2.0 : 4.0;
+    A.pb = o->bf16 ? 2.0 : 4.0;
+    A.gb = o->bf16 ? 2.0 : 4.0;
+    A.ob = o->bf16 ? 12.0 : 8.0;
+    int nops = ir->ops.n;
+    A.C = pl->pp * v;
+    A.chunk = sx_alloc(sizeof(int) * (size_t)(nops + 1));
+    A.bwd_of = sx_alloc(sizeof(int) * (size_t)(nops + 1));
+    A.ff = sx_alloc(sizeof(double) * (size_t)(nops + 1));
+    A.bf = sx_alloc(sizeof(double) * (size_t)(nops + 1));
+    A.mf = sx_alloc(sizeof(double) * (size_t)(nops + 1));
+    A.mb = sx_alloc(sizeof(double) * (size_t)(nops + 1));
+    A.split = sx_alloc((size_t)nops + 1);
+    /* layers to chunks, contiguously; earlier chunks take the extra layers */
+    int R = pl->R, C = A.C;
+    int *lchunk = sx_alloc(sizeof(int) * (size_t)(R + 1));
+    for (int c = 0, r = 0; c < C && R; c++) {
+        int cnt = R / C + (c < R % C);
+        for (int k = 0; k < cnt; k++) lchunk[r++] = c;
+    }
+    int seen_rep = 0;
+    for (int i = 0; i < nops; i++) {
+        IrOp *op = ir->ops.v[i];
+        A.bwd_of[i] = -1;
+        if (op->stage >= 0 && op->stage < R) {
+            seen_rep = 1;
+            A.chunk[i] = lchunk[op->stage];
+        } else A.chunk[i] = seen_rep ? C - 1 : 0;
+    }
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        if (b->kind == BWD_RULE) A.bwd_of[b->fwd] = j;
+    }
+    for (int i = 0; i < nops && pl->tp > 1; i++) {
+        IrOp *op = ir->ops.v[i];
+        int sp = ((IrValue *)ir->values.v[op->out])->sh.kind != SH_REPL;
+        for (int k = 0; k < op->nin; k++) sp |= ((IrValue *)ir->values.v[op->in[k]])->sh.kind != SH_REPL;
+        A.split[i] = (char)sp;
+    }
+    /* FLOPs, per microbatch and whole model; then per step */
+    double ff = 0, bf = 0, rf = 0, mf = 0, mb = 0, mr = 0;
+    for (int i = 0; i < nops; i++) {
+        IrOp *op = ir->ops.v[i];
+        A.ff[i] = tpl_eval(ir_ops[op->kind].flops_fwd, ir, op, A.sym);
+        A.bf[i] = A.bwd_of[i] >= 0 ? tpl_eval(ir_ops[op->kind].flops_bwd, ir, op, A.sym) : 0;
+        A.mf[i] = tpl_eval(mm_tpl(op, 0), ir, op, A.sym);
+        A.mb[i] = A.bwd_of[i] >= 0 ? tpl_eval(mm_tpl(op, 1), ir, op, A.sym) : 0;
+        double whole = A.split[i] ? pl->tp : 1; /* the model's FLOPs: every part once */
+        ff += A.ff[i] * whole;
+        bf += A.bf[i] * whole;
+        mf += A.mf[i] * whole;
+        mb += A.mb[i] * whole;
+        if (o->rc && op->stage >= 0) {
+            rf += A.ff[i] * whole;
+            mr += A.mf[i] * whole;
+        }
+    }
+    double per = (double)m * pl->dp;
+    pl->nparams = (double)ir_param_count(ir);
+    pl->f_fwd = ff * per;
+    pl->f_bwd = bf * per;
+    pl->f_rc = rf * per;
+    pl->f_opt = OPT_FLOPS_PER_PARAM * pl->nparams;
+    pl->mm = (mf + mb) * per;
+    pl->mm_rc = pl->mm + mr * per;
+    pl->model_flops = pl->f_fwd + pl->f_bwd + pl->f_opt;
+    pl->hw_flops = pl->model_flops + pl->f_rc;
+    /* the memory plan's own workspace, for reference (4-byte elements, whole model) */
+    for (int s = 0; s < ir->nslots; s++)
+        pl->memplan_ws += (double)(((int64_t)(dim_val(ir->slot_elems[s], A.sym) * 4.0) + 63) & ~(int64_t)63);
+    pl->ndev = pl->pp;
+    pl->dev = calloc((size_t)pl->pp, sizeof(Dev));
+    if (!pl->dev) {
+        fprintf(stderr, "shardc: out of memory\n");
+        exit(1);
+    }
+    for (int d = 0; d < pl->pp; d++) dev_analyze(&A, d, &pl->dev[d]);
+    pl->max_total = 0;
+    for (int d = 0; d < pl->pp; d++)
+        if (pl->dev[d].total > pl->max_total) {
+            pl->max_total = pl->dev[d].total;
+            pl->max_dev = d;
+        }
+    pl->fits = pl->budget <= 0 || pl->max_total <= pl->budget;
+    cost(o, pl);
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+
+static void add_override(Program *P, const char *name, const char *value, const char *origin)
+{
+    Override *ov = sx_alloc(sizeof *ov);
+    ov->name = sx_strdup(name);
+    ov->value = sx_strdup(value);
+    ov->origin = origin;
+    vec_push(&P->overrides, ov);
+}
+
+static int load_json_config(Program *P, const char *path)
+{
+    sr_json *j = NULL;
+    if (sr_json_parse_file(path, &j) != SR_OK) {
+        fprintf(stderr, "shardc: error: --config: %s\n", sr_errmsg());
+        return -1;
+    }
+    if (j->type != SR_JSON_OBJECT) {
+        fprintf(stderr, "shardc: error: --config %s: expected a JSON object, got %s\n", path,
+                sr_json_type_name(j->type));
+        sr_json_free(j);
+        return -1;
+    }
+    for (int i = 0; i < j->n; i++) {
+        const sr_json *it = &j->items[i];
+        if (it->type == SR_JSON_NUMBER || it->type == SR_JSON_STRING)
+            add_override(P, it->key, it->str, sx_strdup(path));
+    }
+    sr_json_free(j);
+    return 0;
+}
+
+/* the stdlib: $SHARDC_STDLIB, the build's directory, then next to the executable */
+static void add_stdlib_dirs(Program *P)
+{
+    const char *env = getenv("SHARDC_STDLIB");
+    if (env && *env) vec_push(&P->search_dirs, sx_strdup(env));
+    if (*SHARDC_STDLIB_DIR) vec_push(&P->search_dirs, SHARDC_STDLIB_DIR);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            vec_push(&P->search_dirs, sx_fmt("%s/../stdlib", exe));
+            vec_push(&P->search_dirs, sx_fmt("%s/../share/shardc/stdlib", exe));
+        }
+    }
+}
+
+static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *sched, int search)
+{
+    Program *P = sx_alloc(sizeof *P);
+    P->ir.output = -1;
+    if (o->config_json && load_json_config(P, o->config_json)) return NULL;
+    for (int i = 0; i < o->nset; i++) {
+        const char *eq = strchr(o->sets[i], '=');
+        add_override(P, sx_strndup(o->sets[i], (size_t)(eq - o->sets[i])), eq + 1, "--set");
+    }
+    if (o->batch) add_override(P, "batch", sx_fmt("%lld", o->batch), "--batch");
+    if (o->seq) add_override(P, "seq", sx_fmt("%lld", o->seq), "--seq");
+    if (search) add_override(P, "virtual_stages", "1", "--search");
+    P->layout.cli_dp = dp;
+    P->layout.cli_tp = tp;
+    P->layout.cli_pp = pp;
+    P->layout.cli_mb = mb;
+    P->layout.cli_sched = sched;
+    for (int i = 0; i < o->ninc; i++) vec_push(&P->search_dirs, (void *)o->inc[i]);
+    add_stdlib_dirs(P);
+    sx_set_max_errors(o->max_errors);
+    if (sema_load(P, o->file) || drv_front(P, NULL, stdout) || drv_back(P, NULL, stdout)) return NULL;
+    if (P->ir.nsym > 2) {
+        sx_error(&P->ir.model_loc, "shardc plan knows two symbolic dims (batch, sequence); %s has %d",
+                 P->ir.model_name, P->ir.nsym);
+        return NULL;
+    }
+    return P;
+}
+
+/* ---- output: human ------------------------------------------------------------- */
+
+static const char *role_name(const Plan *pl, int lo, int hi, char *buf, size_t n)
+{
+    if (pl->pp == 1) snprintf(buf, n, "every rank");
+    else if (lo == hi)
+        snprintf(buf, n, "stage %d%s", lo, lo == 0 ? " (first)" : lo == pl->pp - 1 ? " (last)" : "");
+    else snprintf(buf, n, "stages %d-%d", lo, hi);
+    return buf;
+}
+
+/* same work and traffic (memory may differ by the microbatches in flight) */
+static int dev_same(const Dev *a, const Dev *b)
+{
+    if (a->params != b->params || a->layers != b->layers || a->ff != b->ff || a->bf != b->bf ||
+        a->work != b->work || a->ncoll != b->ncoll)
+        return 0;
+    for (int i = 0; i < a->ncoll; i++)
+        if (a->coll[i].calls != b->coll[i].calls || a->coll[i].size != b->coll[i].size) return 0;
+    return 1;
+}
+
+/* roles: runs of stages that do the same (the first and the last stand
+ * alone); a role's memory is its worst stage's, `worst` */
+static int roles(const Plan *pl, int *lo, int *hi, int *worst)
+{
+    int n = 0;
+    for (int d = 0; d < pl->ndev; d++) {
+        if (n && d != pl->ndev - 1 && lo[n - 1] != 0 && dev_same(&pl->dev[hi[n - 1]], &pl->dev[d])) {
+            hi[n - 1] = d;
+            if (pl->dev[d].total > pl->dev[worst[n - 1]].total) worst[n - 1] = d;
+            continue;
+        }
+        lo[n] = hi[n] = worst[n] = d;
+        n++;
+    }
+    return n;
+}
+
+static void row(const char *label, int nr, const char **vals)
+{
+    printf("  %-30s", label);
+    for (int i = 0; i < nr; i++) printf(" %22s", vals[i]);
+    printf("\n");
+}
+
+static void print_human(const Opts *o, const Program *P, const Plan *pl)
+{
+    int *lo = malloc(sizeof(int) * (size_t)pl->ndev * 3), *hi = lo + pl->ndev, *wst = hi + pl->ndev;
+    int nr = roles(pl, lo, hi, wst);
+    const char *v[64];
+    char names[64][40];
+    if (nr > 64) nr = 64;
+    printf("%s  %s\n", P->ir.model_name, o->file);
+    printf("  parameters   %s%s\n", fmt_int(pl->nparams),
+           pl->nparams >= 1e6 ? sx_fmt(" (%s)", fmt_count(pl->nparams)) : "");
+    printf("  batch        %lld sequences x %lld tokens = %s tokens per step; microbatch %g x %d per data rank\n",
+           pl->G, pl->T, fmt_int((double)pl->G * pl->T), pl->B, pl->m);
+    printf("  layout       data %d x tensor %d x pipeline %d = %d GPU%s", pl->dp, pl->tp, pl->pp, pl->world,
+           pl->world > 1 ? "s" : "");
+    if (pl->pp > 1) printf("; schedule %s%s", pl->sched, pl->v > 1 ? sx_fmt(" x %d virtual", pl->v) : "");
+    printf("; ZeRO %d; recompute %s; %s\n", pl->zero, pl->rc ? "block" : "none",
+           pl->bf16 ? "bf16 mixed precision" : "fp32");
+    printf("  hardware     %s: %s/s %s peak x %.2f; %s per GPU; %d per node\n", o->gpu->name,
+           fmt_si(pl->peak, "FLOP"), pl->bf16 ? "bf16" : "fp32", o->eff, fmt_bytes(pl->budget), o->gpn);
+    printf("  links        in a node %.0f GB/s, %.0f us; between nodes %.0f GB/s, %.0f us\n", o->intra_bw,
+           o->intra_lat, o->inter_bw, o->inter_lat);
+
+    printf("\nmemory per rank                ");
+    for (int r = 0; r < nr; r++) {
+        role_name(pl, lo[r], hi[r], names[r], sizeof names[r]);
+        printf(" %22s", names[r]);
+    }
+    printf("\n");
+#define ROW(label, expr)                                  \
+    do {                                                  \
+        for (int r = 0; r < nr; r++) {                    \
+            const Dev *D = &pl->dev[wst[r]];              \
+            (void)D;                                      \
+            v[r] = (expr);                                \
+        }                                                 \
+        row(label, nr, v);                                \
+    } while (0)
+    ROW("ranks", fmt_int((double)(hi[r] - lo[r] + 1) * pl->dp * pl->tp));
+    ROW("layers", fmt_int(D->layers));
+    ROW("parameters (per rank)", fmt_int(D->params));
+    ROW("weights", fmt_bytes(D->m_params));
+    ROW("gradients", fmt_bytes(D->m_grads));
+    ROW(pl->bf16 ? "optimizer (fp32 master, m, v)" : "optimizer (Adam m, v)", fmt_bytes(D->m_opt));
+    ROW("activations (peak)", fmt_bytes(D->m_act));
+    ROW("  workspace per microbatch", fmt_bytes(pl->rc ? D->work - D->rc_drop + D->rc_one : D->work));
+    ROW("  saved per microbatch", fmt_bytes(pl->rc ? D->rc_keep : D->saved));
+    ROW("  microbatches in flight", sx_fmt("%g", D->inflight));
+    ROW("other (token buffers)", fmt_bytes(D->m_other));
+    ROW("total", fmt_bytes(D->total));
+    ROW("of the budget", pl->budget > 0 ? sx_fmt("%.1f%%%s", 100 * D->total / pl->budget,
+                                                 D->total > pl->budget ? " OVER" : "")
+                                        : "-");
+    printf("\nmodel states by ZeRO stage (data %d)\n", pl->dp);
+    static const char *zl[4] = {"stage 0 (none)", "stage 1 (optimizer)", "stage 2 (+ gradients)",
+                                "stage 3 (+ weights)"};
+    for (int z = 0; z < 4; z++)
+        ROW(sx_fmt("%s%s", zl[z], z == pl->zero ? " *" : ""),
+            sx_fmt("%s = %s", fmt_bytes(D->zs[z][0] + D->zs[z][1] + D->zs[z][2]),
+                   fmt_si(D->zs[z][0] + D->zs[z][1] + D->zs[z][2], "B")));
+
+    printf("\nFLOPs per step                         model        hardware\n");
+    printf("  %-30s %14s %15s\n", "total", fmt_si(pl->model_flops, "FLOP"), fmt_si(pl->hw_flops, "FLOP"));
+    double tok = (double)pl->G * pl->T;
+    printf("  %-30s %14s %15s\n", "per token", fmt_si(pl->model_flops / tok, "FLOP"), fmt_si(pl->hw_flops / tok, "FLOP"));
+    printf("  %-30s %14s %15s\n", "matmul (Megatron's count)", fmt_si(pl->mm, "FLOP"), fmt_si(pl->mm_rc, "FLOP"));
+    printf("  %-30s %14s %15s\n", "forward", fmt_si(pl->f_fwd, "FLOP"), fmt_si(pl->f_fwd, "FLOP"));
+    printf("  %-30s %14s %15s\n", "backward", fmt_si(pl->f_bwd, "FLOP"), fmt_si(pl->f_bwd, "FLOP"));
+    printf("  %-30s %14s %15s\n", "recomputation", "-", fmt_si(pl->f_rc, "FLOP"));
+    printf("  %-30s %14s %15s\n", "optimizer", fmt_si(pl->f_opt, "FLOP"), fmt_si(pl->f_opt, "FLOP"));
+
+    printf("\ncommunication per step, per rank\n");
+    printf("  %-24s %-14s %-15s %-9s %-28s %11s %9s %11s\n", "role", "op", "group", "phase", "what", "size", "calls",
+           "sent");
+    for (int r = 0; r < nr; r++) {
+        const Dev *D = &pl->dev[wst[r]];
+        double tot = 0;
+        for (int i = 0; i < D->ncoll; i++) {
+            const Coll *c = &D->coll[i];
+            double sent = sent_factor(c->kind, c->n) * c->size * c->calls;
+            tot += sent;
+            printf("  %-24s %-14s %-15s %-9s %-28s %11s %9s %11s\n", i ? "" : names[r], coll_name[c->kind],
+                   sx_fmt("%s (%d)", group_name[c->group], c->n), phase_name[c->phase], c->what,
+                   fmt_bytes(c->size), fmt_int(c->calls), fmt_bytes(sent));
+        }
+        if (!D->ncoll) printf("  %-24s none\n", names[r]);
+        else printf("  %-24s %-84s %11s\n", "", "each rank sends", fmt_bytes(tot));
+    }
+
+    printf("\nstep time (cost model: docs/plan.md)\n");
+    const Dev *S = &pl->dev[0];
+    for (int d = 1; d < pl->ndev; d++)
+        if (pl->dev[d].t_mb > S->t_mb) S = &pl->dev[d];
+    printf("  %-30s %s (forward %s, backward %s, recompute %s, tensor comm %s, send/recv %s)\n",
+           "slowest stage, per microbatch", fmt_time(S->t_mb), fmt_time(S->t_f), fmt_time(S->t_b),
+           fmt_time(S->t_r), fmt_time(S->t_tp), fmt_time(S->t_p2p));
+    printf("  %-30s %s\n", "compute", fmt_time(pl->t_compute));
+    if (pl->pp > 1)
+        printf("  %-30s %s (%.1f%% of the pipeline; theory %s)\n", "pipeline bubble", fmt_time(pl->t_bubble),
+               100 * pl->bubble,
+               !strcmp(pl->sched, "interleaved") ? "(p-1)/(v*m+p-1)"
+               : !strcmp(pl->sched, "zb-h1")     ? "(p-1)/(3m+p-1)"
+                                                 : "(p-1)/(m+p-1)");
+    printf("  %-30s %s\n", "exposed communication", fmt_time(pl->t_comm));
+    printf("  %-30s %s\n", "step", fmt_time(pl->step));
+    printf("  %-30s %s tokens/s\n", "throughput", fmt_int(pl->tok_s));
+    printf("  %-30s %.1f%%\n", "MFU", 100 * pl->mfu);
+    if (pl->budget > 0 && !pl->fits)
+        printf("\ndoes not fit: %s needs %s, the budget is %s per GPU\n",
+               role_name(pl, pl->max_dev, pl->max_dev, names[0], sizeof names[0]), fmt_bytes(pl->max_total),
+               fmt_bytes(pl->budget));
+#undef ROW
+    free(lo);
+}
+
+/* ---- output: JSON ---------------------------------------------------------------- */
+
+static void json_layout(FILE *f, const Plan *pl)
+{
+    fprintf(f, "{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"world\": %d, \"microbatches\": %d, \"schedule\": ", pl->dp,
+            pl->tp, pl->pp, pl->world, pl->m);
+    json_str(f, pl->sched);
+    fprintf(f, ", \"virtual_stages\": %d, \"zero\": %d, \"recompute\": \"%s\", \"precision\": \"%s\"}", pl->v,
+            pl->zero, pl->rc ? "block" : "none", pl->bf16 ? "bf16" : "fp32");
+}
+
+#define JN(name, x)                          \
+    do {                                     \
+        fprintf(f, "\"%s\": ", name);        \
+        json_num(f, x);                      \
+    } while (0)
+
+static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
+{
+    fprintf(f, "{\n  \"shardc_plan\": 1,\n  \"model\": ");
+    json_str(f, P->ir.model_name);
+    fprintf(f, ",\n  \"file\": ");
+    json_str(f, o->file);
+    fprintf(f, ",\n  \"layout\": ");
+    json_layout(f, pl);
+    fprintf(f, ",\n  \"batch\": {");
+    JN("global", (double)pl->G);
+    fprintf(f, ", ");
+    JN("seq", (double)pl->T);
+    fprintf(f, ", ");
+    JN("microbatch", pl->B);
+    fprintf(f, ", ");
+    JN("tokens_per_step", (double)pl->G * pl->T);
+    fprintf(f, "},\n  \"hardware\": {\"gpu\": ");
+    json_str(f, o->gpu->name);
+    fprintf(f, ", ");
+    JN("peak_flops", pl->peak);
+    fprintf(f, ", ");
+    JN("efficiency", o->eff);
+    fprintf(f, ", ");
+    JN("memory", pl->budget);
+    fprintf(f, ", ");
+    JN("gpus_per_node", o->gpn);
+    fprintf(f, ", ");
+    JN("intra_node_bandwidth", o->intra_bw * 1e9);
+    fprintf(f, ", ");
+    JN("intra_node_latency", o->intra_lat * 1e-6);
+    fprintf(f, ", ");
+    JN("inter_node_bandwidth", o->inter_bw * 1e9);
+    fprintf(f, ", ");
+    JN("inter_node_latency", o->inter_lat * 1e-6);
+    fprintf(f, "},\n  \"parameters\": {");
+    JN("total", pl->nparams);
+    fprintf(f, ", \"bytes_per_parameter\": {");
+    JN("weights", pl->bf16 ? 2 : 4);
+    fprintf(f, ", ");
+    JN("gradients", pl->bf16 ? 2 : 4);
+    fprintf(f, ", ");
+    JN("optimizer", pl->bf16 ? 12 : 8);
+    fprintf(f, "}, ");
+    JN("weights_bytes", pl->nparams * (pl->bf16 ? 2 : 4));
+    fprintf(f, ", ");
+    JN("gradients_bytes", pl->nparams * (pl->bf16 ? 2 : 4));
+    fprintf(f, ", ");
+    JN("optimizer_bytes", pl->nparams * (pl->bf16 ? 12 : 8));
+    fprintf(f, ", ");
+    JN("model_states_bytes", pl->nparams * 16);
+    fprintf(f, "},\n  \"flops\": {");
+    JN("model_per_step", pl->model_flops);
+    fprintf(f, ", ");
+    JN("hardware_per_step", pl->hw_flops);
+    fprintf(f, ", ");
+    JN("model_per_token", pl->model_flops / ((double)pl->G * pl->T));
+    fprintf(f, ", ");
+    JN("hardware_per_token", pl->hw_flops / ((double)pl->G * pl->T));
+    fprintf(f, ", ");
+    JN("matmul_per_step", pl->mm);
+    fprintf(f, ", ");
+    JN("matmul_hardware_per_step", pl->mm_rc);
+    fprintf(f, ", ");
+    JN("forward_per_step", pl->f_fwd);
+    fprintf(f, ", ");
+    JN("backward_per_step", pl->f_bwd);
+    fprintf(f, ", ");
+    JN("recompute_per_step", pl->f_rc);
+    fprintf(f, ", ");
+    JN("optimizer_per_step", pl->f_opt);
+    fprintf(f, "},\n  \"memplan_workspace_bytes\": ");
+    json_num(f, pl->memplan_ws);
+    fprintf(f, ",\n  \"roles\": [");
+    int *lo = malloc(sizeof(int) * (size_t)pl->ndev * 3), *hi = lo + pl->ndev, *wst = hi + pl->ndev;
+    int nr = roles(pl, lo, hi, wst);
+    for (int r = 0; r < nr; r++) {
+        const Dev *D = &pl->dev[wst[r]];
+        char nm[40];
+        fprintf(f, "%s\n    {\"name\": ", r ? "," : "");
+        json_str(f, role_name(pl, lo[r], hi[r], nm, sizeof nm));
+        fprintf(f, ", \"stages\": [%d, %d], \"worst_stage\": %d, \"ranks\": %d, \"layers\": %d, ", lo[r], hi[r],
+                wst[r], (hi[r] - lo[r] + 1) * pl->dp * pl->tp, D->layers);
+        JN("parameters", D->params);
+        fprintf(f, ",\n     \"memory\": {");
+        JN("weights", D->m_params);
+        fprintf(f, ", ");
+        JN("gradients", D->m_grads);
+        fprintf(f, ", ");
+        JN("optimizer", D->m_opt);
+        fprintf(f, ", ");
+        JN("activations", D->m_act);
+        fprintf(f, ", ");
+        JN("other", D->m_other);
+        fprintf(f, ", ");
+        JN("total", D->total);
+        fprintf(f, ", ");
+        JN("budget", pl->budget);
+        fprintf(f, ", \"fits\": %s,\n      ", pl->budget <= 0 || D->total <= pl->budget ? "true" : "false");
+        JN("workspace_per_microbatch", D->work);
+        fprintf(f, ", ");
+        JN("saved_per_microbatch", D->saved);
+        fprintf(f, ", ");
+        JN("recompute_saved_per_microbatch", D->rc_keep);
+        fprintf(f, ", ");
+        JN("in_flight", D->inflight);
+        fprintf(f, ",\n      \"zero_stages\": [");
+        for (int z = 0; z < 4; z++) {
+            fprintf(f, "%s{\"stage\": %d, ", z ? ", " : "", z);
+            JN("weights", D->zs[z][0]);
+            fprintf(f, ", ");
+            JN("gradients", D->zs[z][1]);
+            fprintf(f, ", ");
+            JN("optimizer", D->zs[z][2]);
+            fprintf(f, ", ");
+            JN("model_states", D->zs[z][0] + D->zs[z][1] + D->zs[z][2]);
+            fprintf(f, "}");
+        }
+        fprintf(f, "]},\n     \"flops_per_microbatch\": {");
+        JN("forward", D->ff);
+        fprintf(f, ", ");
+        JN("backward", D->bf);
+        fprintf(f, ", ");
+        JN("recompute", D->rf);
+        fprintf(f, "},\n     \"time\": {");
+        JN("forward", D->t_f);
+        fprintf(f, ", ");
+        JN("backward", D->t_b);
+        fprintf(f, ", ");
+        JN("recompute", D->t_r);
+        fprintf(f, ", ");
+        JN("tensor_comm", D->t_tp);
+        fprintf(f, ", ");
+        JN("send_recv", D->t_p2p);
+        fprintf(f, ", ");
+        JN("per_microbatch", D->t_mb);
+        fprintf(f, ", ");
+        JN("data_comm", D->t_dp);
+        fprintf(f, ", ");
+        JN("data_comm_exposed", D->t_dp_exposed);
+        fprintf(f, "},\n     \"collectives\": [");
+        double g_calls[4][5], g_bytes[4][5], sent = 0;
+        memset(g_calls, 0, sizeof g_calls);
+        memset(g_bytes, 0, sizeof g_bytes);
+        for (int i = 0; i < D->ncoll; i++) {
+            const Coll *c = &D->coll[i];
+            fprintf(f, "%s\n       {\"op\": \"%s\", \"group\": \"%s\", \"group_size\": %d, \"phase\": \"%s\", \"what\": ",
+                    i ? "," : "", coll_name[c->kind], group_name[c->group], c->n, phase_name[c->phase]);
+            json_str(f, c->what);
+            fprintf(f, ", ");
+            JN("bytes", c->size);
+            fprintf(f, ", ");
+            JN("calls_per_step", c->calls);
+            fprintf(f, ", ");
+            JN("payload_bytes_per_step", payload(c) * c->calls);
+            fprintf(f, ", ");
+            JN("sent_bytes_per_step", sent_factor(c->kind, c->n) * c->size * c->calls);
+            fprintf(f, "}");
+            g_calls[c->group][c->kind] += c->calls;
+            g_bytes[c->group][c->kind] += payload(c) * c->calls;
+            sent += sent_factor(c->kind, c->n) * c->size * c->calls;
+        }
+        /* the runtime's sr_comm_stats, communicator by communicator */
+        static const char *ops6[6] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv"};
+        static const int kind6[6] = {C_AR, C_RS, C_AG, -1, C_SEND, C_RECV};
+        fprintf(f, "],\n     \"comm_counters\": {");
+        for (int g = 0; g < 4; g++) {
+            fprintf(f, "%s\"%s\": {\"calls\": [", g ? ", " : "", group_name[g]);
+            for (int k = 0; k < 6; k++) {
+                fprintf(f, "%s", k ? ", " : "");
+                json_num(f, kind6[k] < 0 ? 0 : g_calls[g][kind6[k]]);
+            }
+            fprintf(f, "], \"bytes\": [");
+            for (int k = 0; k < 6; k++) {
+                fprintf(f, "%s", k ? ", " : "");
+                json_num(f, kind6[k] < 0 ? 0 : g_bytes[g][kind6[k]]);
+            }
+            fprintf(f, "]}");
+        }
+        fprintf(f, ", \"ops\": [");
+        for (int k = 0; k < 6; k++) fprintf(f, "%s\"%s\"", k ? ", " : "", ops6[k]);
+        fprintf(f, "]},\n     ");
+        JN("sent_bytes_per_step", sent);
+        fprintf(f, "}");
+    }
+    free(lo);
+    fprintf(f, "\n  ],\n  \"stages\": [");
+    for (int d = 0; d < pl->ndev; d++) { /* every stage's memory, for the runtime's counters */
+        const Dev *D = &pl->dev[d];
+        fprintf(f, "%s{\"stage\": %d, ", d ? ", " : "", d);
+        JN("parameters", D->params);
+        fprintf(f, ", ");
+        JN("activations", D->m_act);
+        fprintf(f, ", ");
+        JN("total", D->total);
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\n  \"time\": {");
+    JN("bubble_fraction", pl->bubble);
+    fprintf(f, ", ");
+    JN("compute", pl->t_compute);
+    fprintf(f, ", ");
+    JN("bubble", pl->t_bubble);
+    fprintf(f, ", ");
+    JN("exposed_comm", pl->t_comm);
+    fprintf(f, ", ");
+    JN("step", pl->step);
+    fprintf(f, ", ");
+    JN("tokens_per_second", pl->tok_s);
+    fprintf(f, ", ");
+    JN("mfu", pl->mfu);
+    fprintf(f, "},\n  \"max_memory\": ");
+    json_num(f, pl->max_total);
+    fprintf(f, ",\n  \"fits\": %s\n}\n", pl->fits ? "true" : "false");
+}
+
+/* ---- --search ---------------------------------------------------------------- */
+
+typedef struct Cand {
+    Plan pl;
+    int status; /* 0 ok, 1 does not fit, 2 invalid */
+} Cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const Cand *x = a, *y = b;
+    if (x->status != y->status) return x->status - y->status;
+    if (x->status == 0 && x->pl.step != y->pl.step) return x->pl.step < y->pl.step ? -1 : 1;
+    if (x->status == 1 && x->pl.max_total != y->pl.max_total) return x->pl.max_total < y->pl.max_total ? -1 : 1;
+    if (x->pl.m != y->pl.m) return x->pl.m - y->pl.m;
+    return 0;
+}
+
+/* the first error the front end printed, without its location */
+static void first_error(FILE *tmp, char *out, size_t n)
+{
+    char line[1024];
+    out[0] = 0;
+    rewind(tmp);
+    while (fgets(line, sizeof line, tmp)) {
+        char *e = strstr(line, "error: ");
+        if (!e) continue;
+        e += 7;
+        e[strcspn(e, "\n")] = 0;
+        snprintf(out, n, "%s", e);
+        return;
+    }
+    snprintf(out, n, "rejected by the compiler");
+}
+
+static void push(Cand **v, int *n, int *cap, const Cand *c)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        *v = realloc(*v, sizeof(Cand) * (size_t)*cap);
+        if (!*v) {
+            fprintf(stderr, "shardc: out of memory\n");
+            exit(1);
+        }
+    }
+    (*v)[(*n)++] = *c;
+}
+
+static void layout_str(const Plan *pl, char *buf, size_t n)
+{
+    if (pl->pp > 1)
+        snprintf(buf, n, "dp %d tp %d pp %d mb %d %s%s", pl->dp, pl->tp, pl->pp, pl->m, pl->sched,
+                 pl->v > 1 ? sx_fmt(" v%d", pl->v) : "");
+    else snprintf(buf, n, "dp %d tp %d pp %d mb %d", pl->dp, pl->tp, pl->pp, pl->m);
+}
+
+static int search(const Opts *o)
+{
+    int N = o->gpus;
+    Cand *cs = NULL;
+    int nc = 0, cap = 0;
+    char model[128] = "";
+    long long G = 0, T = 0;
+    double budget = o->gpu_mem;
+    for (int tp = 1; tp <= N; tp++) {
+        if (N % tp) continue;
+        for (int pp = 1; pp <= N / tp; pp++) {
+            if ((N / tp) % pp) continue;
+            int dp = N / tp / pp;
+            /* the front end per (dp, tp, pp), its diagnostics kept aside */
+            sx_reset();
+            fflush(stderr);
+            FILE *tmp = tmpfile();
+            int saved = dup(2);
+            if (tmp) dup2(fileno(tmp), 2);
+            Program *P = load(o, dp, tp, pp, 1, "1f1b", 1);
+            fflush(stderr);
+            if (tmp) {
+                dup2(saved, 2);
+                close(saved);
+            }
+            Cand c;
+            memset(&c, 0, sizeof c);
+            if (!P) {
+                c.status = 2;
+                c.pl.dp = dp, c.pl.tp = tp, c.pl.pp = pp, c.pl.m = 0, c.pl.v = 1;
+                snprintf(c.pl.sched, sizeof c.pl.sched, "-");
+                if (tmp) first_error(tmp, c.pl.reason, sizeof c.pl.reason);
+                else snprintf(c.pl.reason, sizeof c.pl.reason, "rejected by the compiler");
+                if (tmp) fclose(tmp);
+                push(&cs, &nc, &cap, &c);
+                continue;
+            }
+            if (tmp) fclose(tmp);
+            if (!*model) snprintf(model, sizeof model, "%s", P->ir.model_name);
+            const Const *cb = sema_find_const(&P->train, "batch"), *cq = sema_find_const(&P->train, "seq");
+            G = o->batch ? o->batch : cb ? cb->i : 0;
+            T = o->seq ? o->seq : cq ? cq->i : 0;
+            long long per = G > 0 ? G / dp : 0;
+            for (long long m = 1; m <= per; m++) {
+                if (per % m) continue;
+                static const char *sch[] = {"gpipe", "1f1b", "zb-h1", "interleaved"};
+                for (int s = 0; s < (pp > 1 ? 4 : 1); s++) {
+                    int vmax = s == 3 ? (P->layout_repeats / pp) : 1;
+                    for (int v = s == 3 ? 2 : 1; v <= vmax; v++) {
+                        if (s == 3 && m % pp) continue; /* interleaving needs m divisible by pp */
+                        memset(&c, 0, sizeof c);
+                        evaluate(P, o, (int)m, pp > 1 ? sch[s] : "none", v, &c.pl);
+                        c.status = !c.pl.ok ? 2 : !c.pl.fits ? 1 : 0;
+                        if (c.pl.ok) budget = c.pl.budget;
+                        free(c.pl.dev); /* the summary is enough here */
+                        c.pl.dev = NULL;
+                        if (c.pl.ok) push(&cs, &nc, &cap, &c);
+                    }
+                }
+            }
+        }
+    }
+    sx_reset();
+    qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
+    int nok = 0, noom = 0, nbad = 0;
+    for (int i = 0; i < nc; i++) {
+        if (cs[i].status == 0) nok++;
+        else if (cs[i].status == 1) noom++;
+        else nbad++;
+    }
+    if (o->json) {
+        printf("{\n  \"shardc_plan_search\": 1,\n  \"file\": ");
+        json_str(stdout, o->file);
+        printf(",\n  \"model\": ");
+        json_str(stdout, model);
+        printf(",\n  \"gpus\": %d, \"gpu\": \"%s\", \"memory\": ", N, o->gpu->name);
+        json_num(stdout, budget);
+        printf(", \"batch\": %lld, \"seq\": %lld,\n  \"layouts\": [", G, T);
+        for (int i = 0; i < nc; i++) {
+            const Plan *pl = &cs[i].pl;
+            printf("%s\n    {\"rank\": %d, \"status\": \"%s\", \"layout\": ", i ? "," : "", cs[i].status ? 0 : i + 1,
+                   cs[i].status == 0 ? "ok" : cs[i].status == 1 ? "out of memory" : "invalid");
+            json_layout(stdout, pl);
+            if (cs[i].status < 2) {
+                printf(", \"step\": ");
+                json_num(stdout, pl->step);
+                printf(", \"mfu\": ");
+                json_num(stdout, pl->mfu);
+                printf(", \"bubble_fraction\": ");
+                json_num(stdout, pl->bubble);
+                printf(", \"max_memory\": ");
+                json_num(stdout, pl->max_total);
+            }
+            if (cs[i].status) {
+                char why[512];
+                if (cs[i].status == 1)
+                    snprintf(why, sizeof why, "needs %s on stage %d, more than %s", fmt_bytes(pl->max_total),
+                             pl->max_dev, fmt_bytes(pl->budget));
+                else snprintf(why, sizeof why, "%s", pl->reason);
+                printf(", \"reason\": ");
+                json_str(stdout, why);
+            }
+            printf("}");
+        }
+        printf("\n  ]\n}\n");
+    } else {
+        printf("%s  %s: every layout of %d GPUs (%s, %s per GPU), batch %lld x seq %lld\n", model, o->file, N,
+               o->gpu->name, fmt_bytes(budget), G, T);
+        printf("ZeRO %d, recompute %s, %s; ranked by estimated step time\n\n", o->zero, o->rc ? "block" : "none",
+               o->bf16 ? "bf16" : "fp32");
+        printf("  %4s  %-36s %12s %7s %8s %12s\n", "rank", "layout", "step", "MFU", "bubble", "memory");
+        int shown = 0;
+        for (int i = 0; i < nc && cs[i].status == 0; i++) {
+            if (o->top && shown >= o->top) break;
+            char ls[96];
+            layout_str(&cs[i].pl, ls, sizeof ls);
+            printf("  %4d  %-36s %12s %6.1f%% %7.1f%% %12s\n", i + 1, ls, fmt_time(cs[i].pl.step),
+                   100 * cs[i].pl.mfu, 100 * cs[i].pl.bubble, fmt_bytes(cs[i].pl.max_total));
+            shown++;
+        }
+        if (nok > shown) printf("  ... and %d more (--top 0 lists all)\n", nok - shown);
+        if (!nok) printf("  (none)\n");
+        if (noom) {
+            printf("\ndo not fit in %s (%d):\n", fmt_bytes(budget), noom);
+            int k = 0;
+            for (int i = 0; i < nc; i++) {
+                if (cs[i].status != 1) continue;
+                if (o->top && k++ >= o->top) {
+                    printf("  ... and %d more\n", noom - o->top);
+                    break;
+                }
+                char ls[96];
+                layout_str(&cs[i].pl, ls, sizeof ls);
+                printf("  %-36s needs %s on stage %d\n", ls, fmt_bytes(cs[i].pl.max_total), cs[i].pl.max_dev);
+            }
+        }
+        if (nbad) {
+            printf("\ninvalid (%d):\n", nbad);
+            for (int i = 0; i < nc; i++) {
+                if (cs[i].status != 2) continue;
+                printf("  dp %d tp %d pp %d%-18s %s\n", cs[i].pl.dp, cs[i].pl.tp, cs[i].pl.pp, "", cs[i].pl.reason);
+            }
+        }
+    }
+    free(cs);
+    return nok ? 0 : 1;
+}
+
+/* ---- the command line ---------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: shardc plan FILE.model [options]\n"
+            "\n"
+            "Prints what a training step costs under a parallel layout, for every\n"
+            "distinct rank role: memory (weights, gradients, optimizer state by ZeRO\n"
+            "stage, peak activations), FLOPs, every collective and send/recv, the\n"
+            "pipeline bubble, an estimated step time and the MFU. The models are in\n"
+            "docs/plan.md. Exit 0 with a plan, 1 on errors in the file, 2 on usage errors.\n"
+            "\n"
+            "layout:\n"
+            "  --dp N, --tp N, --pp N     mesh degrees (default: the parallel section)\n"
+            "  --gpus N                   world size; data = N / (tp * pp) unless --dp is given\n"
+            "  --microbatches M           microbatches per step and data rank\n"
+            "  --schedule S               gpipe, 1f1b, interleaved or zb-h1\n"
+            "  --virtual-stages V         model chunks per stage (interleaved)\n"
+            "  --zero 0|1|2|3             ZeRO stage (memory and communication)\n"
+            "  --recompute none|block     recompute each repeated block in the backward\n"
+            "  --precision fp32|bf16      fp32 (4+4+8 bytes per parameter), or bf16 mixed (2+2+12)\n"
+            "  --batch G, --seq T         global batch and sequence (default: the train section)\n"
+            "hardware and cost model:\n"
+            "  --gpu h100|h200|a100|cpu   peak FLOP/s and memory (default h100)\n"
+            "  --gpu-mem BYTES            memory per GPU (suffixes: GB, GiB, MB, MiB, TB, TiB)\n"
+            "  --efficiency E             fraction of peak FLOP/s reached (default 0.5)\n"
+            "  --gpus-per-node N          (default 8)\n"
+            "  --intra-bw GBPS, --intra-lat US   link in a node (default 450 GB/s, 5 us)\n"
+            "  --inter-bw GBPS, --inter-lat US   link between nodes (default 50 GB/s, 10 us)\n"
+            "  --bucket-mb MB             gradient all-reduce bucket (default 25, the runtime's)\n"
+            "output:\n"
+            "  --search                   rank every layout of --gpus N by estimated step time\n"
+            "  --top N                    --search: show the N best (default 20; 0: all)\n"
+            "  --json                     machine-readable output\n"
+            "the file:\n"
+            "  --set NAME=VALUE           override a constant (config, parallel or train)\n"
+            "  --config FILE.json         override config constants from a flat JSON object\n"
+            "  -I DIR                     also look for imported modules in DIR\n"
+            "  --max-errors N             stop after N errors (default 50)\n"
+            "  -h, --help                 show this help\n");
+}
+
+static int uerr(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "shardc: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\ntry 'shardc plan --help'\n");
+    return 2;
+}
+
+static int pos_int(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < 1 || v > (1 << 20)) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int pos_num(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v > 0) || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_bytes(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0)) return -1;
+    static const struct { const char *u; double m; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1e3}, {"KB", 1e3}, {"KiB", 1024.0}, {"M", 1e6}, {"MB", 1e6},
+        {"MiB", 1048576.0}, {"G", 1e9}, {"GB", 1e9}, {"GiB", GiB}, {"T", 1e12}, {"TB", 1e12},
+        {"TiB", GiB * 1024}, {NULL, 0}};
+    for (int i = 0; units[i].u; i++)
+        if (!strcmp(end, units[i].u)) {
+            *out = v * units[i].m;
+            return 0;
+        }
+    return -1;
+}
+
+int plan_main(int argc, char **argv)
+{
+    Opts o;
+    memset(&o, 0, sizeof o);
+    o.gpu = &gpus[0];
+    o.eff = 0.5;
+    o.gpn = 8;
+    o.intra_bw = 450;
+    o.intra_lat = 5;
+    o.inter_bw = 50;
+    o.inter_lat = 10;
+    o.bucket_mb = 25;
+    o.top = 20;
+    o.max_errors = 50;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        /* options with a value accept `--opt v` and `--opt=v` */
+#define TAKE(name)                                                                            \
+    (!strcmp(a, name) ? (i + 1 < argc ? (val = argv[++i], 1) : (uerr("option '%s' needs a value", a), -1)) \
+     : (!strncmp(a, name "=", strlen(name) + 1) ? (val = a + strlen(name) + 1, 1) : 0))
+#define INT_OPT(name, field)                                                          \
+    else if ((t = TAKE(name))) {                                                      \
+        if (t < 0) return 2;                                                          \
+        if (pos_int(val, &n)) return uerr("expected a positive integer, got '%s'", val); \
+        field = n;                                                                    \
+    }
+#define NUM_OPT(name, field)                                                          \
+    else if ((t = TAKE(name))) {                                                      \
+        if (t < 0) return 2;                                                          \
+        if (pos_num(val, &field)) return uerr("expected a positive number, got '%s'", val); \
+    }
+        int t, n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "--search")) o.search = 1;
+        else if ((t = TAKE("--set"))) {
+            if (t < 0) return 2;
+            const char *eq = strchr(val, '=');
+            if (!eq || eq == val) return uerr("--set expects NAME=VALUE, got '%s'", val);
+            if (o.nset == MAXSET) return uerr("too many --set options (%s)", val);
+            o.sets[o.nset++] = val;
+        } else if ((t = TAKE("--config"))) {
+            if (t < 0) return 2;
+            o.config_json = val;
+        } else if ((t = TAKE("-I"))) {
+            if (t < 0) return 2;
+            if (o.ninc == MAXINC) return uerr("too many -I directories (%s)", val);
+            o.inc[o.ninc++] = val;
+        }
+        INT_OPT("--dp", o.dp)
+        INT_OPT("--tp", o.tp)
+        INT_OPT("--pp", o.pp)
+        INT_OPT("--microbatches", o.mb)
+        INT_OPT("--virtual-stages", o.vs)
+        INT_OPT("--gpus", o.gpus)
+        INT_OPT("--gpus-per-node", o.gpn)
+        INT_OPT("--max-errors", o.max_errors)
+        INT_OPT("--batch", o.batch)
+        INT_OPT("--seq", o.seq)
+        NUM_OPT("--intra-bw", o.intra_bw)
+        NUM_OPT("--inter-bw", o.inter_bw)
+        NUM_OPT("--intra-lat", o.intra_lat)
+        NUM_OPT("--inter-lat", o.inter_lat)
+        NUM_OPT("--bucket-mb", o.bucket_mb)
+        else if ((t = TAKE("--top"))) {
+            if (t < 0) return 2;
+            if (!strcmp(val, "0")) o.top = 0;
+            else if (pos_int(val, &o.top)) return uerr("bad --top value '%s'", val);
+        } else if ((t = TAKE("--schedule"))) {
+            if (t < 0) return 2;
+            o.sched = val;
+        } else if ((t = TAKE("--zero"))) {
+            if (t < 0) return 2;
+            if (strlen(val) != 1 || val[0] < '0' || val[0] > '3') return uerr("--zero takes 0, 1, 2 or 3, got '%s'", val);
+            o.zero = val[0] - '0';
+        } else if ((t = TAKE("--recompute"))) {
+            if (t < 0) return 2;
+            if (!strcmp(val, "none")) o.rc = 0;
+            else if (!strcmp(val, "block") || !strcmp(val, "full")) o.rc = 1;
+            else return uerr("--recompute takes none or block, got '%s'", val);
+        } else if ((t = TAKE("--precision"))) {
+            if (t < 0) return 2;
+            if (strcmp(val, "fp32") && strcmp(val, "bf16")) return uerr("--precision takes fp32 or bf16, got '%s'", val);
+            o.bf16 = !strcmp(val, "bf16");
+        } else if ((t = TAKE("--gpu"))) {
+            if (t < 0) return 2;
+            const Gpu *g = gpus;
+            while (g->name && strcmp(g->name, val)) g++;
+            if (!g->name) return uerr("unknown --gpu '%s' (use h100, h200, a100 or cpu)", val);
+            o.gpu = g;
+        } else if ((t = TAKE("--gpu-mem"))) {
+            if (t < 0) return 2;
+            if (parse_bytes(val, &o.gpu_mem)) return uerr("bad --gpu-mem '%s' (bytes, or e.g. 80GiB)", val);
+        } else if ((t = TAKE("--efficiency"))) {
+            if (t < 0) return 2;
+            if (pos_num(val, &o.eff) || o.eff > 1) return uerr("--efficiency takes a number in (0, 1], got '%s'", val);
+        } else if (a[0] == '-' && a[1]) {
+            return uerr("unknown option '%s'", a);
+        } else if (!o.file) {
+            o.file = a;
+        } else {
+            return uerr("unexpected argument '%s' (one .model file at a time)", a);
+        }
+#undef TAKE
+#undef INT_OPT
+#undef NUM_OPT
+    }
+    if (!o.file) return uerr("%s: no .model file given", "plan");
+    if (o.gpu_mem <= 0) o.gpu_mem = o.gpu->mem; /* 0 for the cpu: see evaluate */
+    if (o.search) {
+        if (!o.gpus) return uerr("%s needs --gpus N", "--search");
+        if (o.dp || o.tp || o.pp || o.mb || o.sched || o.vs)
+            return uerr("%s chooses the layout itself: drop --dp, --tp, --pp, --microbatches, --schedule, "
+                        "--virtual-stages", "--search");
+        int st = search(&o);
+        sx_arena_free();
+        return st;
+    }
+    if (o.gpus) {
+        int tp = o.tp ? o.tp : 1, pp = o.pp ? o.pp : 1;
+        if (!o.dp) {
+            if (o.gpus % (tp * pp))
+                return uerr("%s", sx_fmt("--gpus %d is not divisible by tensor %d x pipeline %d", o.gpus, tp, pp));
+            o.dp = o.gpus / (tp * pp);
+        } else if (o.dp * tp * pp != o.gpus)
+            return uerr("%s", sx_fmt("--gpus %d but data %d x tensor %d x pipeline %d = %d", o.gpus, o.dp, tp, pp,
+                                     o.dp * tp * pp));
+    }
+    Program *P = load(&o, o.dp, o.tp, o.pp, o.mb, o.sched, 0);
+    int rc = 1;
+    if (P) {
+        Layout *L = &P->layout;
+        int v = o.vs ? o.vs : L->virtual_stages;
+        if (v > 1 && strcmp(L->schedule, "interleaved"))
+            sx_error(NULL, "--virtual-stages %d needs the interleaved schedule, not \"%s\"", v, L->schedule);
+        else if (L->pp > 1 && P->layout_repeats < L->pp * v)
+            sx_error(&P->layout_repeat_loc, "%d layers cannot fill pipeline=%d stages x %d virtual stages",
+                     P->layout_repeats, L->pp, v);
+        if (o.gpus && L->dp * L->tp * L->pp != o.gpus)
+            sx_error(NULL, "--gpus %d but the layout has data %d x tensor %d x pipeline %d", o.gpus, L->dp, L->tp,
+                     L->pp);
+        if (!sx_error_count()) {
+            Plan pl;
+            evaluate(P, &o, L->microbatches, L->pp > 1 ? L->schedule : "none", L->pp > 1 ? v : 1, &pl);
+            if (!pl.ok) sx_error(NULL, "%s", pl.reason);
+            else {
+                if (o.json) print_json(stdout, &o, P, &pl);
+                else print_human(&o, P, &pl);
+                rc = 0;
+            }
+            free(pl.dev);
+        }
+    }
+    int nerr = sx_error_count();
+    if (nerr > 1) fprintf(stderr, "%d errors\n", nerr);
+    sx_arena_free();
+    return rc;
+}

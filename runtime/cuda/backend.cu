@@ -1,0 +1,315 @@
+/* backend.cu: sr_backend_cuda, the CUDA memory/optimizer backend (see
+ * sr_backend.h and sr_cuda.h).
+ *
+ * Memory: one cudaMalloc'd arena, created at the first allocation and carved
+ * first-fit (256-byte aligned blocks, neighbours coalesced on free): the
+ * parameters, gradients, AdamW state, the compiler-planned workspace, the
+ * token buffers, the bf16 shadow and the kernels' scratch all live in it.
+ * An allocation that does not fit falls back to cudaMalloc with a one-line
+ * warning, so a wrong size estimate costs fragmentation, not the run.
+ *
+ * Without a GPU, init fails with one line; emulated builds (the CPU
+ * emulator) have one pretend device, EMU_DEVICES=0 gives none.
+ */
+#include <map>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sr_cuda.h"
+#include "srk.cuh"
+#include "srk_optim.cuh"
+
+/* ---- the arena ------------------------------------------------------------------ */
+enum { ARENA_ALIGN = 256 };
+
+static struct {
+    char *base;
+    size_t cap, used, high;
+    size_t reserve;                 /* requested size, 0 = default */
+    std::map<size_t, size_t> *free_blocks;  /* offset -> size */
+    std::map<void *, size_t> *taken;         /* pointer -> size (arena or fallback) */
+    std::map<void *, int> *outside;          /* fallback cudaMallocs */
+    int warned;
+} arena;
+
+static size_t default_arena_bytes(void)
+{
+    const char *mb = getenv("SHARDC_CUDA_ARENA_MB");
+    if (mb && atol(mb) > 0) return (size_t)atol(mb) << 20;
+    if (arena.reserve) return arena.reserve;
+#ifdef SR_CUDA_EMULATION
+    return (size_t)1 << 30; /* host memory; larger needs fall back */
+#else
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return (size_t)1 << 30;
+    size_t head = total_b / 10 > ((size_t)2 << 30) ? total_b / 10 : ((size_t)2 << 30);
+    size_t avail = free_b > head ? free_b - head : free_b / 2;
+    /* ranks sharing this device (more ranks than GPUs on a node) */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!ls) ls = getenv("MPI_LOCALNRANKS");
+    if (!ls) ls = getenv("SLURM_NTASKS_PER_NODE");
+    int local = ls ? atoi(ls) : 1, ndev = 1;
+    cudaGetDeviceCount(&ndev);
+    int share = ndev > 0 && local > ndev ? (local + ndev - 1) / ndev : 1;
+    return avail / (size_t)share;
+#endif
+}
+
+static int arena_create(void)
+{
+    arena.free_blocks = new std::map<size_t, size_t>();
+    arena.taken = new std::map<void *, size_t>();
+    arena.outside = new std::map<void *, int>();
+    size_t want = default_arena_bytes() & ~(size_t)(ARENA_ALIGN - 1);
+    void *p = NULL;
+    while (want >= ((size_t)64 << 20) && cudaMalloc(&p, want) != cudaSuccess) {
+        cudaGetLastError();
+        p = NULL;
+        want = want / 4 * 3 & ~(size_t)(ARENA_ALIGN - 1);
+    }
+    if (!p) return 0;
+    arena.base = (char *)p;
+    arena.cap = want;
+    (*arena.free_blocks)[0] = want;
+    return 1;
+}
+
+void *srk_dev_alloc(size_t bytes)
+{
+    if (!arena.free_blocks && !arena_create() && !arena.free_blocks) return NULL;
+    size_t n = (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    if (n == 0) n = ARENA_ALIGN;
+    for (auto it = arena.free_blocks->begin(); it != arena.free_blocks->end(); ++it) {
+        if (it->second < n) continue;
+        size_t off = it->first, sz = it->second;
+        arena.free_blocks->erase(it);
+        if (sz > n) (*arena.free_blocks)[off + n] = sz - n;
+        void *p = arena.base + off;
+        (*arena.taken)[p] = n;
+        arena.used += n;
+        if (arena.used > arena.high) arena.high = arena.used;
+        return p;
+    }
+    void *p = NULL;
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    if (!arena.warned) {
+        fprintf(stderr, "shardc cuda: warning: the %zu MiB arena is full; allocating %zu MiB outside it "
+                        "(set SHARDC_CUDA_ARENA_MB to size it)\n", arena.cap >> 20, n >> 20);
+        arena.warned = 1;
+    }
+    (*arena.taken)[p] = n;
+    (*arena.outside)[p] = 1;
+    return p;
+}
+
+void srk_dev_free(void *p)
+{
+    if (!p || !arena.taken) return;
+    auto t = arena.taken->find(p);
+    if (t == arena.taken->end()) return;
+    size_t n = t->second;
+    arena.taken->erase(t);
+    if (arena.outside->erase(p)) {
+        cudaFree(p);
+        return;
+    }
+    arena.used -= n;
+    size_t off = (size_t)((char *)p - arena.base);
+    auto nx = arena.free_blocks->lower_bound(off);
+    if (nx != arena.free_blocks->end() && nx->first == off + n) { /* merge with the next block */
+        n += nx->second;
+        nx = arena.free_blocks->erase(nx);
+    }
+    if (nx != arena.free_blocks->begin()) { /* and with the previous one */
+        auto pv = std::prev(nx);
+        if (pv->first + pv->second == off) {
+            pv->second += n;
+            return;
+        }
+    }
+    (*arena.free_blocks)[off] = n;
+}
+
+extern "C" sr_status sr_cuda_arena_reserve(size_t bytes)
+{
+    if (arena.free_blocks) return sr_seterr(SR_ERR_STATE, "the CUDA arena already exists (%zu MiB)", arena.cap >> 20);
+    arena.reserve = bytes;
+    return SR_OK;
+}
+
+extern "C" void sr_cuda_arena_stats(size_t *used, size_t *high, size_t *cap)
+{
+    if (used) *used = arena.used;
+    if (high) *high = arena.high;
+    if (cap) *cap = arena.cap;
+}
+
+extern "C" void *sr_cuda_stream(void) { return (void *)srk_ctx.stream; }
+
+/* ---- the backend ------------------------------------------------------------------- */
+static int dev_ready;
+
+static sr_status cuda_init(int local_rank)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        cudaGetLastError();
+        return sr_seterr(SR_ERR_STATE, "no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); "
+                                       "rebuild with --backend host to run on the CPU");
+    }
+    int dev = (local_rank < 0 ? 0 : local_rank) % n;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess)
+        return sr_seterr(SR_ERR_STATE, "cannot use CUDA device %d: %s", dev, cudaGetErrorString(e));
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) srk_ctx.num_sms = prop.multiProcessorCount;
+    if (!srk_ctx.stream && (e = cudaStreamCreateWithFlags(&srk_ctx.stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return sr_seterr(SR_ERR_STATE, "cannot create a CUDA stream on device %d: %s", dev, cudaGetErrorString(e));
+    const char *s = getenv("SHARDC_CUDA_SYNC");
+    srk_ctx.sync_each = s && *s && strcmp(s, "0") != 0;
+    dev_ready = 1;
+    return SR_OK;
+}
+
+static void cuda_shutdown(void)
+{
+    if (!dev_ready) return;
+    cudaStreamSynchronize(srk_ctx.stream);
+    if (arena.outside)
+        for (auto &kv : *arena.outside) cudaFree(kv.first);
+    if (arena.base) cudaFree(arena.base);
+    delete arena.free_blocks;
+    delete arena.taken;
+    delete arena.outside;
+    memset(&arena, 0, sizeof arena);
+    if (srk_ctx.stream) cudaStreamDestroy(srk_ctx.stream);
+    srk_ctx.stream = 0;
+    srk_ctx.shadow = NULL;
+    srk_ctx.params = NULL;
+    srk_ctx.nparams = 0;
+    dev_ready = 0;
+}
+
+static void *cuda_alloc(size_t bytes)
+{
+    void *p = srk_dev_alloc(bytes);
+    if (p && !srk_check_cuda(cudaMemsetAsync(p, 0, bytes, srk_ctx.stream), "zeroing new memory")) return NULL;
+    return p;
+}
+
+static void cuda_free(void *p)
+{
+    cudaStreamSynchronize(srk_ctx.stream); /* nothing queued may still use it */
+    srk_dev_free(p);
+}
+
+static void cuda_h2d(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return;
+    srk_site(NULL, 0, "host to device copy");
+    srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, srk_ctx.stream), "cudaMemcpyAsync");
+    /* the source may be reused by the caller as soon as we return */
+    srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "a host to device copy");
+    srk_params_written();
+}
+
+static void cuda_d2h(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return;
+    srk_site(NULL, 0, "device to host copy");
+    srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, srk_ctx.stream), "cudaMemcpyAsync");
+    srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "a device to host copy");
+}
+
+static void cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes || dst == src) return;
+    srk_site(NULL, 0, "device copy");
+    srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, srk_ctx.stream), "cudaMemcpyAsync");
+    srk_params_written();
+}
+
+static void cuda_zero(float *x, int64_t n)
+{
+    srk_site(NULL, 0, "zero");
+    srk_zero(x, (long)n);
+}
+
+static double cuda_sumsq(const float *x, int64_t n)
+{
+    if (n <= 0) return 0.0;
+    srk_site(NULL, 0, "gradient norm");
+    int nb = srk_sumsq_blocks((long)n);
+    double *part = (double *)srk_scratch(SRK_SCR_RED, sizeof(double) * (size_t)(nb + 1));
+    if (!part) return NAN;
+    SR_LAUNCH(sumsq_part_kernel, nb, SQ_THREADS, 0, srk_ctx.stream, part + 1, x, (long)n);
+    SR_LAUNCH(sumsq_finish_kernel, 1, SQ_THREADS, 0, srk_ctx.stream, part, (const double *)(part + 1), nb);
+    double r = NAN;
+    if (srk_check_cuda(cudaMemcpyAsync(&r, part, sizeof r, cudaMemcpyDeviceToHost, srk_ctx.stream), "gradient norm"))
+        srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "gradient norm");
+    return srk_ctx.failed ? NAN : r;
+}
+
+static void cuda_scale(float *x, float s, int64_t n)
+{
+    srk_site(NULL, 0, "scale");
+    srk_scale_fwd(x, x, s, (long)n);
+    srk_params_written();
+}
+
+static void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1, float beta2,
+                       float eps, float wd, long t)
+{
+    // as sr_adamw_step: bias corrections and step size in double on the host
+    if (n <= 0) return;
+    if (t < 1) t = 1;
+    double bc1 = 1.0 - pow((double)beta1, (double)t);
+    double bc2 = 1.0 - pow((double)beta2, (double)t);
+    float step_size = (float)((double)lr / bc1);
+    float bc2_sqrt = (float)sqrt(bc2);
+    float decay = (float)(1.0 - (double)lr * (double)wd);
+    srk_site(NULL, 0, "AdamW");
+    SR_LAUNCH(adamw_kernel, srk_blocks(n, 256), 256, 0, srk_ctx.stream, p, g, m, v, (long)n, beta1, beta2, eps,
+              step_size, bc2_sqrt, decay);
+    srk_params_written();
+}
+
+static sr_status cuda_sync(void)
+{
+    if (!srk_ctx.failed && dev_ready) {
+        cudaError_t e = cudaStreamSynchronize(srk_ctx.stream);
+        if (e != cudaSuccess)
+            srk_fail("%s (%s) in a kernel queued before %s:%d (%s); run with SHARDC_CUDA_SYNC=1 to name it",
+                     cudaGetErrorString(e), cudaGetErrorName(e), srk_ctx.site_file ? srk_ctx.site_file : "?",
+                     srk_ctx.site_line, srk_ctx.site_what ? srk_ctx.site_what : "");
+    }
+    if (srk_ctx.failed) return sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
+    return SR_OK;
+}
+
+/* designated initializers (C++20): fields added to sr_backend stay zero */
+extern "C" const sr_backend sr_backend_cuda = {
+    .name = "cuda",
+#ifdef SR_CUDA_EMULATION
+    .comm = SR_COMM_MPI, /* emulated device memory is host memory */
+#else
+    .comm = SR_COMM_NCCL,
+#endif
+    .init = cuda_init,
+    .shutdown = cuda_shutdown,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .h2d = cuda_h2d,
+    .d2h = cuda_d2h,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .sumsq = cuda_sumsq,
+    .scale = cuda_scale,
+    .adamw = cuda_adamw,
+    .sync = cuda_sync,
+};

@@ -1,0 +1,335 @@
+/* comm_nccl.c: the NCCL backend of the communication layer (sr_comm.h),
+ * on device memory. Plain C against cuda_runtime.h and nccl.h; compiled in
+ * (with SR_HAVE_NCCL) only where the CUDA toolkit and NCCL are found.
+ *
+ * Per communicator: the GPU local_rank % (visible devices), a ncclComm_t
+ * over the group (unique id made on the group's rank 0 and broadcast over
+ * the group's MPI communicator), and a dedicated stream. Each operation is
+ * queued on that stream and followed by a cudaEvent; sr_comm_wait polls
+ * cudaEventQuery (and ncclCommGetAsyncError) under the communicator's
+ * timeout and, when it gives up, aborts the NCCL communicator so that the
+ * GPU does not spin forever on a dead peer.
+ *
+ * The stream is created with default flags, so it is ordered after work the
+ * caller queued on the legacy default stream; work on other streams must be
+ * synchronized before a call. sr_comm_wait returns once the result is in
+ * device memory.
+ *
+ * Communicators are non-blocking (NCCL >= 2.14): set-up and every call may
+ * answer ncclInProgress, which settle() polls under the same timeout, so a
+ * peer that never arrives at ncclCommInitRank is an error, not a hang.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "../comm_impl.h"
+
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+#define NONBLOCKING 1
+#else
+#define NONBLOCKING 0
+#endif
+
+typedef struct nccl_state {
+    ncclComm_t comm;     /* NULL once aborted */
+    cudaStream_t stream;
+    int device;
+} nccl_state;
+
+/* "cudaSetDevice(s->device)" -> "cudaSetDevice" */
+static const char *fname(const char *call, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.*s", (int)strcspn(call, "("), call);
+    return buf;
+}
+
+static sr_status cuda_fail(const sr_comm *c, const char *ctx, const char *call, cudaError_t e)
+{
+    char fn[64];
+    return sr_seterr(SR_ERR_COMM, "rank %d: %s on the %s group (%d ranks): %s failed: %s",
+                     c->world_rank, ctx, c->name, c->size, fname(call, fn, sizeof fn),
+                     cudaGetErrorString(e));
+}
+
+static sr_status nccl_fail(const sr_comm *c, ncclComm_t comm, const char *ctx, const char *call,
+                           ncclResult_t e)
+{
+    char fn[64];
+    const char *last = comm ? ncclGetLastError(comm) : NULL;
+    return sr_seterr(SR_ERR_COMM, "rank %d: %s on the %s group (%d ranks): %s failed: %s%s%s",
+                     c->world_rank, ctx, c->name, c->size, fname(call, fn, sizeof fn),
+                     ncclGetErrorString(e), last && *last ? " - " : "", last ? last : "");
+}
+
+#define CUDA_TRY(c, ctx, call)                                          \
+    do {                                                                \
+        cudaError_t e_ = (call);                                        \
+        if (e_ != cudaSuccess) {                                        \
+            st = cuda_fail((c), (ctx), #call, e_);                      \
+            goto fail;                                                  \
+        }                                                               \
+    } while (0)
+
+/* Waits while the communicator answers ncclInProgress, at most timeout_s. */
+static ncclResult_t settle(ncclComm_t comm, double timeout_s, int *timed_out)
+{
+    double t0 = srcomm_now();
+    long ns = 10000;
+    *timed_out = 0;
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t e = ncclCommGetAsyncError(comm, &state);
+        if (e != ncclSuccess) return e;
+        if (state != ncclInProgress) return state;
+        if (srcomm_now() - t0 >= timeout_s) {
+            *timed_out = 1;
+            return ncclInProgress;
+        }
+        srcomm_backoff(&ns);
+    }
+}
+
+static sr_status nccl_open(sr_comm *c, int local_rank, double init_timeout_s)
+{
+    sr_status st = SR_OK;
+    const char *ctx = "NCCL set-up";
+    nccl_state *s = calloc(1, sizeof *s);
+    if (!s) return sr_seterr(SR_ERR_NOMEM, "rank %d: out of memory", c->world_rank);
+    int ndev = 0;
+    CUDA_TRY(c, ctx, cudaGetDeviceCount(&ndev));
+    if (ndev < 1) {
+        st = sr_seterr(SR_ERR_COMM, "rank %d: NCCL set-up of the %s group: no CUDA device is visible",
+                       c->world_rank, c->name);
+        goto fail;
+    }
+    s->device = local_rank % ndev;
+    CUDA_TRY(c, ctx, cudaSetDevice(s->device));
+
+    /* the id travels with a flag, so that a failure on rank 0 does not leave
+     * the others waiting for an id that never comes */
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } boot;
+    memset(&boot, 0, sizeof boot);
+    ncclResult_t idres = ncclSuccess;
+    if (c->rank == 0) {
+        idres = ncclGetUniqueId(&boot.id);
+        boot.ok = idres == ncclSuccess;
+    }
+    MPI_Request rq;
+    int rc = MPI_Ibcast(&boot, (int)sizeof boot, MPI_BYTE, 0, c->mpi, &rq);
+    if (rc != MPI_SUCCESS) {
+        st = sr_seterr(SR_ERR_COMM, "rank %d: NCCL set-up of the %s group: MPI_Ibcast failed",
+                       c->world_rank, c->name);
+        goto fail;
+    }
+    st = srcomm_mpi_bounded(c, &rq, "the NCCL unique id broadcast", init_timeout_s);
+    if (st != SR_OK) goto fail;
+    if (!boot.ok) {
+        if (c->rank == 0)
+            st = nccl_fail(c, NULL, ctx, "ncclGetUniqueId", idres);
+        else
+            st = sr_seterr(SR_ERR_COMM,
+                           "rank %d: NCCL set-up of the %s group: ncclGetUniqueId failed on the "
+                           "group's rank 0",
+                           c->world_rank, c->name);
+        goto fail;
+    }
+    CUDA_TRY(c, ctx, cudaStreamCreate(&s->stream));
+
+    ncclResult_t e;
+#if NONBLOCKING
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    e = ncclCommInitRankConfig(&s->comm, c->size, boot.id, c->rank, &cfg);
+    if (e == ncclInProgress) {
+        int timed_out;
+        e = settle(s->comm, init_timeout_s, &timed_out);
+        if (timed_out) {
+            ncclCommAbort(s->comm);
+            s->comm = NULL;
+            st = sr_seterr(SR_ERR_COMM,
+                           "rank %d: NCCL set-up of the %s group (%d ranks) did not complete "
+                           "within %g s: another rank may have died or hung",
+                           c->world_rank, c->name, c->size, init_timeout_s);
+            goto fail;
+        }
+    }
+    if (e != ncclSuccess) {
+        st = nccl_fail(c, s->comm, ctx, "ncclCommInitRankConfig", e);
+        goto fail;
+    }
+#else
+    e = ncclCommInitRank(&s->comm, c->size, boot.id, c->rank);
+    if (e != ncclSuccess) {
+        st = nccl_fail(c, NULL, ctx, "ncclCommInitRank", e);
+        s->comm = NULL;
+        goto fail;
+    }
+#endif
+    c->impl = s;
+    return SR_OK;
+
+fail:
+    if (s->comm) ncclCommAbort(s->comm);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    free(s);
+    return st;
+}
+
+static void nccl_close(sr_comm *c)
+{
+    nccl_state *s = c->impl;
+    if (!s) return;
+    cudaSetDevice(s->device);
+    if (s->comm) {
+        if (c->broken) {
+            ncclCommAbort(s->comm);
+        } else {
+#if NONBLOCKING
+            int timed_out = 0;
+            ncclResult_t e = ncclCommFinalize(s->comm);
+            if (e == ncclInProgress) e = settle(s->comm, c->timeout_s, &timed_out);
+            if (e == ncclSuccess)
+                ncclCommDestroy(s->comm);
+            else
+                ncclCommAbort(s->comm);
+#else
+            ncclCommDestroy(s->comm);
+#endif
+        }
+    }
+    if (s->stream) cudaStreamDestroy(s->stream);
+    free(s);
+    c->impl = NULL;
+}
+
+static sr_status nccl_start(sr_req *r, const void *send, void *recv)
+{
+    sr_comm *c = r->c;
+    nccl_state *s = c->impl;
+    sr_status st = SR_OK;
+    const char *ctx = srcomm_op_name(r->op);
+    size_t n = (size_t)r->n;
+    cudaEvent_t ev = NULL;
+    int queued = 0;
+    if (!s || !s->comm)
+        return sr_seterr(SR_ERR_COMM, "rank %d: %s on the %s group: the NCCL communicator is gone",
+                         c->world_rank, ctx, c->name);
+    CUDA_TRY(c, ctx, cudaSetDevice(s->device));
+    /* every rank passes the same n; zero elements is nothing to move */
+    if (n > 0) {
+        ncclResult_t e = ncclSuccess;
+        const char *call = "";
+        switch (r->op) {
+        case SRC_ALLREDUCE:
+            call = "ncclAllReduce";
+            e = ncclAllReduce(recv, recv, n, ncclFloat, ncclSum, s->comm, s->stream);
+            break;
+        case SRC_REDUCE_SCATTER:
+            call = "ncclReduceScatter";
+            e = ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, s->comm, s->stream);
+            break;
+        case SRC_ALLGATHER:
+            call = "ncclAllGather";
+            e = ncclAllGather(send, recv, n, ncclFloat, s->comm, s->stream);
+            break;
+        case SRC_BROADCAST:
+            call = "ncclBroadcast";
+            e = ncclBroadcast(recv, recv, n, ncclFloat, r->peer, s->comm, s->stream);
+            break;
+        case SRC_SEND:
+            call = "ncclSend";
+            e = ncclSend(send, n, ncclFloat, r->peer, s->comm, s->stream);
+            break;
+        case SRC_RECV:
+            call = "ncclRecv";
+            e = ncclRecv(recv, n, ncclFloat, r->peer, s->comm, s->stream);
+            break;
+        default:
+            return sr_seterr(SR_ERR_ARG, "rank %d: op %d is not an NCCL operation",
+                             c->world_rank, r->op);
+        }
+        queued = 1;
+        if (e == ncclInProgress) {
+            int timed_out;
+            e = settle(s->comm, c->timeout_s, &timed_out);
+            if (timed_out) {
+                r->inflight = 1;
+                return sr_seterr(SR_ERR_COMM,
+                                 "rank %d: %s on the %s group (%d ranks): %s was still being "
+                                 "queued after %g s: another rank may have died or hung",
+                                 c->world_rank, ctx, c->name, c->size, call, c->timeout_s);
+            }
+        }
+        if (e != ncclSuccess) {
+            r->inflight = 1; /* the communicator is in an unknown state */
+            return nccl_fail(c, s->comm, ctx, call, e);
+        }
+    }
+    CUDA_TRY(c, ctx, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_TRY(c, ctx, cudaEventRecord(ev, s->stream));
+    r->impl = ev;
+    return SR_OK;
+
+fail:
+    if (ev) cudaEventDestroy(ev);
+    r->inflight = queued;
+    return st;
+}
+
+static int nccl_poll(sr_req *r)
+{
+    if (r->done) return 1;
+    nccl_state *s = r->c->impl;
+    cudaError_t ce = cudaEventQuery((cudaEvent_t)r->impl);
+    if (ce == cudaSuccess) {
+        r->done = 1;
+        r->err = SR_OK;
+        return 1;
+    }
+    if (ce != cudaErrorNotReady) {
+        snprintf(r->detail, sizeof r->detail, "cudaEventQuery failed: %s", cudaGetErrorString(ce));
+        r->err = SR_ERR_COMM;
+        r->done = 1;
+        return 1;
+    }
+    /* a peer's failure surfaces here before the event would ever complete */
+    ncclResult_t state = ncclSuccess;
+    if (s && s->comm && ncclCommGetAsyncError(s->comm, &state) == ncclSuccess &&
+        state != ncclSuccess && state != ncclInProgress) {
+        snprintf(r->detail, sizeof r->detail, "NCCL reported an asynchronous error: %s",
+                 ncclGetErrorString(state));
+        r->err = SR_ERR_COMM;
+        r->done = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static void nccl_release(sr_req *r)
+{
+    if (r->impl) cudaEventDestroy((cudaEvent_t)r->impl);
+    r->impl = NULL;
+}
+
+/* Aborting the communicator stops its kernels; the event can then go. */
+static void nccl_give_up(sr_req *r)
+{
+    nccl_state *s = r->c->impl;
+    if (s && s->comm) {
+        ncclCommAbort(s->comm);
+        s->comm = NULL;
+    }
+    nccl_release(r);
+}
+
+const srcomm_ops srcomm_nccl_ops = {
+    "NCCL", nccl_open, nccl_close, nccl_start, nccl_poll, nccl_give_up, nccl_release,
+};

@@ -1,0 +1,612 @@
+/* cuda_emu.cpp: the engine of the CUDA emulator (see cuda_emu.h).
+ *
+ * A block runs on one OS thread as cooperative fibers, one per CUDA thread.
+ * The scheduler resumes runnable fibers in thread order; a fiber runs until it
+ * finishes or waits at a barrier (block or warp). The last thread to arrive
+ * releases the barrier and goes on without switching. Finished threads count
+ * as arrived, as exited threads do on the hardware. A full pass with nobody
+ * runnable while threads still wait is a deadlock.
+ *
+ * Context switches: on x86-64 a 20-instruction switch of the callee-saved
+ * registers (no signal-mask syscall, unlike swapcontext), elsewhere ucontext.
+ * Blocks of one launch spread over OpenMP threads when built with -fopenmp
+ * (EMU_THREADS caps it; 1 = serial).
+ */
+#include "cuda_emu.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+namespace emu {
+
+enum { RUNNABLE = 0, WAIT_BLOCK, WAIT_WARP, DONE };
+enum { MAX_THREADS = 1024, NWARPS = MAX_THREADS / 32 };
+
+struct Block {
+    const char *name;
+    int n;                 /* threads */
+    std::vector<Thread> *th;
+    int ndone;
+    int bar_arrived;       /* block barrier */
+    int warp_size[NWARPS]; /* lanes of each warp */
+    int warp_done[NWARPS];
+    int warp_arrived[NWARPS];
+    uint64_t xchg[NWARPS][32];
+    int32_t vote[NWARPS][32];
+    body_fn fn;
+    void *arg;
+    char *smem;
+    int deadlock;
+};
+
+thread_local uint3 tls_block_idx;
+thread_local dim3 tls_block_dim;
+thread_local dim3 tls_grid_dim;
+
+static thread_local Block *cur_block;
+static thread_local Thread *cur_thread;
+static thread_local void *sched_sp;   /* the scheduler's saved stack pointer */
+static thread_local void *sched_ctx;  /* ucontext of the scheduler */
+
+Thread *self()
+{
+    if (!cur_thread) {
+        fprintf(stderr, "cuda_emu: a device function ran outside a kernel launch\n");
+        abort();
+    }
+    return cur_thread;
+}
+Block *block() { return cur_block; }
+void *dynamic_smem() { return cur_block ? cur_block->smem : nullptr; }
+
+/* ---- context switch -------------------------------------------------------- */
+#if defined(__x86_64__)
+extern "C" void emu_switch(void **save_sp, void *to_sp);
+/* saves rbp rbx r12-r15, mxcsr and the x87 control word on the current
+ * stack, stores rsp in *save_sp, loads to_sp and restores the same */
+asm(".text\n"
+    ".globl emu_switch\n"
+    ".type emu_switch,@function\n"
+    "emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_switch, .-emu_switch\n");
+#endif
+
+static void fiber_main();
+
+#if defined(__x86_64__)
+extern "C" void emu_fiber_entry();
+/* the first "return" of a new fiber lands here with an aligned stack */
+asm(".text\n"
+    ".globl emu_fiber_entry\n"
+    ".type emu_fiber_entry,@function\n"
+    "emu_fiber_entry:\n"
+    "  call emu_fiber_main_c\n"
+    "  ud2\n"
+    ".size emu_fiber_entry, .-emu_fiber_entry\n");
+extern "C" void emu_fiber_main_c() { fiber_main(); }
+#else
+static void fiber_trampoline() { fiber_main(); }
+#endif
+
+static void to_fiber(Thread *t)
+{
+    cur_thread = t;
+#ifdef EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, t->stack, t->stack_size);
+#endif
+#if defined(__x86_64__)
+    emu_switch(&sched_sp, t->sp);
+#else
+    swapcontext((ucontext_t *)sched_ctx, (ucontext_t *)t->ctx);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    cur_thread = nullptr;
+}
+
+static void to_scheduler(Thread *t, bool finished)
+{
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(finished ? nullptr : &t->asan_fake, nullptr, 0);
+#else
+    (void)finished;
+#endif
+#if defined(__x86_64__)
+    emu_switch(&t->sp, sched_sp);
+#else
+    swapcontext((ucontext_t *)t->ctx, (ucontext_t *)sched_ctx);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(t->asan_fake, nullptr, nullptr);
+#endif
+}
+
+static void init_fiber(Thread *t)
+{
+#if defined(__x86_64__)
+    /* from the top: [pad][entry return address][6 callee-saved][mxcsr|fcw] */
+    uintptr_t top = ((uintptr_t)(t->stack + t->stack_size)) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)top;
+    *--sp = 0;                              /* fake return address of the entry */
+    *--sp = (uint64_t)(uintptr_t)&emu_fiber_entry;
+    for (int i = 0; i < 6; i++) *--sp = 0;  /* rbp rbx r12..r15 */
+    --sp;
+    uint32_t csr;
+    uint16_t cw;
+    asm volatile("stmxcsr %0" : "=m"(csr));
+    asm volatile("fnstcw %0" : "=m"(cw));
+    std::memcpy(sp, &csr, 4);
+    std::memcpy((char *)sp + 4, &cw, 2);
+    t->sp = sp;
+#else
+    ucontext_t *uc = (ucontext_t *)t->ctx;
+    getcontext(uc);
+    uc->uc_stack.ss_sp = t->stack;
+    uc->uc_stack.ss_size = t->stack_size;
+    uc->uc_link = nullptr;
+    makecontext(uc, (void (*)())fiber_trampoline, 0);
+#endif
+}
+
+/* ---- barriers ---------------------------------------------------------------- */
+static void release_block(Block *b)
+{
+    b->bar_arrived = 0;
+    for (auto &t : *b->th)
+        if (t.state == WAIT_BLOCK) t.state = RUNNABLE;
+}
+
+static void release_warp(Block *b, int w)
+{
+    b->warp_arrived[w] = 0;
+    int lo = w * 32, hi = lo + b->warp_size[w];
+    for (int i = lo; i < hi; i++)
+        if ((*b->th)[i].state == WAIT_WARP) (*b->th)[i].state = RUNNABLE;
+}
+
+void sync_block()
+{
+    Block *b = cur_block;
+    Thread *t = self();
+    b->bar_arrived++;
+    if (b->bar_arrived + b->ndone >= b->n) {
+        release_block(b);
+        return;
+    }
+    t->state = WAIT_BLOCK;
+    to_scheduler(t, false);
+}
+
+void sync_warp()
+{
+    Block *b = cur_block;
+    Thread *t = self();
+    int w = t->lin / 32;
+    b->warp_arrived[w]++;
+    if (b->warp_arrived[w] + b->warp_done[w] >= b->warp_size[w]) {
+        release_warp(b, w);
+        return;
+    }
+    t->state = WAIT_WARP;
+    to_scheduler(t, false);
+}
+
+int lane_id() { return self()->lin & 31; }
+
+unsigned warp_active_mask()
+{
+    Block *b = cur_block;
+    int w = self()->lin / 32;
+    unsigned m = 0;
+    for (int i = 0; i < b->warp_size[w]; i++)
+        if ((*b->th)[w * 32 + i].state != DONE) m |= 1u << i;
+    return m;
+}
+
+uint64_t warp_exchange(uint64_t mine, int src)
+{
+    Block *b = cur_block;
+    Thread *t = self();
+    int w = t->lin / 32, lane = t->lin & 31;
+    unsigned live = warp_active_mask();
+    b->xchg[w][lane] = mine;
+    sync_warp(); /* everybody's value is in */
+    uint64_t r = (src >= 0 && src < 32 && (live >> src & 1u)) ? b->xchg[w][src] : mine;
+    sync_warp(); /* everybody has read before the slots are reused */
+    return r;
+}
+
+unsigned warp_ballot(int pred)
+{
+    Block *b = cur_block;
+    Thread *t = self();
+    int w = t->lin / 32, lane = t->lin & 31;
+    unsigned live = warp_active_mask();
+    b->vote[w][lane] = pred != 0;
+    sync_warp();
+    unsigned m = 0;
+    for (int i = 0; i < b->warp_size[w]; i++)
+        if ((live >> i & 1u) && b->vote[w][i]) m |= 1u << i;
+    sync_warp();
+    return m;
+}
+
+static void fiber_main()
+{
+    Thread *t = cur_thread;
+    Block *b = cur_block;
+    b->fn(b->arg);
+    t->state = DONE;
+    b->ndone++;
+    int w = t->lin / 32;
+    b->warp_done[w]++;
+    /* a finished thread counts as arrived at the barriers others wait on */
+    if (b->bar_arrived > 0 && b->bar_arrived + b->ndone >= b->n) release_block(b);
+    if (b->warp_arrived[w] > 0 && b->warp_arrived[w] + b->warp_done[w] >= b->warp_size[w]) release_warp(b, w);
+    to_scheduler(t, true);
+    abort(); /* never resumed */
+}
+
+/* ---- the per-OS-thread fiber pool and the block runner ----------------------- */
+struct Pool {
+    std::vector<Thread> th;
+    std::vector<char *> stacks;
+    std::vector<void *> ctxs;
+    std::vector<char> smem;
+    size_t stack_size = 0;
+    ~Pool()
+    {
+        for (char *s : stacks) free(s);
+#if !defined(__x86_64__)
+        for (void *c : ctxs) free(c);
+#endif
+    }
+};
+static thread_local Pool pool;
+
+static size_t fiber_stack_size()
+{
+    static size_t sz = [] {
+        const char *e = getenv("EMU_STACK_KB");
+        long kb = e ? atol(e) : 0;
+        return (size_t)(kb >= 16 ? kb : 256) * 1024;
+    }();
+    return sz;
+}
+
+static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
+{
+    Pool &p = pool;
+    size_t ss = fiber_stack_size();
+    if ((int)p.stacks.size() < b.n) {
+        while ((int)p.stacks.size() < b.n) {
+            p.stacks.push_back((char *)malloc(ss));
+#if !defined(__x86_64__)
+            p.ctxs.push_back(calloc(1, sizeof(ucontext_t)));
+#endif
+        }
+    }
+    p.th.assign((size_t)b.n, Thread());
+    b.th = &p.th;
+    b.ndone = 0;
+    b.bar_arrived = 0;
+    b.deadlock = 0;
+    int nw = (b.n + 31) / 32;
+    for (int w = 0; w < nw; w++) {
+        b.warp_size[w] = b.n - w * 32 < 32 ? b.n - w * 32 : 32;
+        b.warp_done[w] = 0;
+        b.warp_arrived[w] = 0;
+    }
+    tls_block_idx = bidx;
+    tls_block_dim = bdim;
+    tls_grid_dim = gdim;
+    cur_block = &b;
+    int i = 0;
+    for (unsigned z = 0; z < bdim.z; z++)
+        for (unsigned y = 0; y < bdim.y; y++)
+            for (unsigned x = 0; x < bdim.x; x++, i++) {
+                Thread &t = p.th[(size_t)i];
+                t.idx = uint3{x, y, z};
+                t.lin = i;
+                t.state = RUNNABLE;
+                t.stack = p.stacks[(size_t)i];
+                t.stack_size = ss;
+#if !defined(__x86_64__)
+                t.ctx = p.ctxs[(size_t)i];
+#endif
+                init_fiber(&t);
+            }
+#if !defined(__x86_64__)
+    ucontext_t sched;
+    sched_ctx = &sched;
+#endif
+    bool ok = true;
+    while (b.ndone < b.n) {
+        bool progress = false;
+        for (auto &t : p.th)
+            if (t.state == RUNNABLE) {
+                to_fiber(&t);
+                progress = true;
+            }
+        if (!progress) {
+            ok = false;
+            break;
+        }
+    }
+    cur_block = nullptr;
+    return ok;
+}
+
+/* ---- errors, attributes, launches ---------------------------------------------- */
+static std::mutex mu;
+static cudaError_t last_error = cudaSuccess;
+static std::map<const void *, int> max_dyn_smem;
+
+void set_last_error(cudaError_t e, const char *detail)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (last_error == cudaSuccess) last_error = e;
+    if (detail) fprintf(stderr, "cuda_emu: %s\n", detail);
+}
+
+cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, size_t smem, body_fn fn, void *arg)
+{
+    unsigned long nt = (unsigned long)blk.x * blk.y * blk.z;
+    char msg[256];
+    if (nt == 0 || nt > MAX_THREADS || blk.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+        snprintf(msg, sizeof msg, "kernel %s: invalid configuration grid (%u,%u,%u) block (%u,%u,%u)", name,
+                 grid.x, grid.y, grid.z, blk.x, blk.y, blk.z);
+        set_last_error(cudaErrorInvalidConfiguration, msg);
+        return cudaErrorInvalidConfiguration;
+    }
+    int limit = 48 * 1024;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        auto it = max_dyn_smem.find(kernel);
+        if (it != max_dyn_smem.end()) limit = it->second;
+    }
+    if (smem > (size_t)limit) {
+        snprintf(msg, sizeof msg,
+                 "kernel %s: %zu bytes of dynamic shared memory, more than the %d allowed (cudaFuncSetAttribute "
+                 "cudaFuncAttributeMaxDynamicSharedMemorySize raises it up to 227 KiB)",
+                 name, smem, limit);
+        set_last_error(cudaErrorInvalidValue, msg);
+        return cudaErrorInvalidValue;
+    }
+    long nblocks = (long)grid.x * grid.y * grid.z;
+    int fail = 0;
+    int threads = 1;
+#ifdef _OPENMP
+    static int cap = [] {
+        const char *e = getenv("EMU_THREADS");
+        return e ? atoi(e) : 0;
+    }();
+    threads = omp_get_max_threads();
+    if (cap > 0 && cap < threads) threads = cap;
+    if (nblocks < 4) threads = 1;
+#endif
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(| : fail) if (threads > 1)
+    for (long bi = 0; bi < nblocks; bi++) {
+        Block b;
+        b.name = name;
+        b.n = (int)nt;
+        b.fn = fn;
+        b.arg = arg;
+        if (pool.smem.size() < smem + 16) pool.smem.resize(smem + 16);
+        b.smem = smem ? pool.smem.data() : nullptr;
+        uint3 bidx{(unsigned)(bi % grid.x), (unsigned)(bi / grid.x % grid.y), (unsigned)(bi / ((long)grid.x * grid.y))};
+        if (!fail && !run_block(b, bidx, blk, grid)) {
+            /* the fibers still waiting are abandoned: their stacks are reused */
+            fail = 1;
+        }
+    }
+    if (fail) {
+        snprintf(msg, sizeof msg,
+                 "kernel %s: deadlock: some threads of a block wait at __syncthreads or a warp operation that "
+                 "the others never reach",
+                 name);
+        set_last_error(cudaErrorLaunchFailure, msg);
+        return cudaErrorLaunchFailure;
+    }
+    return cudaSuccess;
+}
+
+} /* namespace emu */
+
+/* ---- runtime API ------------------------------------------------------------------ */
+struct CUstream_st {
+    int id;
+};
+struct CUevent_st {
+    double t_ms;
+};
+
+static double now_ms()
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotReady: return "device not ready";
+    }
+    return "unknown error";
+}
+const char *cudaGetErrorName(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    }
+    return "cudaErrorUnknown";
+}
+cudaError_t cudaGetLastError()
+{
+    std::lock_guard<std::mutex> g(emu::mu);
+    cudaError_t e = emu::last_error;
+    emu::last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError()
+{
+    std::lock_guard<std::mutex> g(emu::mu);
+    return emu::last_error;
+}
+/* EMU_DEVICES=0 pretends there is no GPU (to test that path) */
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    const char *e = getenv("EMU_DEVICES");
+    *n = e ? atoi(e) : 1;
+    return *n > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+static int cur_dev = 0;
+cudaError_t cudaSetDevice(int d)
+{
+    int n;
+    cudaGetDeviceCount(&n);
+    if (d < 0 || d >= n) return cudaErrorInvalidDevice;
+    cur_dev = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d)
+{
+    *d = cur_dev;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
+{
+    (void)d;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "shardc CUDA emulator (CPU)");
+    p->totalGlobalMem = (size_t)16 << 30;
+    p->sharedMemPerBlock = 48 * 1024;
+    p->sharedMemPerBlockOptin = 227 * 1024;
+    p->multiProcessorCount = 8;
+    p->major = 9;
+    p->minor = 0;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaPeekAtLastError(); }
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    *free_b = (size_t)8 << 30;
+    *total_b = (size_t)16 << 30;
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    *p = nullptr;
+    if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind)
+{
+    if (n && dst != src) memmove(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t)
+{
+    return cudaMemcpy(dst, src, n, k);
+}
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+    if (n) memset(p, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    *s = new CUstream_st{1};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaPeekAtLastError(); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    *e = new CUevent_st{0.0};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+{
+    e->t_ms = now_ms();
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    *ms = (float)(b->t_ms - a->t_ms);
+    return cudaSuccess;
+}
+cudaError_t emu_func_set_attribute(const void *k, cudaFuncAttribute a, int v)
+{
+    if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (v < 0 || v > 227 * 1024) return cudaErrorInvalidValue;
+        std::lock_guard<std::mutex> g(emu::mu);
+        emu::max_dyn_smem[k] = v;
+    }
+    return cudaSuccess;
+}

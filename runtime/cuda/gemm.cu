@@ -1,0 +1,254 @@
+/* gemm.cu: the one GEMM entry point of the CUDA backend (srk_matmul.cuh).
+ *
+ * GPU: cuBLASLt, row-major via the transposed problem (C^T = op(B)^T op(A)^T
+ * in column-major), float accumulation (CUBLAS_COMPUTE_32F, never TF32), bias
+ * and GELU_AUX_BIAS epilogues, a 32 MiB workspace, and a small cache of
+ * descriptors and heuristic results per problem so the steady state does no
+ * heuristic queries.
+ *
+ * Emulation: the host BLAS (cblas_sgemm) on float copies of the operands;
+ * bf16 operands are rounded exactly as the GPU sees them, the epilogue runs
+ * in float and rounds once, like cuBLASLt's.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srk.cuh"
+
+#ifdef __CUDACC__
+#include <cublasLt.h>
+#else
+#include <cblas.h>
+#include <vector>
+#endif
+
+/* an operand in the compute type: bf16 in a bf16 program, else float */
+static const void *as_compute(const void *p, int dt, long n, int scratch_id, int *out_dt)
+{
+    if (srk_ctx.bf16) {
+        *out_dt = SRK_BF16;
+        return dt == SRK_BF16 ? p : (const void *)srk_bf16_view((const float *)p, n, scratch_id);
+    }
+    *out_dt = SRK_F32;
+    if (dt == SRK_F32) return p;
+    float *f = (float *)srk_scratch(scratch_id, sizeof(float) * (size_t)n);
+    if (f) srk_bf16_to_f32(f, (const bf16 *)p, n);
+    return f;
+}
+
+#ifdef __CUDACC__
+
+static cublasLtHandle_t lt;
+enum { LT_WS_BYTES = 32 << 20, LT_CACHE = 64 };
+
+typedef struct lt_plan {
+    int used;
+    long key[16];
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    uint64_t stamp;
+} lt_plan;
+static lt_plan plans[LT_CACHE];
+static uint64_t plan_clock;
+
+static cudaDataType_t cuda_type(int dt) { return dt == SRK_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+static int lt_ok(cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) return 1;
+    srk_fail("cuBLASLt %s failed (status %d) in a matmul launched at %s:%d (%s)", what, (int)s,
+             srk_ctx.site_file ? srk_ctx.site_file : "?", srk_ctx.site_line, srk_ctx.site_what ? srk_ctx.site_what : "");
+    return 0;
+}
+
+static void free_plan(lt_plan *p)
+{
+    if (!p->used) return;
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->c);
+    cublasLtMatmulDescDestroy(p->desc);
+    p->used = 0;
+}
+
+/* descriptors + algorithm for one problem (pointers only matter through
+ * their alignment, which is part of the key) */
+static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, long K, int adt, long lda, int bdt,
+                         long ldb, int cdt, long ldc, int epi, int bias_dt, const void *bias, void *pre, void *ws)
+{
+    lt_plan *slot = NULL;
+    for (int i = 0; i < LT_CACHE; i++)
+        if (plans[i].used && !memcmp(plans[i].key, key, sizeof(long) * (size_t)nkey)) {
+            plans[i].stamp = ++plan_clock;
+            return &plans[i];
+        }
+    for (int i = 0; i < LT_CACHE; i++)
+        if (!slot || !plans[i].used || plans[i].stamp < slot->stamp) {
+            slot = &plans[i];
+            if (!slot->used) break;
+        }
+    free_plan(slot);
+    lt_plan *p = slot;
+    memset(p, 0, sizeof *p);
+    memcpy(p->key, key, sizeof(long) * (size_t)nkey);
+    /* column-major problem: D^T (N x M) = op(B)^T (N x K) op(A)^T (K x M) */
+    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!lt_ok(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor")) return NULL;
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    cublasLtEpilogue_t e = epi == SRK_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                         : epi == SRK_EPI_BIAS      ? CUBLASLT_EPILOGUE_BIAS
+                                                    : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+    if (epi) {
+        cudaDataType_t bt = cuda_type(bias_dt);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    }
+    if (epi == SRK_EPI_BIAS_GELU) {
+        int64_t ld = ldc;
+        cudaDataType_t at = cuda_type(cdt);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at);
+    }
+    if (!lt_ok(cublasLtMatrixLayoutCreate(&p->a, cuda_type(bdt), tb ? K : N, tb ? N : K, ldb), "layout A") ||
+        !lt_ok(cublasLtMatrixLayoutCreate(&p->b, cuda_type(adt), ta ? M : K, ta ? K : M, lda), "layout B") ||
+        !lt_ok(cublasLtMatrixLayoutCreate(&p->c, cuda_type(cdt), N, M, ldc), "layout C"))
+        return NULL;
+    cublasLtMatmulPreference_t pref;
+    size_t wsb = LT_WS_BYTES;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb);
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    (void)ws;
+    if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+        srk_fail("cuBLASLt has no algorithm for a %s matmul (%ld x %ld x %ld, epilogue %d) launched at %s:%d (%s)",
+                 srk_ctx.bf16 ? "bf16" : "fp32", M, N, K, epi, srk_ctx.site_file ? srk_ctx.site_file : "?",
+                 srk_ctx.site_line, srk_ctx.site_what ? srk_ctx.site_what : "");
+        p->used = 1;
+        free_plan(p);
+        return NULL;
+    }
+    p->algo = h.algo;
+    p->used = 1;
+    p->stamp = ++plan_clock;
+    return p;
+}
+
+void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
+              int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
+              void *pre)
+{
+    if (srk_ctx.failed || M <= 0 || N <= 0) return;
+    if (!lt && !lt_ok(cublasLtCreate(&lt), "initialization")) return;
+    int a_dt, b_dt;
+    const void *a = as_compute(A, adt, (ta ? K : M) * lda, SRK_SCR_CONV_A, &a_dt);
+    const void *b = as_compute(B, bdt, (tb ? N : K) * ldb, SRK_SCR_CONV_B, &b_dt);
+    if (!a || !b) return;
+    if (!srk_ctx.bf16 && cdt == SRK_BF16) {
+        srk_fail("internal: an fp32 program produced a bf16 matmul output at %s:%d", srk_ctx.site_file,
+                 srk_ctx.site_line);
+        return;
+    }
+    /* the bias in the output's type (cuBLASLt's rule) */
+    if (epi && bias_dt != cdt) {
+        if (cdt == SRK_BF16) {
+            bias = srk_bf16_view((const float *)bias, N, SRK_SCR_CONV_C);
+            bias_dt = SRK_BF16;
+        } else {
+            float *f = (float *)srk_scratch(SRK_SCR_CONV_C, sizeof(float) * (size_t)N);
+            if (f) srk_bf16_to_f32(f, (const bf16 *)bias, N);
+            bias = f;
+            bias_dt = SRK_F32;
+        }
+        if (!bias) return;
+    }
+    void *ws = srk_scratch(SRK_SCR_LT_WS, LT_WS_BYTES);
+    if (!ws) return;
+    /* the heuristic depends on pointers through their alignment only */
+    long key[16] = {ta, tb, M, N, K, lda, ldb, ldc, a_dt, b_dt, cdt, epi, bias_dt,
+                    (long)((uintptr_t)a & 15) | (long)((uintptr_t)b & 15) << 4 | (long)((uintptr_t)C & 15) << 8 |
+                        (long)((uintptr_t)bias & 15) << 12 | (long)((uintptr_t)pre & 15) << 16,
+                    0, 0};
+    lt_plan *p = get_plan(key, 16, ta, tb, M, N, K, a_dt, lda, b_dt, ldb, cdt, ldc, epi, bias_dt, bias, pre, ws);
+    if (!p) return;
+    /* this call's bias and aux pointers (the cached descriptor has a previous call's) */
+    if (epi) cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (epi == SRK_EPI_BIAS_GELU)
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
+    lt_ok(cublasLtMatmul(lt, p->desc, &alpha, b, p->a, a, p->b, &beta, C, p->c, C, p->c, &p->algo, ws, LT_WS_BYTES,
+                         srk_ctx.stream),
+          "matmul");
+}
+
+#else /* emulation */
+
+/* float copy of an operand in the compute precision (bf16-rounded in a bf16 program) */
+static const float *as_float(const void *p, int dt, long n, std::vector<float> &buf)
+{
+    if (dt == SRK_F32 && !srk_ctx.bf16) return (const float *)p;
+    buf.resize((size_t)n);
+    for (long i = 0; i < n; i++) {
+        float v = dt == SRK_BF16 ? __bfloat162float(((const bf16 *)p)[i]) : ((const float *)p)[i];
+        buf[(size_t)i] = srk_ctx.bf16 ? __bfloat162float(__float2bfloat16(v)) : v;
+    }
+    return buf.data();
+}
+
+static float gelu_tanh(float x)
+{
+    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+
+void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
+              int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
+              void *pre)
+{
+    if (srk_ctx.failed || M <= 0 || N <= 0) return;
+    if (!srk_ctx.bf16 && cdt == SRK_BF16) {
+        srk_fail("internal: an fp32 program produced a bf16 matmul output at %s:%d", srk_ctx.site_file,
+                 srk_ctx.site_line);
+        return;
+    }
+    std::vector<float> abuf, bbuf, cbuf;
+    const float *a = as_float(A, adt, (ta ? K : M) * lda, abuf);
+    const float *b = as_float(B, bdt, (tb ? N : K) * ldb, bbuf);
+    float *c = (float *)C;
+    if (cdt == SRK_BF16) {
+        cbuf.assign((size_t)(M * ldc), 0.0f);
+        if (beta != 0.0f)
+            for (long i = 0; i < M * ldc; i++) cbuf[(size_t)i] = __bfloat162float(((bf16 *)C)[i]);
+        c = cbuf.data();
+    }
+    if (K > 0)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                    (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    if (epi) {
+        for (long i = 0; i < M; i++)
+            for (long j = 0; j < N; j++) {
+                float bj = bias_dt == SRK_BF16 ? __bfloat162float(((const bf16 *)bias)[j]) : ((const float *)bias)[j];
+                if (cdt == SRK_BF16) bj = __bfloat162float(__float2bfloat16(bj)); /* bias in the output's type */
+                float v = c[i * ldc + j] + bj;
+                if (epi == SRK_EPI_BIAS_GELU) {
+                    if (cdt == SRK_BF16) ((bf16 *)pre)[i * ldc + j] = __float2bfloat16(v);
+                    else ((float *)pre)[i * ldc + j] = v;
+                    v = gelu_tanh(v);
+                }
+                c[i * ldc + j] = v;
+            }
+    }
+    if (cdt == SRK_BF16)
+        for (long i = 0; i < M; i++)
+            for (long j = 0; j < N; j++) ((bf16 *)C)[i * ldc + j] = __float2bfloat16(c[i * ldc + j]);
+    (void)as_compute; /* the GPU path's conversions; emulation rounds inline */
+}
+
+#endif

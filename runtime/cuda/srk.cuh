@@ -1,0 +1,24 @@
+/* srk.cuh: the CUDA kernels of libshardrt, everything a generated .cu file
+ * (or a kernel test) includes. Under nvcc it is CUDA; any other C++17
+ * compiler gets the CPU emulator (emu/cuda_emu.h) and the same sources.
+ *
+ *   srk_common.cuh     context, launch macro, types, reductions
+ *   srk_pointwise.cuh  add/sub/mul/scale, activations, dropout, embedding,
+ *                      slice, transpose, copy, zero, column sums
+ *   srk_norm.cuh       layernorm, rmsnorm, softmax, softmax + cross-entropy
+ *   srk_attention.cuh  causal attention (flash-style, SIMT and tensor cores)
+ *   srk_matmul.cuh     matmuls and fused bias / GELU epilogues (gemm.cu)
+ *   (srk_optim.cuh: the optimizer kernels, for backend.cu only)
+ */
+#ifndef SRK_CUH
+#define SRK_CUH
+
+#include <type_traits>
+
+#include "srk_common.cuh"
+#include "srk_pointwise.cuh"
+#include "srk_norm.cuh"
+#include "srk_attention.cuh"
+#include "srk_matmul.cuh"
+
+#endif /* SRK_CUH */

@@ -1,0 +1,249 @@
+/* srk_common.cuh: what every CUDA kernel file of libshardrt's CUDA backend
+ * shares: the CUDA headers (or the CPU emulator), the launch macro, element
+ * types and conversions, reductions, and the process-wide context (stream,
+ * precision, the first error, scratch memory, the bf16 parameter shadow).
+ *
+ * Kernel wrappers (srk_*) mirror the host kernels of shardrt.h operand for
+ * operand, so ops.def's CUDA templates read like the host ones. They are
+ * templates over the element type of each tensor operand: a program built
+ * for bf16 passes __nv_bfloat16 activations and float parameters, one built
+ * for fp32 passes float everywhere, and the compiler picks the instance from
+ * the pointer types of the generated call. Backward wrappers ACCUMULATE into
+ * their gradient outputs and skip NULL ones, exactly as the host kernels do.
+ * All wrappers run on srk_ctx.stream and return at once.
+ */
+#ifndef SRK_COMMON_CUH
+#define SRK_COMMON_CUH
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+#define SR_EXTERN_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#else
+#include "emu/cuda_emu.h"
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardrt.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- the process-wide context (context.cu) -------------------------------- */
+enum srk_dtype { SRK_F32 = 0, SRK_BF16 = 1 };
+
+/* scratch buffers, one of each, kept between calls and grown when needed */
+enum srk_scratch_id {
+    SRK_SCR_PART = 0, /* partial column sums (rows-chunks x columns) */
+    SRK_SCR_PART2,    /* second set of partial sums (layernorm db) */
+    SRK_SCR_ROWS,     /* one float per row (cross-entropy losses) */
+    SRK_SCR_RED,      /* partials of whole-tensor reductions (double) */
+    SRK_SCR_CONV_A,   /* operand conversions for the matmuls */
+    SRK_SCR_CONV_B,
+    SRK_SCR_CONV_C,
+    SRK_SCR_LT_WS,    /* cuBLASLt workspace */
+    SRK_SCR_HOST,     /* device-side scalars read back by the host */
+    SRK_SCR__COUNT
+};
+
+typedef struct srk_context {
+    int bf16;               /* 1: bf16 compute (the program's precision) */
+    cudaStream_t stream;    /* compute stream */
+    int sync_each;          /* SHARDC_CUDA_SYNC=1: wait after every launch */
+    int num_sms;
+    /* the generated call being run, for error messages */
+    const char *site_file;
+    int site_line;
+    const char *site_what;
+    /* the first error; later work is skipped */
+    int failed;
+    char err[640];
+    /* the parameter arena and its bf16 shadow (matmul weights in bf16 mode) */
+    const float *params;
+    int64_t nparams;
+    bf16 *shadow;
+    uint64_t param_version;  /* bumped by everything that writes parameters */
+    uint64_t shadow_version; /* the version the shadow was made from */
+    uint64_t shadow_step;
+} srk_context;
+
+extern srk_context srk_ctx;
+
+/* records where the generated code is (its __FILE__:__LINE__ and what) */
+static inline void srk_site(const char *file, int line, const char *what)
+{
+    srk_ctx.site_file = file;
+    srk_ctx.site_line = line;
+    srk_ctx.site_what = what;
+}
+/* generated code: SRK_AT("model.model:12 layernorm", srk_layernorm_fwd(...)); */
+#define SRK_AT(what, ...)                          \
+    do {                                           \
+        srk_site(__FILE__, __LINE__, what);        \
+        if (!srk_ctx.failed) { __VA_ARGS__; }      \
+    } while (0)
+
+/* after a launch: a configuration error now, an execution error with
+ * SHARDC_CUDA_SYNC=1; both name the kernel and the generated line */
+void srk_after_launch(const char *kernel);
+/* records an error (the first one is kept and printed) */
+void srk_fail(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* checks a runtime call; false (and the error recorded) when it failed */
+int srk_check_cuda(cudaError_t e, const char *what);
+void *srk_scratch(int id, size_t bytes);
+/* device memory from the arena (backend.cu); NULL when exhausted */
+void *srk_dev_alloc(size_t bytes);
+void srk_dev_free(void *p);
+/* the bf16 copy of a float tensor: the shadow when p is inside the parameter
+ * arena (refreshed per step), else a conversion into scratch buffer id */
+const bf16 *srk_bf16_view(const float *p, int64_t n, int scratch_id);
+/* the generated forward/backward tell the context where the parameters are */
+void srk_bind_params(const float *params, int64_t n, uint64_t step);
+void srk_params_written(void);
+/* program set-up (generated main): precision */
+void srk_configure(int bf16);
+/* a device scalar to the host / from the host */
+float srk_get_scalar(const float *dev);
+void srk_set_scalar(float *dev, float v);
+/* float <-> bf16 conversion kernels (n elements) */
+void srk_f32_to_bf16(bf16 *out, const float *x, int64_t n);
+void srk_bf16_to_f32(float *out, const bf16 *x, int64_t n);
+
+#ifdef __CUDACC__
+#define SR_LAUNCH(kern, grid, block, smem, stream, ...)                      \
+    do {                                                                     \
+        kern<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);            \
+        srk_after_launch(#kern);                                             \
+    } while (0)
+#define SRK_SET_SMEM(kern, bytes) srk_check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)), #kern)
+#else
+#define SR_LAUNCH(kern, grid, block, smem, stream, ...)                                     \
+    do {                                                                                    \
+        ::emu::launch(#kern, kern, dim3(grid), dim3(block), (smem), (stream), __VA_ARGS__); \
+        srk_after_launch(#kern);                                                            \
+    } while (0)
+#define SRK_SET_SMEM(kern, bytes) srk_check_cuda(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)), #kern)
+#endif
+
+/* ---- element types ------------------------------------------------------------- */
+template <class T>
+struct srk_dt;
+template <>
+struct srk_dt<float> {
+    enum { value = SRK_F32 };
+};
+template <>
+struct srk_dt<bf16> {
+    enum { value = SRK_BF16 };
+};
+
+__host__ __device__ __forceinline__ float srk_ld(float x) { return x; }
+__host__ __device__ __forceinline__ float srk_ld(bf16 x) { return __bfloat162float(x); }
+template <class T>
+__host__ __device__ __forceinline__ T srk_to(float v);
+template <>
+__host__ __device__ __forceinline__ float srk_to<float>(float v) { return v; }
+template <>
+__host__ __device__ __forceinline__ bf16 srk_to<bf16>(float v) { return __float2bfloat16(v); }
+
+/* p[i] += v in p's type */
+template <class T>
+__device__ __forceinline__ void srk_acc(T *p, float v)
+{
+    *p = srk_to<T>(srk_ld(*p) + v);
+}
+
+/* atomic p += v for float and bf16 (a CAS on the containing 32-bit word) */
+__device__ __forceinline__ void srk_atomic_add(float *p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void srk_atomic_add(bf16 *p, float v)
+{
+    uintptr_t a = (uintptr_t)p;
+    unsigned int *w = (unsigned int *)(a & ~(uintptr_t)3);
+    int hi = (a & 2) != 0;
+    unsigned int old = *w, assumed;
+    do {
+        assumed = old;
+        unsigned short bits = hi ? (unsigned short)(assumed >> 16) : (unsigned short)(assumed & 0xffffu);
+        bf16 cur;
+        memcpy(&cur, &bits, 2);
+        bf16 nv = __float2bfloat16(__bfloat162float(cur) + v);
+        unsigned short nb;
+        memcpy(&nb, &nv, 2);
+        unsigned int repl = hi ? ((assumed & 0xffffu) | ((unsigned int)nb << 16)) : ((assumed & 0xffff0000u) | nb);
+        old = atomicCAS(w, assumed, repl);
+    } while (old != assumed);
+}
+
+/* ---- reductions ----------------------------------------------------------------- */
+__device__ __forceinline__ float srk_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double srk_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float srk_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* whole-block sum / max (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the result. Fixed order: the result depends on the data only. */
+__device__ __forceinline__ float srk_block_sum(float v)
+{
+    __shared__ float red[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = srk_warp_sum(v);
+    __syncthreads(); /* red[] may still be read by a previous call */
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return srk_warp_sum(v);
+}
+__device__ __forceinline__ double srk_block_sum_d(double v)
+{
+    __shared__ double redd[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = srk_warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) redd[w] = v;
+    __syncthreads();
+    v = lane < nw ? redd[lane] : 0.0;
+    return srk_warp_sum_d(v);
+}
+__device__ __forceinline__ float srk_block_max(float v)
+{
+    __shared__ float redm[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = srk_warp_max(v);
+    __syncthreads();
+    if (lane == 0) redm[w] = v;
+    __syncthreads();
+    v = lane < nw ? redm[lane] : -INFINITY;
+    return srk_warp_max(v);
+}
+
+/* blocks for n elements at `threads` per block, grid-stride beyond the cap */
+static inline unsigned srk_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    int64_t cap = (int64_t)(srk_ctx.num_sms > 0 ? srk_ctx.num_sms : 8) * 32;
+    if (b > cap) b = cap;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* dims of a transposed tensor, by value (generated code: srk_dims6{{a, b}}) */
+struct srk_dims6 {
+    long d[6];
+};
+
+#endif /* SRK_COMMON_CUH */

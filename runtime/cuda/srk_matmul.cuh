@@ -1,0 +1,119 @@
+/* srk_matmul.cuh: matmul wrappers in forward/backward pairs, over one GEMM
+ * entry point (gemm.cu: cuBLASLt on the GPU, the host BLAS in emulation).
+ *
+ * Precision: in a bf16 program every GEMM runs on bf16 operands with float
+ * accumulation (CUBLAS_COMPUTE_32F); float operands are converted first, the
+ * parameters through the per-step bf16 shadow of the parameter arena. In an
+ * fp32 program GEMMs are plain float (no TF32), for exact comparisons.
+ * Epilogues: srk_matmul_bias_fwd and srk_matmul_bias_gelu_fwd fuse the bias
+ * (and the tanh GELU, whose input is kept for the backward) into the GEMM;
+ * the code generator emits them for matmul -> add(bias) [-> gelu] chains.
+ */
+#ifndef SRK_MATMUL_CUH
+#define SRK_MATMUL_CUH
+
+#include "srk_pointwise.cuh"
+
+enum { SRK_EPI_NONE = 0, SRK_EPI_BIAS = 1, SRK_EPI_BIAS_GELU = 2 };
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major, op = transpose when ta/tb;
+ * A is (M,K) (ta: (K,M)), B is (K,N) (tb: (N,K)), leading dims lda, ldb, ldc.
+ * epi: adds bias (N) (dtype bias_dt); BIAS_GELU also applies the tanh GELU
+ * and stores its input to pre (M,N) (ld ldc, dtype cdt). beta must be 0
+ * with an epilogue. Errors are recorded in srk_ctx (srk_fail). */
+void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
+              int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
+              void *pre);
+
+#define SRK_DT(T) ((int)srk_dt<typename std::remove_cv<T>::type>::value)
+
+/* a gradient read by two GEMMs: converted to bf16 once in a bf16 program */
+template <class TG>
+static inline const void *srk_grad_operand(const TG *g, long n, int *dt)
+{
+    if (srk_ctx.bf16 && SRK_DT(TG) == SRK_F32) {
+        *dt = SRK_BF16;
+        return srk_bf16_view((const float *)g, n, SRK_SCR_CONV_C);
+    }
+    *dt = SRK_DT(TG);
+    return g;
+}
+
+/* out (M,N) = a (M,K) @ b (K,N) */
+template <class TO, class TA, class TB>
+void srk_matmul_fwd(TO *out, const TA *a, const TB *b, long M, long K, long N)
+{
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        srk_zero(out, M * N);
+        return;
+    }
+    srk_gemm(0, 0, M, N, K, 1.0f, a, SRK_DT(TA), K, b, SRK_DT(TB), N, 0.0f, out, SRK_DT(TO), N, NULL, 0, SRK_EPI_NONE,
+             NULL);
+}
+/* da (M,K) += dout @ b^T ; db (K,N) += a^T @ dout */
+template <class TDA, class TDB, class TG, class TA, class TB>
+void srk_matmul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N)
+{
+    if (M <= 0 || N <= 0 || K <= 0 || (!da && !db)) return;
+    int gdt;
+    const void *g = srk_grad_operand(dout, M * N, &gdt);
+    if (da) srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, 1.0f, da, SRK_DT(TDA), K, NULL, 0, 0, NULL);
+    if (db) srk_gemm(1, 0, K, N, M, 1.0f, a, SRK_DT(TA), K, g, gdt, N, 1.0f, db, SRK_DT(TDB), N, NULL, 0, 0, NULL);
+}
+
+/* out (M,N) = a (M,K) @ b (N,K)^T   (tied output head) */
+template <class TO, class TA, class TB>
+void srk_matmul_t_fwd(TO *out, const TA *a, const TB *b, long M, long K, long N)
+{
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        srk_zero(out, M * N);
+        return;
+    }
+    srk_gemm(0, 1, M, N, K, 1.0f, a, SRK_DT(TA), K, b, SRK_DT(TB), K, 0.0f, out, SRK_DT(TO), N, NULL, 0, SRK_EPI_NONE,
+             NULL);
+}
+/* da (M,K) += dout @ b ; db (N,K) += dout^T @ a */
+template <class TDA, class TDB, class TG, class TA, class TB>
+void srk_matmul_t_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N)
+{
+    if (M <= 0 || N <= 0 || K <= 0 || (!da && !db)) return;
+    int gdt;
+    const void *g = srk_grad_operand(dout, M * N, &gdt);
+    if (da) srk_gemm(0, 0, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), K, 1.0f, da, SRK_DT(TDA), K, NULL, 0, 0, NULL);
+    if (db) srk_gemm(1, 0, N, K, M, 1.0f, g, gdt, N, a, SRK_DT(TA), K, 1.0f, db, SRK_DT(TDB), K, NULL, 0, 0, NULL);
+}
+
+/* out (M,N) = a (M,K) @ w (K,N) + bias (N): matmul and add in one GEMM */
+template <class TO, class TA, class TW, class TBias>
+void srk_matmul_bias_fwd(TO *out, const TA *a, const TW *w, const TBias *bias, long M, long K, long N)
+{
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        srk_zero(out, M * N);
+        srk_add_fwd(out, out, bias, M * N, N);
+        return;
+    }
+    srk_gemm(0, 0, M, N, K, 1.0f, a, SRK_DT(TA), K, w, SRK_DT(TW), N, 0.0f, out, SRK_DT(TO), N, bias, SRK_DT(TBias),
+             SRK_EPI_BIAS, NULL);
+}
+
+/* pre (M,N) = a @ w + bias; out (M,N) = gelu(pre) (tanh approximation).
+ * One GEMM with the GELU_AUX_BIAS epilogue in a bf16 program when N % 8 == 0
+ * (cuBLASLt's rule for the aux matrix); otherwise, and always in an fp32
+ * program (exactness), the bias epilogue then srk_gelu_fwd. */
+template <class TO, class TP, class TA, class TW, class TBias>
+void srk_matmul_bias_gelu_fwd(TO *out, TP *pre, const TA *a, const TW *w, const TBias *bias, long M, long K, long N)
+{
+    if (M <= 0 || N <= 0) return;
+    if (srk_ctx.bf16 && K > 0 && N % 8 == 0 && SRK_DT(TO) == SRK_DT(TP) && SRK_DT(TO) == SRK_BF16) {
+        srk_gemm(0, 0, M, N, K, 1.0f, a, SRK_DT(TA), K, w, SRK_DT(TW), N, 0.0f, out, SRK_DT(TO), N, bias,
+                 SRK_DT(TBias), SRK_EPI_BIAS_GELU, pre);
+        return;
+    }
+    srk_matmul_bias_fwd(pre, a, w, bias, M, K, N);
+    srk_gelu_fwd(out, pre, M * N);
+}
+
+#endif /* SRK_MATMUL_CUH */

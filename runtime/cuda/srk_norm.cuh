@@ -1,0 +1,262 @@
+/* srk_norm.cuh: row-wise kernels in forward/backward pairs: layernorm,
+ * rmsnorm, softmax, and the fused softmax + cross-entropy.
+ *
+ * Norms: one warp per row (rows are short: the model width), statistics in
+ * float, the parameter gradients by the deterministic column sums of
+ * srk_pointwise.cuh. Softmax and cross-entropy: one block per row (rows can
+ * be a 50257-token vocabulary). The loss is reduced over rows in one block in
+ * double, in a fixed order, and stays on the device: the generated forward
+ * copies the scalar back.
+ */
+#ifndef SRK_NORM_CUH
+#define SRK_NORM_CUH
+
+#include "srk_pointwise.cuh"
+
+enum { NORM_WARPS = 8, ROW_THREADS = 256, CE_THREADS = 512 };
+
+/* ---- layernorm ------------------------------------------------------------------------ */
+template <class TO, class TX, class TW, class TB>
+__global__ void layernorm_fwd_kernel(TO *out, float *mean, float *rstd, const TX *x, const TW *w, const TB *b,
+                                     long N, int C, float eps)
+{
+    // out (N,C), mean (N), rstd (N), x (N,C), w (C), b (C); biased variance, eps inside the sqrt
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* the whole warp leaves */
+    const TX *xr = x + row * C;
+    float s = 0.0f;
+    for (int j = lane; j < C; j += 32) s += srk_ld(xr[j]);
+    float m = srk_warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int j = lane; j < C; j += 32) {
+        float d = srk_ld(xr[j]) - m;
+        v += d * d;
+    }
+    float var = srk_warp_sum(v) / (float)C;
+    float rs = 1.0f / sqrtf(var + eps);
+    TO *orow = out + row * C;
+    for (int j = lane; j < C; j += 32) orow[j] = srk_to<TO>((srk_ld(xr[j]) - m) * rs * srk_ld(w[j]) + srk_ld(b[j]));
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+template <class TD, class TG, class TX, class TW>
+__global__ void layernorm_bwd_dx_kernel(TD *dx, const TG *dout, const TX *x, const TW *w, const float *mean,
+                                        const float *rstd, long N, int C)
+{
+    // dx (N,C) += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const TX *xr = x + row * C;
+    const TG *gr = dout + row * C;
+    float m = mean[row], rs = rstd[row];
+    float sd = 0.0f, sdn = 0.0f;
+    for (int j = lane; j < C; j += 32) {
+        float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
+        sd += dn;
+        sdn += dn * norm;
+    }
+    float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
+    TD *dr = dx + row * C;
+    for (int j = lane; j < C; j += 32) {
+        float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
+        srk_acc(&dr[j], (dn - md - norm * mdn) * rs);
+    }
+}
+
+template <class TO, class TX, class TW, class TB>
+void srk_layernorm_fwd(TO *out, float *mean, float *rstd, const TX *x, const TW *w, const TB *b, long N, long C,
+                       float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
+    SR_LAUNCH((layernorm_fwd_kernel<TO, TX, TW, TB>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, out, mean, rstd, x, w,
+              b, N, (int)C, eps);
+}
+template <class TD, class TDW, class TDB, class TG, class TX, class TW>
+void srk_layernorm_bwd(TD *dx, TDW *dw, TDB *db, const TG *dout, const TX *x, const TW *w, const float *mean,
+                       const float *rstd, long N, long C)
+{
+    if (N <= 0 || C <= 0) return;
+    if (dx) {
+        unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
+        SR_LAUNCH((layernorm_bwd_dx_kernel<TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x, w,
+                  mean, rstd, N, (int)C);
+    }
+    srk_colsum<CS_MODE_LN, TDW, TDB>(dw, db, 1.0f, dout, x, mean, rstd, N, C);
+}
+
+/* ---- rmsnorm ---------------------------------------------------------------------------- */
+template <class TO, class TX, class TW>
+__global__ void rmsnorm_fwd_kernel(TO *out, float *rstd, const TX *x, const TW *w, long N, int C, float eps)
+{
+    // out (N,C) = x * rsqrt(mean(x^2) + eps) * w ; rstd (N)
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const TX *xr = x + row * C;
+    float ss = 0.0f;
+    for (int j = lane; j < C; j += 32) {
+        float v = srk_ld(xr[j]);
+        ss += v * v;
+    }
+    float rs = 1.0f / sqrtf(srk_warp_sum(ss) / (float)C + eps);
+    TO *orow = out + row * C;
+    for (int j = lane; j < C; j += 32) orow[j] = srk_to<TO>(srk_ld(xr[j]) * rs * srk_ld(w[j]));
+    if (lane == 0 && rstd) rstd[row] = rs;
+}
+
+template <class TD, class TG, class TX, class TW>
+__global__ void rmsnorm_bwd_dx_kernel(TD *dx, const TG *dout, const TX *x, const TW *w, const float *rstd, long N,
+                                      int C)
+{
+    // dx += rstd * (dout*w - x * rstd^2 * mean(dout*w*x))
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const TX *xr = x + row * C;
+    const TG *gr = dout + row * C;
+    float rs = rstd[row];
+    float dot = 0.0f;
+    for (int j = lane; j < C; j += 32) dot += srk_ld(gr[j]) * srk_ld(w[j]) * srk_ld(xr[j]);
+    float c = rs * rs * srk_warp_sum(dot) / (float)C;
+    TD *dr = dx + row * C;
+    for (int j = lane; j < C; j += 32) srk_acc(&dr[j], rs * (srk_ld(gr[j]) * srk_ld(w[j]) - srk_ld(xr[j]) * c));
+}
+
+template <class TO, class TX, class TW>
+void srk_rmsnorm_fwd(TO *out, float *rstd, const TX *x, const TW *w, long N, long C, float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
+    SR_LAUNCH((rmsnorm_fwd_kernel<TO, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, out, rstd, x, w, N, (int)C,
+              eps);
+}
+template <class TD, class TDW, class TG, class TX, class TW>
+void srk_rmsnorm_bwd(TD *dx, TDW *dw, const TG *dout, const TX *x, const TW *w, const float *rstd, long N, long C)
+{
+    if (N <= 0 || C <= 0) return;
+    if (dx) {
+        unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
+        SR_LAUNCH((rmsnorm_bwd_dx_kernel<TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x, w,
+                  rstd, N, (int)C);
+    }
+    srk_colsum<CS_MODE_RMS, TDW, float>(dw, (float *)NULL, 1.0f, dout, x, NULL, rstd, N, C);
+}
+
+/* ---- softmax ------------------------------------------------------------------------------ */
+template <class TO, class TX>
+__global__ void softmax_fwd_kernel(TO *out, const TX *x, int C)
+{
+    // one block per row: out (N,C) = exp(x - max) / sum
+    long row = blockIdx.x;
+    const TX *xr = x + row * C;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) mx = fmaxf(mx, srk_ld(xr[j]));
+    mx = srk_block_max(mx);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) s += expf(srk_ld(xr[j]) - mx);
+    float inv = 1.0f / srk_block_sum(s);
+    TO *orow = out + row * C;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) orow[j] = srk_to<TO>(expf(srk_ld(xr[j]) - mx) * inv);
+}
+template <class TD, class TG, class TY>
+__global__ void softmax_bwd_kernel(TD *dx, const TG *dout, const TY *y, int C)
+{
+    // dx += y * (dout - sum(dout * y))
+    long row = blockIdx.x;
+    const TG *gr = dout + row * C;
+    const TY *yr = y + row * C;
+    float dot = 0.0f;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) dot += srk_ld(gr[j]) * srk_ld(yr[j]);
+    dot = srk_block_sum(dot);
+    TD *dr = dx + row * C;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) srk_acc(&dr[j], srk_ld(yr[j]) * (srk_ld(gr[j]) - dot));
+}
+template <class TO, class TX>
+void srk_softmax_fwd(TO *out, const TX *x, long N, long C)
+{
+    if (N <= 0 || C <= 0) return;
+    SR_LAUNCH((softmax_fwd_kernel<TO, TX>), (unsigned)N, ROW_THREADS, 0, srk_ctx.stream, out, x, (int)C);
+}
+template <class TD, class TG, class TY>
+void srk_softmax_bwd(TD *dx, const TG *dout, const TY *out, long N, long C)
+{
+    if (!dx || N <= 0 || C <= 0) return;
+    SR_LAUNCH((softmax_bwd_kernel<TD, TG, TY>), (unsigned)N, ROW_THREADS, 0, srk_ctx.stream, dx, dout, out, (int)C);
+}
+
+/* ---- fused softmax + cross-entropy ----------------------------------------------------------- */
+template <class TL>
+__global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *logits, const int32_t *targets, int V)
+{
+    // one block per row: lse = max + log(sum exp(l - max)); rowloss = lse - l[target] (0 if the target is out of range)
+    long row = blockIdx.x;
+    const TL *lr = logits + row * V;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, srk_ld(lr[j]));
+    mx = srk_block_max(mx);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(srk_ld(lr[j]) - mx);
+    s = srk_block_sum(s);
+    if (threadIdx.x == 0) {
+        float l = mx + logf(s);
+        if (lse) lse[row] = l;
+        int t = targets[row];
+        rowloss[row] = (t >= 0 && t < V) ? l - srk_ld(lr[t]) : 0.0f;
+    }
+}
+static __global__ void mean_rows_kernel(float *out, const float *rowloss, long N)
+{
+    // out[0] = sum(rowloss) / N, in double, in a fixed order (one block)
+    double s = 0.0;
+    for (long i = threadIdx.x; i < N; i += blockDim.x) s += rowloss[i];
+    s = srk_block_sum_d(s);
+    if (threadIdx.x == 0) out[0] = (float)(s / (double)N);
+}
+template <class TD, class TL>
+__global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
+                                        const float *dloss, long N, int V)
+{
+    // dlogits (N,V) += dloss/N * (softmax(logits) - onehot(target)); ignored rows get nothing
+    long row = blockIdx.x;
+    int t = targets[row];
+    if (t < 0 || t >= V) return; /* the whole block leaves */
+    float sc = dloss[0] / (float)N, l = lse[row];
+    const TL *lr = logits + row * V;
+    TD *dr = dlogits + row * V;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = sc * expf(srk_ld(lr[j]) - l);
+        srk_acc(&dr[j], j == t ? p - sc : p);
+    }
+}
+
+/* loss (1) = mean over rows (on the device); lse (N) is saved for the backward */
+template <class TL>
+void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32_t *targets, long N, long V)
+{
+    if (N <= 0) {
+        srk_zero(loss, 1);
+        return;
+    }
+    float *rows = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)N);
+    if (!rows) return;
+    SR_LAUNCH(crossentropy_rows_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
+              (int)V);
+    SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
+}
+/* dloss is a device pointer to the scalar seed (the backward's d loss) */
+template <class TD, class TL>
+void srk_crossentropy_bwd(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
+                          const float *dloss, long N, long V)
+{
+    if (!dlogits || N <= 0) return;
+    SR_LAUNCH((crossentropy_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse,
+              targets, dloss, N, (int)V);
+}
+
+#endif /* SRK_NORM_CUH */

@@ -1,0 +1,483 @@
+/* srk_pointwise.cuh: element-wise kernels in forward/backward pairs:
+ * broadcasting add/sub/mul, scale, activations, dropout, embedding, arange,
+ * slice, transpose, copy, zero; and the deterministic column sums their
+ * backward passes (and the norms') need.
+ *
+ * Semantics are those of the host kernels (shardrt.h). Reductions add in an
+ * order fixed by the shape, so results do not change from run to run; the
+ * one exception is the embedding backward (atomic adds into the table, as
+ * rows repeat), which differs from run to run by float round-off only.
+ */
+#ifndef SRK_POINTWISE_CUH
+#define SRK_POINTWISE_CUH
+
+#include "srk_common.cuh"
+
+enum { SRK_EW_THREADS = 256 };
+
+/* ---- column sums: db[j] += s * sum_r f(r, j) ----------------------------------- */
+/* Two phases, both in an order fixed by the shape: phase 1 cuts the rows into
+ * `chunks` ranges and sums each (one block per 32 columns x chunk, 8 row
+ * lanes per column added in a tree); phase 2 adds the chunks in order. */
+enum { CS_MODE_X = 0, CS_MODE_XY = 1, CS_MODE_LN = 2, CS_MODE_RMS = 3 };
+
+/* mode X: x; XY: x*y; LN: x*(y-mean)*rstd and x (two sums); RMS: x*y*rstd */
+template <int MODE, class TX, class TY>
+__global__ void colsum_part_kernel(float *part, float *part2, const TX *x, const TY *y, const float *mean,
+                                   const float *rstd, long rows, long nb, int chunks)
+{
+    // part, part2 (chunks, nb); x, y (rows, nb)
+    __shared__ float s1[8][33], s2[8][33];
+    long j = (long)blockIdx.x * 32 + threadIdx.x;
+    int c = blockIdx.y;
+    long r0 = rows * c / chunks, r1 = rows * (c + 1) / chunks;
+    float a1 = 0.0f, a2 = 0.0f;
+    if (j < nb) {
+        for (long r = r0 + threadIdx.y; r < r1; r += 8) {
+            float xv = srk_ld(x[r * nb + j]);
+            if (MODE == CS_MODE_X) {
+                a1 += xv;
+            } else if (MODE == CS_MODE_XY) {
+                a1 += xv * srk_ld(y[r * nb + j]);
+            } else if (MODE == CS_MODE_LN) {
+                a1 += xv * ((srk_ld(y[r * nb + j]) - mean[r]) * rstd[r]);
+                a2 += xv;
+            } else {
+                a1 += xv * (srk_ld(y[r * nb + j]) * rstd[r]);
+            }
+        }
+    }
+    s1[threadIdx.y][threadIdx.x] = a1;
+    s2[threadIdx.y][threadIdx.x] = a2;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < nb) {
+        float t1 = 0.0f, t2 = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            t1 += s1[k][threadIdx.x];
+            t2 += s2[k][threadIdx.x];
+        }
+        part[(long)c * nb + j] = t1;
+        if (part2) part2[(long)c * nb + j] = t2;
+    }
+}
+
+template <class TD>
+__global__ void colsum_finish_kernel(TD *db, const float *part, long nb, int chunks, float s)
+{
+    // db (nb) += s * sum over chunks of part (chunks, nb)
+    for (long j = (long)blockIdx.x * blockDim.x + threadIdx.x; j < nb; j += (long)gridDim.x * blockDim.x) {
+        float t = 0.0f;
+        for (int c = 0; c < chunks; c++) t += part[(long)c * nb + j];
+        srk_acc(&db[j], s * t);
+    }
+}
+
+static inline int srk_colsum_chunks(long rows)
+{
+    long c = rows / 64;
+    return (int)(c < 1 ? 1 : c > 256 ? 256 : c);
+}
+
+/* db (nb) += s * colsum(f(x, y)); for LN also db2 (nb) += colsum(x) */
+template <int MODE, class TD, class TD2, class TX, class TY>
+void srk_colsum(TD *db, TD2 *db2, float s, const TX *x, const TY *y, const float *mean, const float *rstd,
+                long rows, long nb)
+{
+    if ((!db && !db2) || rows <= 0 || nb <= 0) return;
+    int chunks = srk_colsum_chunks(rows);
+    float *part = (float *)srk_scratch(SRK_SCR_PART, sizeof(float) * (size_t)chunks * (size_t)nb);
+    float *part2 = MODE == CS_MODE_LN ? (float *)srk_scratch(SRK_SCR_PART2, sizeof(float) * (size_t)chunks * (size_t)nb) : NULL;
+    if (!part || (MODE == CS_MODE_LN && !part2)) return;
+    dim3 grid((unsigned)((nb + 31) / 32), (unsigned)chunks);
+    SR_LAUNCH((colsum_part_kernel<MODE, TX, TY>), grid, dim3(32, 8), 0, srk_ctx.stream, part, part2, x, y, mean, rstd,
+              rows, nb, chunks);
+    if (db) SR_LAUNCH(colsum_finish_kernel<TD>, srk_blocks(nb, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, db,
+                      (const float *)part, nb, chunks, s);
+    if (MODE == CS_MODE_LN && db2)
+        SR_LAUNCH(colsum_finish_kernel<TD2>, srk_blocks(nb, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, db2,
+                  (const float *)part2, nb, chunks, 1.0f);
+}
+
+/* ---- broadcasting add / sub / mul -------------------------------------------------- */
+enum { EW_ADD = 0, EW_SUB = 1, EW_MUL = 2 };
+
+template <int OP, class TO, class TA, class TB>
+__global__ void binary_fwd_kernel(TO *out, const TA *a, const TB *b, long n, long nb)
+{
+    // out (n) = a (n) op b (nb) broadcast along a's rows
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float x = srk_ld(a[i]), y = srk_ld(b[i % nb]);
+        out[i] = srk_to<TO>(OP == EW_ADD ? x + y : OP == EW_SUB ? x - y : x * y);
+    }
+}
+
+/* da (n) += s * dout (n) * (y ? y[i % ny] : 1) */
+template <class TD, class TG, class TY>
+__global__ void axpy_bcast_kernel(TD *da, const TG *dout, const TY *y, float s, long n, long ny)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float g = srk_ld(dout[i]) * s;
+        if (y) g *= srk_ld(y[i % ny]);
+        srk_acc(&da[i], g);
+    }
+}
+
+template <class TO, class TA, class TB>
+void srk_add_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
+{
+    if (n <= 0 || nb <= 0) return;
+    SR_LAUNCH((binary_fwd_kernel<EW_ADD, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+              srk_ctx.stream, out, a, b, n, nb);
+}
+template <class TDA, class TDB, class TG>
+void srk_add_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
+{
+    if (n <= 0) return;
+    if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                      srk_ctx.stream, da, dout, (const float *)NULL, 1.0f, n, 1L);
+    if (db && nb > 0) srk_colsum<CS_MODE_X, TDB, float>(db, (float *)NULL, 1.0f, dout, (const float *)NULL, NULL, NULL, n / nb, nb);
+}
+template <class TO, class TA, class TB>
+void srk_sub_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
+{
+    if (n <= 0 || nb <= 0) return;
+    SR_LAUNCH((binary_fwd_kernel<EW_SUB, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+              srk_ctx.stream, out, a, b, n, nb);
+}
+template <class TDA, class TDB, class TG>
+void srk_sub_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
+{
+    if (n <= 0) return;
+    if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                      srk_ctx.stream, da, dout, (const float *)NULL, 1.0f, n, 1L);
+    if (db && nb > 0) srk_colsum<CS_MODE_X, TDB, float>(db, (float *)NULL, -1.0f, dout, (const float *)NULL, NULL, NULL, n / nb, nb);
+}
+template <class TO, class TA, class TB>
+void srk_mul_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
+{
+    if (n <= 0 || nb <= 0) return;
+    SR_LAUNCH((binary_fwd_kernel<EW_MUL, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+              srk_ctx.stream, out, a, b, n, nb);
+}
+template <class TDA, class TDB, class TG, class TA, class TB>
+void srk_mul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long n, long nb)
+{
+    // da += dout * b (broadcast); db += colsum(dout * a)
+    if (n <= 0 || nb <= 0) return;
+    if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                      srk_ctx.stream, da, dout, b, 1.0f, n, nb);
+    if (db) srk_colsum<CS_MODE_XY, TDB, float>(db, (float *)NULL, 1.0f, dout, a, NULL, NULL, n / nb, nb);
+}
+
+template <class TO, class TX>
+__global__ void scale_kernel(TO *out, const TX *x, float s, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        out[i] = srk_to<TO>(srk_ld(x[i]) * s);
+}
+template <class TO, class TX>
+void srk_scale_fwd(TO *out, const TX *x, float s, long n)
+{
+    if (n <= 0) return;
+    SR_LAUNCH((scale_kernel<TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x, s, n);
+}
+template <class TD, class TG>
+void srk_scale_bwd(TD *dx, const TG *dout, float s, long n)
+{
+    if (!dx || n <= 0) return;
+    SR_LAUNCH((axpy_bcast_kernel<TD, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              dx, dout, (const float *)NULL, s, n, 1L);
+}
+
+/* ---- activations ---------------------------------------------------------------------- */
+enum { ACT_GELU = 0, ACT_GELU_EXACT, ACT_RELU, ACT_SILU, ACT_COPY };
+
+#define SRK_GELU_SCALE 0.7978845608028654f
+#define SRK_INV_SQRT2 0.70710678118654752f
+#define SRK_INV_SQRT2PI 0.39894228040143268f
+
+__device__ __forceinline__ float srk_act(int act, float x)
+{
+    switch (act) {
+    case ACT_GELU: {
+        // x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3): the tanh GELU without 1 + tanh cancellation
+        float u = SRK_GELU_SCALE * (x + 0.044715f * x * x * x);
+        return x / (1.0f + expf(-2.0f * u));
+    }
+    case ACT_GELU_EXACT: return 0.5f * x * (1.0f + erff(x * SRK_INV_SQRT2));
+    case ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case ACT_SILU: return x / (1.0f + expf(-x));
+    default: return x;
+    }
+}
+__device__ __forceinline__ float srk_act_grad(int act, float x)
+{
+    switch (act) {
+    case ACT_GELU: {
+        float u = SRK_GELU_SCALE * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + expf(-2.0f * u));
+        float du = SRK_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        return s + 2.0f * x * s * (1.0f - s) * du;
+    }
+    case ACT_GELU_EXACT: {
+        float cdf = 0.5f * (1.0f + erff(x * SRK_INV_SQRT2));
+        return cdf + x * SRK_INV_SQRT2PI * expf(-0.5f * x * x);
+    }
+    case ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
+    case ACT_SILU: {
+        float s = 1.0f / (1.0f + expf(-x));
+        return s * (1.0f + x * (1.0f - s));
+    }
+    default: return 1.0f;
+    }
+}
+
+template <int ACT, class TO, class TX>
+__global__ void act_fwd_kernel(TO *out, const TX *x, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        out[i] = srk_to<TO>(srk_act(ACT, srk_ld(x[i])));
+}
+template <int ACT, class TD, class TG, class TX>
+__global__ void act_bwd_kernel(TD *dx, const TG *dout, const TX *x, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float g = srk_ld(dout[i]);
+        // relu: the gradient is exactly dout or 0 (no 0 * inf)
+        float d = ACT == ACT_RELU ? (srk_ld(x[i]) > 0.0f ? g : 0.0f) : srk_act_grad(ACT, srk_ld(x[i])) * g;
+        srk_acc(&dx[i], d);
+    }
+}
+
+#define SRK_ACT_PAIR(name, ACT)                                                                          \
+    template <class TO, class TX>                                                                        \
+    void srk_##name##_fwd(TO *out, const TX *x, long n)                                                  \
+    {                                                                                                    \
+        if (n <= 0) return;                                                                              \
+        SR_LAUNCH((act_fwd_kernel<ACT, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,       \
+                  srk_ctx.stream, out, x, n);                                                            \
+    }                                                                                                    \
+    template <class TD, class TG, class TX>                                                              \
+    void srk_##name##_bwd(TD *dx, const TG *dout, const TX *x, long n)                                   \
+    {                                                                                                    \
+        if (!dx || n <= 0) return;                                                                       \
+        SR_LAUNCH((act_bwd_kernel<ACT, TD, TG, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,   \
+                  srk_ctx.stream, dx, dout, x, n);                                                       \
+    }
+SRK_ACT_PAIR(gelu, ACT_GELU)
+SRK_ACT_PAIR(gelu_exact, ACT_GELU_EXACT)
+SRK_ACT_PAIR(relu, ACT_RELU)
+SRK_ACT_PAIR(silu, ACT_SILU)
+#undef SRK_ACT_PAIR
+
+/* ---- copy and zero -------------------------------------------------------------------------- */
+template <class TO, class TX>
+void srk_copy(TO *out, const TX *x, long n)
+{
+    if (n <= 0 || (const void *)out == (const void *)x) return;
+    if (srk_dt<TO>::value == srk_dt<TX>::value) {
+        srk_check_cuda(cudaMemcpyAsync(out, x, (size_t)n * sizeof(TO), cudaMemcpyDeviceToDevice, srk_ctx.stream),
+                       "srk_copy");
+        return;
+    }
+    SR_LAUNCH((act_fwd_kernel<ACT_COPY, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              out, x, n);
+}
+template <class T>
+void srk_zero(T *x, long n)
+{
+    if (n <= 0) return;
+    srk_check_cuda(cudaMemsetAsync(x, 0, (size_t)n * sizeof(T), srk_ctx.stream), "srk_zero");
+}
+
+/* ---- dropout: the host's counter-based RNG, bit for bit --------------------------------------- */
+__host__ __device__ __forceinline__ uint64_t srk_mix64(uint64_t z)
+{
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ULL;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z;
+}
+#define SRK_RNG_GOLDEN 0x9e3779b97f4a7c15ULL
+__host__ __device__ __forceinline__ uint64_t srk_rng_key(uint64_t seed, uint64_t stream)
+{
+    return srk_mix64(srk_mix64(seed + SRK_RNG_GOLDEN) ^ stream);
+}
+__device__ __forceinline__ float srk_rng_at(uint64_t key, uint64_t counter)
+{
+    return (float)(srk_mix64(key + counter * SRK_RNG_GOLDEN) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* BWD = 0: out = keep ? x * scale : 0; BWD = 1: out += keep ? x * scale : 0 */
+template <int BWD, class TO, class TX>
+__global__ void dropout_kernel(TO *out, const TX *x, long n, float p, float scale, uint64_t key, uint64_t base)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float v = srk_rng_at(key, base + (uint64_t)i) >= p ? srk_ld(x[i]) * scale : 0.0f;
+        if (BWD) srk_acc(&out[i], v);
+        else out[i] = srk_to<TO>(v);
+    }
+}
+
+template <class TO, class TX>
+void srk_dropout_fwd(TO *out, const TX *x, long n, float p, uint64_t seed, uint64_t step, uint32_t op, uint64_t base)
+{
+    if (n <= 0) return;
+    if (!(p > 0.0f)) {
+        srk_copy(out, x, n);
+        return;
+    }
+    if (p >= 1.0f) {
+        srk_zero(out, n);
+        return;
+    }
+    uint64_t key = srk_rng_key(seed, (step << 20) ^ (uint64_t)op);
+    SR_LAUNCH((dropout_kernel<0, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x,
+              n, p, 1.0f / (1.0f - p), key, base);
+}
+template <class TD, class TG>
+void srk_dropout_bwd(TD *dx, const TG *dout, long n, float p, uint64_t seed, uint64_t step, uint32_t op,
+                     uint64_t base)
+{
+    if (!dx || n <= 0 || p >= 1.0f) return;
+    if (!(p > 0.0f)) {
+        srk_add_bwd(dx, (float *)NULL, dout, n, n);
+        return;
+    }
+    uint64_t key = srk_rng_key(seed, (step << 20) ^ (uint64_t)op);
+    SR_LAUNCH((dropout_kernel<1, TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
+              dout, n, p, 1.0f / (1.0f - p), key, base);
+}
+
+/* ---- embedding and arange --------------------------------------------------------------------- */
+template <class TO, class TW>
+__global__ void embedding_fwd_kernel(TO *out, const TW *w, const int32_t *idx, long N, int D)
+{
+    // out (N, D) = w[idx[i]]
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
+        long i = e / D;
+        int j = (int)(e - i * D);
+        out[e] = srk_to<TO>(srk_ld(w[(long)idx[i] * D + j]));
+    }
+}
+template <class TD, class TG>
+__global__ void embedding_bwd_kernel(TD *dw, const TG *dout, const int32_t *idx, long N, int D)
+{
+    // dw[idx[i]] += dout (N, D): repeated ids collide, so atomics
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
+        long i = e / D;
+        int j = (int)(e - i * D);
+        srk_atomic_add(&dw[(long)idx[i] * D + j], srk_ld(dout[e]));
+    }
+}
+template <class TO, class TW>
+void srk_embedding_fwd(TO *out, const TW *w, const int32_t *idx, long N, long D)
+{
+    if (N <= 0 || D <= 0) return;
+    SR_LAUNCH((embedding_fwd_kernel<TO, TW>), srk_blocks(N * D, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              out, w, idx, N, (int)D);
+}
+template <class TD, class TG>
+void srk_embedding_bwd(TD *dw, const TG *dout, const int32_t *idx, long N, long D)
+{
+    if (!dw || N <= 0 || D <= 0) return;
+    SR_LAUNCH((embedding_bwd_kernel<TD, TG>), srk_blocks(N * D, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              dw, dout, idx, N, (int)D);
+}
+
+static __global__ void arange_kernel(int32_t *out, long n)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        out[i] = (int32_t)i;
+}
+static inline void srk_arange_fwd(int32_t *out, long n)
+{
+    if (n <= 0) return;
+    SR_LAUNCH(arange_kernel, srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, n);
+}
+
+/* ---- slice ------------------------------------------------------------------------------------- */
+template <int BWD, class TO, class TX>
+__global__ void slice_kernel(TO *out, const TX *x, long M, int K, int n, int part)
+{
+    // fwd: out (M, n) = x (M, K*n) columns [part*n, (part+1)*n); bwd: x is dout (M, n), out is dx (M, K*n)
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < M * n; e += (long)gridDim.x * blockDim.x) {
+        long r = e / n;
+        int j = (int)(e - r * n);
+        long wide = r * (long)K * n + (long)part * n + j;
+        if (BWD) srk_acc(&out[wide], srk_ld(x[e]));
+        else out[e] = srk_to<TO>(srk_ld(x[wide]));
+    }
+}
+template <class TO, class TX>
+void srk_slice_fwd(TO *out, const TX *x, long M, long K, long n, long i)
+{
+    if (M <= 0 || n <= 0) return;
+    SR_LAUNCH((slice_kernel<0, TO, TX>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out,
+              x, M, (int)K, (int)n, (int)i);
+}
+template <class TD, class TG>
+void srk_slice_bwd(TD *dx, const TG *dout, long M, long K, long n, long i)
+{
+    if (!dx || M <= 0 || n <= 0) return;
+    SR_LAUNCH((slice_kernel<1, TD, TG>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
+              dout, M, (int)K, (int)n, (int)i);
+}
+
+/* ---- transpose: x viewed as (outer, A, mid, Bd, inner) -> (outer, Bd, mid, A, inner) ------------ */
+struct srk_tview {
+    long outer, A, mid, Bd, inner;
+};
+static inline int srk_transpose_view(int ndim, const long *dims, int d1, int d2, srk_tview *v)
+{
+    if (ndim <= 0 || ndim > 6 || d1 < 0 || d2 < 0 || d1 >= ndim || d2 >= ndim) return 0;
+    int lo = d1 < d2 ? d1 : d2, hi = d1 < d2 ? d2 : d1;
+    v->outer = v->mid = v->inner = 1;
+    for (int d = 0; d < lo; d++) v->outer *= dims[d];
+    for (int d = lo + 1; d < hi; d++) v->mid *= dims[d];
+    for (int d = hi + 1; d < ndim; d++) v->inner *= dims[d];
+    v->A = lo == hi ? 1 : dims[lo];
+    v->Bd = dims[hi];
+    return 1;
+}
+/* fwd: out[transposed index] = x[e]; bwd: dx[e] += dout[transposed index]; e runs over x's elements */
+template <int BWD, class TO, class TX>
+__global__ void transpose_kernel(TO *out, const TX *x, srk_tview v)
+{
+    long n = v.outer * v.A * v.mid * v.Bd * v.inner;
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long i = e % v.inner, t = e / v.inner;
+        long bb = t % v.Bd;
+        t /= v.Bd;
+        long m = t % v.mid;
+        t /= v.mid;
+        long a = t % v.A, o = t / v.A;
+        long te = (((o * v.Bd + bb) * v.mid + m) * v.A + a) * v.inner + i;
+        if (BWD) srk_acc(&out[e], srk_ld(x[te]));
+        else out[te] = srk_to<TO>(srk_ld(x[e]));
+    }
+}
+template <class TO, class TX>
+void srk_transpose_fwd(TO *out, const TX *x, int ndim, srk_dims6 dims, int d1, int d2)
+{
+    srk_tview v;
+    if (!srk_transpose_view(ndim, dims.d, d1, d2, &v)) return;
+    long n = v.outer * v.A * v.mid * v.Bd * v.inner;
+    if (n <= 0) return;
+    SR_LAUNCH((transpose_kernel<0, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out,
+              x, v);
+}
+template <class TD, class TG>
+void srk_transpose_bwd(TD *dx, const TG *dout, int ndim, srk_dims6 dims, int d1, int d2)
+{
+    srk_tview v;
+    if (!dx || !srk_transpose_view(ndim, dims.d, d1, d2, &v)) return;
+    long n = v.outer * v.A * v.mid * v.Bd * v.inner;
+    if (n <= 0) return;
+    SR_LAUNCH((transpose_kernel<1, TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
+              dout, v);
+}
+
+#endif /* SRK_POINTWISE_CUH */

@@ -1,0 +1,142 @@
+/* dp.c: bucketed gradient all-reduce overlapped with backward; see sr_dp.h. */
+#include "sr_dp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bucket {
+    int64_t lo, hi;        /* float range of the gradient arena */
+    int nparams, pending;  /* parameters in it, not yet final */
+    int launched;
+    sr_req *req;
+    double t_launch, t_done;
+    char label[32];
+} bucket;
+
+struct sr_dp {
+    const sr_program *prog;
+    sr_comm *comm;
+    float *grads;
+    sr_trace *trace;
+    bucket *b;
+    int nb;
+    int *bucket_of;        /* parameter -> bucket */
+    int armed;
+    int64_t step;
+    sr_status err;         /* first failure inside a hook, reported by finish */
+};
+
+sr_status sr_dp_init(sr_dp **out, const sr_program *prog, sr_comm *comm, float *grads,
+                     int64_t bucket_bytes, sr_trace *trace)
+{
+    sr_dp *dp = calloc(1, sizeof *dp);
+    if (!dp) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    dp->prog = prog;
+    dp->comm = comm;
+    dp->grads = grads;
+    dp->trace = trace;
+    dp->b = calloc((size_t)prog->n_params + 1, sizeof(bucket));
+    dp->bucket_of = calloc((size_t)prog->n_params + 1, sizeof(int));
+    if (!dp->b || !dp->bucket_of) {
+        sr_dp_free(dp);
+        return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    }
+    /* reverse declaration order: the order backward completes gradients.
+     * Consecutive parameters are adjacent in the arena, so a bucket is one
+     * contiguous range (including the alignment padding between them). */
+    int64_t limit = bucket_bytes / 4 > 0 ? bucket_bytes / 4 : 1;
+    bucket *cur = NULL;
+    for (int i = prog->n_params - 1; i >= 0; i--) {
+        const sr_param_desc *d = &prog->params[i];
+        int64_t end = i + 1 < prog->n_params ? prog->params[i + 1].offset : prog->n_param_floats;
+        if (!cur || cur->hi - d->offset > limit) {
+            cur = &dp->b[dp->nb++];
+            cur->hi = end;
+            snprintf(cur->label, sizeof cur->label, "grad bucket %d", dp->nb - 1);
+        }
+        cur->lo = d->offset;
+        cur->nparams++;
+        dp->bucket_of[i] = (int)(cur - dp->b);
+    }
+    *out = dp;
+    return SR_OK;
+}
+
+void sr_dp_free(sr_dp *dp)
+{
+    if (!dp) return;
+    free(dp->b);
+    free(dp->bucket_of);
+    free(dp);
+}
+
+int sr_dp_buckets(const sr_dp *dp) { return dp->nb; }
+
+void sr_dp_begin(sr_dp *dp, int last, int64_t step)
+{
+    dp->armed = last;
+    dp->step = step;
+    if (!last) return;
+    sr_comm_set_step(dp->comm, step);
+    for (int i = 0; i < dp->nb; i++) {
+        dp->b[i].pending = dp->b[i].nparams;
+        dp->b[i].launched = 0;
+        dp->b[i].req = NULL;
+        dp->b[i].t_done = 0;
+    }
+}
+
+static void launch(sr_dp *dp, bucket *b)
+{
+    b->launched = 1;
+    b->t_launch = sr_trace_now_us();
+    sr_status s = sr_comm_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, b->label, &b->req);
+    if (s != SR_OK && dp->err == SR_OK) dp->err = s;
+}
+
+void sr_dp_grad_ready(sr_exec *e, int param)
+{
+    sr_dp *dp = e->user;
+    if (!dp || !dp->armed || param < 0 || param >= dp->prog->n_params) return;
+    bucket *b = &dp->b[dp->bucket_of[param]];
+    if (--b->pending == 0 && !b->launched) launch(dp, b);
+    /* MPI progresses non-blocking collectives only inside MPI calls */
+    for (int i = 0; i < dp->nb; i++)
+        if (dp->b[i].launched && dp->b[i].req && dp->b[i].t_done == 0 && sr_comm_test(dp->b[i].req))
+            dp->b[i].t_done = sr_trace_now_us(); /* first seen complete */
+}
+
+sr_status sr_dp_finish(sr_dp *dp)
+{
+    for (int i = 0; i < dp->nb; i++)
+        if (!dp->b[i].launched) launch(dp, &dp->b[i]);
+    sr_status first = dp->err;
+    for (int i = 0; i < dp->nb; i++) {
+        bucket *b = &dp->b[i];
+        if (b->req) {
+            sr_status s = sr_comm_wait(b->req);
+            if (s != SR_OK && first == SR_OK) first = s;
+            b->req = NULL;
+        }
+        if (b->t_done == 0) b->t_done = sr_trace_now_us();
+        sr_trace_span(dp->trace, SR_TRACK_COMM, "all-reduce", b->t_launch, b->t_done, b->label);
+    }
+    dp->err = SR_OK;
+    dp->armed = 0;
+    return first;
+}
+
+void sr_dp_overlap(const sr_dp *dp, double *hidden_us, double *total_us, double backward_end_us)
+{
+    double h = 0, tot = 0;
+    for (int i = 0; i < dp->nb; i++) {
+        const bucket *b = &dp->b[i];
+        double d = b->t_done - b->t_launch;
+        tot += d;
+        double end = b->t_done < backward_end_us ? b->t_done : backward_end_us;
+        if (end > b->t_launch) h += end - b->t_launch;
+    }
+    *hidden_us = h;
+    *total_us = tot;
+}

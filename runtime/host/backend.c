@@ -1,0 +1,59 @@
+/* backend.c: the host backend: tensors in ordinary memory, the optimizer
+ * through the host kernels. See sr_backend.h. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "sr_backend.h"
+
+static sr_status host_init(int local_rank)
+{
+    (void)local_rank;
+    return SR_OK;
+}
+
+static void host_shutdown(void) {}
+
+static void *host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return NULL;
+    memset(p, 0, bytes ? bytes : 1);
+    return p;
+}
+
+static void host_free(void *p) { free(p); }
+
+static void host_copy(void *dst, const void *src, size_t bytes)
+{
+    if (dst != src && bytes) memmove(dst, src, bytes);
+}
+
+static void host_zero(float *x, int64_t n) { sr_zero(x, (long)n); }
+static double host_sumsq(const float *x, int64_t n) { return sr_sumsq(x, (long)n); }
+static void host_scale(float *x, float s, int64_t n) { sr_scale_fwd(x, x, s, (long)n); }
+
+static void host_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                       float beta1, float beta2, float eps, float wd, long t)
+{
+    sr_adamw_step(p, g, m, v, (long)n, lr, beta1, beta2, eps, wd, t);
+}
+
+static sr_status host_sync(void) { return SR_OK; }
+
+const sr_backend sr_backend_host = {
+    .name = "host",
+    .comm = SR_COMM_MPI,
+    .init = host_init,
+    .shutdown = host_shutdown,
+    .alloc = host_alloc,
+    .free = host_free,
+    .h2d = host_copy,
+    .d2h = host_copy,
+    .copy = host_copy,
+    .zero = host_zero,
+    .sumsq = host_sumsq,
+    .scale = host_scale,
+    .adamw = host_adamw,
+    .sync = host_sync,
+};

@@ -1,0 +1,52 @@
+/* sr_backend.h: where a program's tensors live and how the training driver
+ * touches them. The driver (train.c) keeps parameters, gradients, optimizer
+ * state, the activation workspace and the token buffers in the backend's
+ * memory and never dereferences them itself: it stages through host memory
+ * (initialization, checkpoints, sampling) with h2d/d2h and runs the
+ * optimizer through the backend.
+ *
+ * The host backend (sr_backend_host, runtime/host/backend.c) is plain memory; the CUDA
+ * backend (runtime/cuda) keeps everything in one device's memory and uses
+ * NCCL for collectives. A generated program names its backend in
+ * sr_program.backend (NULL means host).
+ */
+#ifndef SR_BACKEND_H
+#define SR_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardrt.h"
+#include "sr_comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sr_backend {
+    const char *name;                 /* "host", "cuda" */
+    sr_comm_backend comm;             /* which comm backend moves this memory */
+    /* picks the device for this rank; an error (no GPU, ...) is one line */
+    sr_status (*init)(int local_rank);
+    void (*shutdown)(void);
+    void *(*alloc)(size_t bytes);     /* zeroed, 256-byte aligned; NULL on failure */
+    void (*free)(void *p);
+    void (*h2d)(void *dst, const void *src, size_t bytes);
+    void (*d2h)(void *dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* within the backend's memory */
+    void (*zero)(float *x, int64_t n);
+    double (*sumsq)(const float *x, int64_t n);      /* accumulated in double */
+    void (*scale)(float *x, float s, int64_t n);      /* x *= s */
+    /* torch.optim.AdamW, as sr_adamw_step in shardrt.h */
+    void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, long t);
+    /* waits for all queued device work; reports the first asynchronous error */
+    sr_status (*sync)(void);
+} sr_backend;
+
+extern const sr_backend sr_backend_host;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SR_BACKEND_H */

@@ -1,0 +1,171 @@
+/* sr_comm.h: the process grid and the communication layer of libshardrt.
+ *
+ * grid: the world's ranks form a mesh with axes data (dp), tensor (tp) and
+ * pipeline (pp), world = dp * tp * pp. Rank order, documented and fixed:
+ *     rank = (pp_index * dp + dp_index) * tp + tp_index
+ * so tensor-parallel peers are adjacent ranks (one node holds them), then
+ * data-parallel replicas, then pipeline stages (Megatron's order).
+ * One communicator per axis, created in the same order on every rank.
+ *
+ * comm: one interface, two backends. MPI moves host memory; NCCL moves
+ * device memory (its unique id is made on rank 0 and broadcast over MPI).
+ * Every operation has a blocking form (req == NULL) and an async form that
+ * returns a request to sr_comm_wait on. Waits are bounded: a request not
+ * complete after the communicator's timeout fails with SR_ERR_COMM and a
+ * message naming the operation, its `what` label and the step, so a dead or
+ * hung peer is one clear error rather than a hang.
+ * All reductions are sums of float32.
+ *
+ * Conventions of every operation below (runtime/comm.c):
+ *  - n is an element count >= 0; n == 0 is a valid no-data operation that
+ *    still matches across the group (its buffers may be NULL);
+ *  - `what` labels the operation in error messages (may be NULL);
+ *  - req == NULL: blocking, returns when complete (bounded by the timeout);
+ *    req != NULL: *req is set to the request on SR_OK, to NULL on failure;
+ *  - the timeout counts from the start of the wait (sr_comm_wait, or the
+ *    blocking call), not from the launch;
+ *  - argument errors (negative n, NULL buffer, root/peer outside the group,
+ *    tag outside 0..MPI_TAG_UB, overlapping buffers other than the in-place
+ *    forms) return SR_ERR_ARG before anything is launched;
+ *  - after a timeout or a transport failure the communicator is broken: the
+ *    transfer may still be pending (MPI cannot cancel a collective) and may
+ *    still write its buffers; every later operation on it, and every wait on
+ *    its other requests, fails at once with SR_ERR_COMM. The program is
+ *    expected to report the error and sr_comm_abort;
+ *  - MPI backend: non-blocking MPI calls on host memory; a message larger
+ *    than INT_MAX elements is split into several MPI calls (Open MPI 4.1 is
+ *    MPI 3.1: no large-count calls); MPI progresses a request only while it
+ *    is tested or waited on. Waits poll back to back for 1 ms, then sleep
+ *    10 us growing to 1 ms between polls. Environment (read once):
+ *    SR_COMM_SPIN_US (the busy-poll window, default 1000) and, read at each
+ *    sr_grid_init, SR_COMM_MAX_CHUNK (elements per MPI call, default and
+ *    maximum INT_MAX; tests lower it to exercise the split paths);
+ *  - NCCL backend: buffers are device memory; sr_grid_init selects GPU
+ *    local_rank % (visible devices) with cudaSetDevice. Each communicator has
+ *    its own stream, created with default flags so that it is ordered after
+ *    work on the legacy default stream (other streams: synchronize before
+ *    the call); a wait returns when the result is in device memory; on
+ *    timeout the NCCL communicator is aborted (ncclCommAbort). A rank's
+ *    sends and receives on one NCCL communicator execute in issue order, so
+ *    pair them like blocking MPI sends (even ranks send first); tags are
+ *    checked but NCCL ignores them (it matches by order).
+ */
+#ifndef SR_COMM_H
+#define SR_COMM_H
+
+#include <stdint.h>
+
+#include "shardrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sr_comm_backend {
+    SR_COMM_MPI = 0,  /* host memory, MPI non-blocking collectives */
+    SR_COMM_NCCL = 1  /* device memory, NCCL on a dedicated stream */
+} sr_comm_backend;
+
+typedef struct sr_comm sr_comm;
+typedef struct sr_req sr_req;
+
+/* traffic counters of one communicator, for the plan-vs-measured checks.
+ * Counted when an operation is launched successfully (blocking or async,
+ * whether or not it then completes); refused calls are not counted.
+ * bytes = payload bytes read from or written to this rank's buffers:
+ *   allreduce       n * 4                (buf)
+ *   reduce_scatter  n * size * 4         (the whole send buffer)
+ *   allgather       n * 4                (this rank's send block)
+ *   broadcast       n * 4 at the root, 0 on the other ranks (calls counted
+ *                   on every rank)
+ *   send            n * 4
+ *   recv            n * 4                (bytes received into buf)
+ * sr_comm_allreduce_double and sr_comm_barrier are not counted. */
+typedef struct sr_comm_stats {
+    int64_t calls[6];    /* by op: allreduce, reduce_scatter, allgather, broadcast, send, recv */
+    int64_t bytes[6];    /* payload bytes each op moved from this rank's buffers */
+} sr_comm_stats;
+
+typedef struct sr_grid {
+    int rank, world;         /* in MPI_COMM_WORLD */
+    int dp, tp, pp;          /* degrees */
+    int dp_rank, tp_rank, pp_rank;
+    int local_rank;          /* rank on this node (for picking a GPU) */
+    sr_comm *world_comm, *dp_comm, *tp_comm, *pp_comm;
+} sr_grid;
+
+/* MPI_Init (thread level FUNNELED) once; reads rank/size from MPI (which also
+ * works under Slurm's srun with Open MPI). SR_OK when MPI is already
+ * initialized (by this or by the program); SR_ERR_STATE after MPI was
+ * finalized; argc/argv may be NULL. */
+sr_status sr_comm_init(int *argc, char ***argv);
+/* MPI_Finalize if MPI is initialized and not yet finalized; else nothing.
+ * Free the grids first. */
+void sr_comm_finalize(void);
+/* From MPI once it is initialized; before that from the launcher's
+ * environment (OMPI_COMM_WORLD_RANK/SIZE, PMIX_RANK, PMI_RANK/SIZE,
+ * SLURM_PROCID/NTASKS), else 0 and 1. */
+int sr_comm_world_rank(void);
+int sr_comm_world_size(void);
+
+/* Builds the grid. dp*tp*pp must equal the world size: otherwise
+ * SR_ERR_ARG with a message giving the numbers (every rank gets the same
+ * status, so all can exit non-zero without a hang). timeout_s bounds every
+ * wait on the grid's communicators. Initializes MPI if needed.
+ * SR_ERR_ARG also for degrees < 1, timeout_s not > 0, an unknown backend,
+ * and SR_COMM_NCCL in a libshardrt built without NCCL. The backend's set-up
+ * (NCCL: a communicator per group, bounded by max(timeout_s, 120 s)) is
+ * checked across the world after each group, so a failure on one rank is
+ * SR_ERR_COMM on all. world_comm is a duplicate of MPI_COMM_WORLD.
+ * On failure *g is zeroed (sr_grid_free on it is harmless). */
+sr_status sr_grid_init(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backend, double timeout_s);
+/* frees the communicators (requests must have been waited on) and zeroes *g */
+void sr_grid_free(sr_grid *g);
+
+int sr_comm_size(const sr_comm *c);
+int sr_comm_rank(const sr_comm *c);
+const char *sr_comm_name(const sr_comm *c); /* "data", "tensor", "pipeline", "world" */
+void sr_comm_set_step(sr_comm *c, int64_t step); /* for timeout messages */
+const sr_comm_stats *sr_comm_get_stats(const sr_comm *c);
+void sr_comm_reset_stats(sr_comm *c);
+
+/* buf (n) summed over the group, in place (MPI: MPI_IN_PLACE) */
+sr_status sr_comm_allreduce(sr_comm *c, float *buf, int64_t n, const char *what, sr_req **req);
+/* send (n * size) summed; this rank receives its block recv (n).
+ * In place: recv == send + rank * n (MPI stages it and copies on completion) */
+sr_status sr_comm_reduce_scatter(sr_comm *c, const float *send, float *recv, int64_t n,
+                                 const char *what, sr_req **req);
+/* send (n) from every rank -> recv (n * size) in rank order.
+ * In place: send == recv + rank * n */
+sr_status sr_comm_allgather(sr_comm *c, const float *send, float *recv, int64_t n,
+                            const char *what, sr_req **req);
+/* buf (n) of group rank root -> every rank's buf */
+sr_status sr_comm_broadcast(sr_comm *c, float *buf, int64_t n, int root, const char *what,
+                            sr_req **req);
+/* point to point with group rank peer; tag 0..MPI_TAG_UB (>= 32767). A recv
+ * that gets a different number of floats than n fails with SR_ERR_COMM (the
+ * communicator stays usable when fewer arrived). */
+sr_status sr_comm_send(sr_comm *c, const float *buf, int64_t n, int peer, int tag,
+                       const char *what, sr_req **req);
+sr_status sr_comm_recv(sr_comm *c, float *buf, int64_t n, int peer, int tag, const char *what,
+                       sr_req **req);
+/* completes and frees req (also on failure); SR_ERR_COMM on timeout or
+ * failure, naming the op, its label, group, peer and step. NULL: SR_OK. */
+sr_status sr_comm_wait(sr_req *req);
+/* 1 if complete (req still to be waited on), 0 if not; drives progress.
+ * NULL: 1. */
+int sr_comm_test(sr_req *req);
+/* sums n doubles (loss, gradient norm) over the group, in place; blocking,
+ * bounded by the timeout; on host memory over MPI whatever the backend */
+sr_status sr_comm_allreduce_double(sr_comm *c, double *x, int n);
+/* blocking, bounded by the timeout; MPI whatever the backend */
+sr_status sr_comm_barrier(sr_comm *c);
+/* aborts every rank of the world (after a fatal error on one of them):
+ * flushes stdio, MPI_Abort(MPI_COMM_WORLD, code); exit(code) when MPI is
+ * not running. Does not return. */
+void sr_comm_abort(int code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SR_COMM_H */

@@ -1,0 +1,47 @@
+/* sr_dp.h: data-parallel gradient synchronisation.
+ *
+ * Plain data parallelism: the gradient arena is cut into buckets (about
+ * bucket_bytes each, like PyTorch DDP's 25 MB) of consecutive parameters in
+ * reverse declaration order, the order backward finishes them. The
+ * generated backward reports each parameter's gradient as final
+ * (sr_exec.grad_ready); when every parameter of a bucket is final on the
+ * last microbatch, the bucket's all-reduce is launched at once, so it runs
+ * while backward computes the rest. sr_dp_finish launches what is left and
+ * waits for all.
+ *
+ * ZeRO-1 (sr_zero_*): optimizer state sharded over the data ranks: the
+ * gradient arena (padded to a multiple of dp) is reduce-scattered, each rank
+ * updates its 1/dp shard of the parameters with its shard of the AdamW
+ * state, and the parameters are all-gathered.
+ */
+#ifndef SR_DP_H
+#define SR_DP_H
+
+#include "sr_comm.h"
+#include "sr_program.h"
+#include "sr_trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sr_dp sr_dp;
+
+sr_status sr_dp_init(sr_dp **out, const sr_program *prog, sr_comm *dp_comm, float *grads,
+                     int64_t bucket_bytes, sr_trace *trace);
+void sr_dp_free(sr_dp *dp);
+int sr_dp_buckets(const sr_dp *dp);
+/* before a microbatch's backward: `last` arms the launches */
+void sr_dp_begin(sr_dp *dp, int last, int64_t step);
+/* the sr_exec.grad_ready hook (e->user must be the sr_dp) */
+void sr_dp_grad_ready(sr_exec *e, int param);
+/* launches the buckets not launched yet, waits for every bucket */
+sr_status sr_dp_finish(sr_dp *dp);
+/* microseconds of bucket all-reduce that ran while backward was running, and
+ * in total, over the last step (for the overlap figure) */
+void sr_dp_overlap(const sr_dp *dp, double *hidden_us, double *total_us, double backward_end_us);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SR_DP_H */

@@ -1,0 +1,86 @@
+/* run.h: the training driver's state, shared by train.c (flags, the step,
+ * sampling) and state.c (initialization and checkpoints). Internal to
+ * libshardrt: names shared between the two files carry the rt_ prefix. */
+#ifndef SR_RUN_H
+#define SR_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "shardrt.h"
+#include "sr_backend.h"
+#include "sr_comm.h"
+#include "sr_data.h"
+#include "sr_dp.h"
+#include "sr_program.h"
+#include "sr_trace.h"
+
+/* Hugging Face GPT-2 files name tensors with or without this prefix. */
+#define HF_PREFIX "transformer."
+
+typedef struct opts {
+    const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
+        *dump_grads, *trace, *dump_batches;
+    long steps;
+    int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
+        top_k, threads, dp, tp, pp, zero;
+    float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature,
+        bucket_mb, comm_timeout;
+    unsigned long long seed;
+    int quiet, help, version;
+} opts;
+
+#define RT_MAX_FLAGS 64
+
+typedef struct run {
+    const sr_program *prog;
+    opts o;
+    char given[RT_MAX_FLAGS];
+    const char *argv0;
+    int B;                      /* sequences per microbatch: G / M */
+    float *params, *grads, *m, *v;
+    char *work;
+    size_t work_size;
+    int32_t *inputs, *targets;  /* (B, T) in backend memory */
+    sr_data train, val;
+    int have_train, have_val;
+    FILE *log;
+    FILE *batches;              /* --dump-batches */
+    long start_step;
+    int loaded;                 /* state came from --load */
+    int tty, line_open;         /* progress line on a terminal, not yet ended */
+    double comm_hidden_us, comm_total_us; /* gradient all-reduce overlap, summed over steps */
+    sr_grid grid;               /* ranks, degrees, communicators */
+    int have_grid;
+    int rank0;                  /* the rank that prints, logs, saves and samples */
+    sr_dp *dp;                  /* bucketed gradient all-reduce (dp > 1 without ZeRO) */
+    sr_trace *trace;
+    int64_t n_alloc;            /* floats of the parameter and gradient arenas (padded for ZeRO) */
+    int64_t shard_lo, shard_n;  /* this rank's range of the arenas for the optimizer */
+    float *shard_tmp;           /* ZeRO-1: reduce-scattered gradients, gathered parameters */
+    const sr_backend *be;       /* where params, grads, m, v, work, inputs, targets live */
+    int32_t *h_inputs, *h_targets; /* (B, T) host staging of the token buffers */
+    sr_param_desc *full;        /* the parameters in the full layout of checkpoints */
+    int64_t n_full;             /* floats of that layout */
+} run;
+
+/* train.c */
+float *rt_host_view(run *r, const float *dev, int64_t n);
+void rt_host_done(run *r, float *h, float *dev, int64_t n, int write_back);
+void rt_info(run *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void *rt_alloc_floats(int64_t n);
+int rt_flag_given(const char *given, const char *name);
+
+/* state.c: parameters and optimizer state in and out */
+sr_status rt_agree(run *r, sr_status s, const char *what);
+sr_status rt_init_random(run *r);
+sr_status rt_init_from(run *r, const char *path);
+sr_status rt_load_checkpoint(run *r);
+sr_status rt_checkpoint(run *r, long step);
+sr_status rt_dump_grads(run *r, long step);
+
+#endif /* SR_RUN_H */

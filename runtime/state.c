@@ -1,0 +1,667 @@
+/* state.c: a run's parameters and optimizer state: random initialization,
+ * --init from a safetensors file, checkpoints (--save, --load) and
+ * --dump-grads. Files always hold whole logical tensors under their program
+ * names, whatever the layout that wrote them, so any layout reads what any
+ * other wrote.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "run.h"
+#include "sr_ckpt.h"
+#include "sr_json.h"
+#include "sr_tp.h"
+
+#define PRAGMA_(x) _Pragma(#x)
+#ifdef _OPENMP
+#define OMP(x) PRAGMA_(omp x)
+#else
+#define OMP(x)
+#endif
+
+/* -------------------------------------------------------------------------- */
+/* Initialization                                                              */
+
+/* N(0, std^2) by Box-Muller: elements 2k and 2k+1 share the uniforms with
+ * counters 2k and 2k+1 of stream (param index + 1), so any slice of a tensor
+ * can be initialized alone and matches the whole. */
+static void init_normal(float *p, int64_t n, float std, uint64_t seed, uint64_t stream)
+{
+    const double two_pi = 6.283185307179586476925286766559;
+    OMP(parallel for if(n >= 65536))
+    for (int64_t k = 0; k < (n + 1) / 2; k++) {
+        double u1 = 1.0 - (double)sr_rand_uniform(seed, stream, (uint64_t)(2 * k)); /* (0, 1] */
+        double u2 = (double)sr_rand_uniform(seed, stream, (uint64_t)(2 * k + 1));
+        double rad = sqrt(-2.0 * log(u1));
+        p[2 * k] = (float)(std * rad * cos(two_pi * u2));
+        if (2 * k + 1 < n) p[2 * k + 1] = (float)(std * rad * sin(two_pi * u2));
+    }
+}
+
+/* element gi of that same sequence, alone: a tensor-parallel shard draws
+ * exactly the numbers of its place in the full tensor */
+static float normal_at(int64_t gi, float std, uint64_t seed, uint64_t stream)
+{
+    const double two_pi = 6.283185307179586476925286766559;
+    int64_t k = gi / 2;
+    double u1 = 1.0 - (double)sr_rand_uniform(seed, stream, (uint64_t)(2 * k));
+    double u2 = (double)sr_rand_uniform(seed, stream, (uint64_t)(2 * k + 1));
+    double rad = sqrt(-2.0 * log(u1));
+    return (float)(std * rad * (gi % 2 ? sin(two_pi * u2) : cos(two_pi * u2)));
+}
+
+sr_status rt_init_random(run *r)
+{
+    const sr_program *prog = r->prog;
+    float *hp = rt_host_view(r, r->params, r->n_alloc);
+    if (!hp) return sr_seterr(SR_ERR_NOMEM, "out of memory while initializing");
+    for (int i = 0; i < prog->n_params; i++) {
+        const sr_param_desc *d = &prog->params[i];
+        float *p = hp + d->offset;
+        switch (d->init) {
+        case SR_INIT_ZEROS: sr_zero(p, (long)d->numel); break;
+        case SR_INIT_ONES:
+            for (int64_t j = 0; j < d->numel; j++) p[j] = 1.0f;
+            break;
+        case SR_INIT_NORMAL:
+            if (d->split_dim < 0) {
+                init_normal(p, d->numel, d->std, r->o.seed, (uint64_t)i + 1);
+            } else {
+                int rank = r->grid.tp_rank;
+                OMP(parallel for if(d->numel >= 65536))
+                for (int64_t j = 0; j < d->numel; j++)
+                    p[j] = normal_at(sr_param_global_index(d, rank, j), d->std, r->o.seed, (uint64_t)i + 1);
+            }
+            break;
+        }
+    }
+    rt_host_done(r, hp, r->params, r->n_alloc, 1);
+    return SR_OK;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = malloc(la + lb + 2);
+    if (!p) return NULL;
+    memcpy(p, a, la);
+    size_t n = la;
+    if (n == 0 || p[n - 1] != '/') p[n++] = '/';
+    memcpy(p + n, b, lb + 1);
+    return p;
+}
+
+/* Reads the first line of a small text file, trailing whitespace removed. */
+static sr_status read_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return sr_seterr(SR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (!fgets(buf, (int)cap, f)) buf[0] = '\0';
+    fclose(f);
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    return SR_OK;
+}
+
+/* A checkpoint root (with `latest`) or a step directory -> the step directory. */
+static sr_status resolve_ckpt(const char *dir, char **out)
+{
+    *out = NULL;
+    if (!is_dir(dir)) {
+        if (access(dir, F_OK) != 0)
+            return sr_seterr(SR_ERR_IO, "cannot load checkpoint %s: %s", dir, strerror(errno));
+        return sr_seterr(SR_ERR_IO, "cannot load checkpoint %s: not a directory", dir);
+    }
+    char *latest = path_join(dir, "latest");
+    if (!latest) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    if (is_file(latest)) {
+        char name[512];
+        sr_status s = read_line(latest, name, sizeof name);
+        if (s == SR_OK && (name[0] == '\0' || strchr(name, '/')))
+            s = sr_seterr(SR_ERR_FORMAT, "%s does not name a step directory; fix or delete it", latest);
+        if (s == SR_OK) {
+            *out = path_join(dir, name);
+            if (!*out) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+            else if (!is_dir(*out)) {
+                s = sr_seterr(SR_ERR_IO, "%s names %s, which does not exist", latest, *out);
+                free(*out);
+                *out = NULL;
+            }
+        }
+        free(latest);
+        return s;
+    }
+    free(latest);
+    char *model = path_join(dir, "model.safetensors");
+    if (!model) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    int ok = is_file(model);
+    free(model);
+    if (!ok)
+        return sr_seterr(SR_ERR_FORMAT,
+                         "%s is not a checkpoint: it has neither a 'latest' file nor "
+                         "model.safetensors",
+                         dir);
+    *out = strdup(dir);
+    return *out ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
+}
+
+/* Loads every program parameter from a safetensors file into arena. */
+static sr_status load_tensors_host(run *r, const char *path, float *arena, const char *suffix,
+                                   const char *prefix);
+
+/* full tensors (host, full layout) -> this rank's shards (host, local layout) */
+static void scatter_full(run *r, float *full, float *local)
+{
+    for (int i = 0; i < r->prog->n_params; i++) {
+        const sr_param_desc *d = &r->prog->params[i];
+        sr_param_shard(d, r->grid.tp_rank, full + r->full[i].offset, local + d->offset, 1);
+    }
+}
+
+/* this rank's shards (backend memory, local layout) -> full tensors on the
+ * host; a collective over the tensor group: every rank of it calls it */
+static sr_status gather_full(run *r, const float *dev, float *full)
+{
+    float *h = rt_host_view(r, dev, r->prog->n_param_floats);
+    float *tmp = NULL;
+    int tp = r->grid.tp;
+    sr_status s = h ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while gathering parameters");
+    for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
+        const sr_param_desc *d = &r->prog->params[i];
+        float *dst = full + r->full[i].offset;
+        if (d->split_dim < 0 || tp == 1) {
+            sr_param_shard(d, 0, dst, h + d->offset, 0);
+            continue;
+        }
+        free(tmp);
+        tmp = malloc(sizeof(float) * (size_t)d->numel * (size_t)tp);
+        if (!tmp) {
+            s = sr_seterr(SR_ERR_NOMEM, "out of memory while gathering %s", d->name);
+            break;
+        }
+        s = sr_comm_allgather(r->grid.tp_comm, h + d->offset, tmp, d->numel, d->name, NULL);
+        for (int k = 0; k < tp && s == SR_OK; k++) sr_param_shard(d, k, dst, tmp + (int64_t)k * d->numel, 0);
+    }
+    free(tmp);
+    rt_host_done(r, h, (float *)dev, r->prog->n_param_floats, 0);
+    return s;
+}
+
+/* parameters of the file (whole tensors) into an arena of backend memory */
+static sr_status load_tensors(run *r, const char *path, float *arena, const char *suffix,
+                              const char *prefix)
+{
+    float *full = rt_alloc_floats(r->n_full);
+    float *h = full ? rt_host_view(r, arena, r->prog->n_param_floats) : NULL;
+    sr_status s = h ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", path);
+    if (s == SR_OK) s = load_tensors_host(r, path, full, suffix, prefix);
+    if (s == SR_OK) scatter_full(r, full, h);
+    if (h) rt_host_done(r, h, arena, r->prog->n_param_floats, s == SR_OK);
+    free(full);
+    return s;
+}
+
+static sr_status load_tensors_host(run *r, const char *path, float *arena, const char *suffix,
+                                   const char *prefix)
+{
+    sr_st_file f;
+    SR_CHECK(sr_st_open(&f, path));
+    sr_status s = SR_OK;
+    for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
+        const sr_param_desc *d = &r->full[i]; /* files hold whole tensors */
+        char *name = malloc(strlen(d->name) + strlen(suffix) + 1);
+        if (!name) {
+            s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+            break;
+        }
+        strcpy(name, d->name);
+        strcat(name, suffix);
+        s = sr_st_load(&f, name, prefix, d->ndim, d->dims, arena + d->offset);
+        free(name);
+    }
+    sr_st_close(&f);
+    return s;
+}
+
+sr_status rt_init_from(run *r, const char *path)
+{
+    char *file = NULL;
+    sr_status s = SR_OK;
+    if (is_dir(path)) {
+        char *step = NULL;
+        SR_CHECK(resolve_ckpt(path, &step));
+        file = path_join(step, "model.safetensors");
+        free(step);
+    } else {
+        file = strdup(path);
+    }
+    if (!file) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    s = load_tensors(r, file, r->params, "", HF_PREFIX);
+    if (s == SR_OK) rt_info(r, "initialized parameters from %s", file);
+    free(file);
+    return s;
+}
+
+/* optimizer state is stored whole; with ZeRO-1 this rank keeps its shard */
+static sr_status load_opt_state(run *r, const char *path, const char *suffix, float *dst)
+{
+    if (r->shard_n == r->n_alloc) return load_tensors(r, path, dst, suffix, NULL);
+    float *full = rt_alloc_floats(r->n_full), *local = rt_alloc_floats(r->n_alloc);
+    sr_status s = full && local ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", path);
+    if (s == SR_OK) s = load_tensors_host(r, path, full, suffix, NULL);
+    if (s == SR_OK) {
+        scatter_full(r, full, local);
+        r->be->h2d(dst, local + r->shard_lo, sizeof(float) * (size_t)r->shard_n);
+    }
+    free(full);
+    free(local);
+    return s;
+}
+
+/* --load: parameters, optimizer state and the step. */
+sr_status rt_load_checkpoint(run *r)
+{
+    char *dir = NULL;
+    SR_CHECK(resolve_ckpt(r->o.load, &dir));
+    char *state_path = path_join(dir, "state.json");
+    char *model = path_join(dir, "model.safetensors");
+    char *optim = path_join(dir, "optimizer.safetensors");
+    sr_json *st = NULL;
+    sr_status s = (state_path && model && optim) ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
+    if (s == SR_OK) s = sr_json_parse_file(state_path, &st);
+    int64_t step = 0;
+    if (s == SR_OK && (!sr_json_int64(sr_json_get(st, "step"), &step) || step < 0))
+        s = sr_seterr(SR_ERR_FORMAT, "%s has no valid \"step\"; the checkpoint is damaged", state_path);
+    if (s == SR_OK) {
+        const char *name = sr_json_string(sr_json_get(st, "model"));
+        if (name && r->prog->name && strcmp(name, r->prog->name) != 0)
+            s = sr_seterr(SR_ERR_STATE, "checkpoint %s was saved by model '%s', this program is '%s'",
+                          dir, name, r->prog->name);
+    }
+    if (s == SR_OK) s = load_tensors(r, model, r->params, "", NULL);
+    if (s == SR_OK) s = load_opt_state(r, optim, ".exp_avg", r->m);
+    if (s == SR_OK) s = load_opt_state(r, optim, ".exp_avg_sq", r->v);
+    if (s == SR_OK) {
+        uint64_t seed;
+        /* the run's seed continues unless the user chose another */
+        if (!rt_flag_given(r->given, "seed") && sr_json_uint64(sr_json_get(st, "seed"), &seed))
+            r->o.seed = seed;
+        int64_t b = 0, t = 0;
+        if (sr_json_int64(sr_json_get(st, "batch"), &b) && sr_json_int64(sr_json_get(st, "seq"), &t) &&
+            (b != r->o.batch || t != r->o.seq))
+            rt_info(r, "note: %s was trained with --batch %lld --seq %lld; continuing with --batch %d "
+                 "--seq %d changes the data order",
+                 dir, (long long)b, (long long)t, r->o.batch, r->o.seq);
+        r->start_step = (long)step;
+        r->loaded = 1;
+        rt_info(r, "resumed from %s at step %ld", dir, r->start_step);
+    }
+    sr_json_free(st);
+    free(state_path);
+    free(model);
+    free(optim);
+    free(dir);
+    return s;
+}
+
+/* -------------------------------------------------------------------------- */
+/* Checkpoints                                                                 */
+
+static sr_status mkdir_p(const char *path)
+{
+    char *p = strdup(path);
+    if (!p) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    sr_status s = SR_OK;
+    for (char *c = p + 1;; c++) {
+        if (*c == '/' || *c == '\0') {
+            char save = *c;
+            *c = '\0';
+            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+                s = sr_seterr(SR_ERR_IO, "cannot create directory %s: %s", p, strerror(errno));
+            else if (!is_dir(p))
+                s = sr_seterr(SR_ERR_IO, "cannot create directory %s: a file is in the way", p);
+            *c = save;
+            if (s != SR_OK || save == '\0') break;
+        }
+    }
+    free(p);
+    return s;
+}
+
+/* Removes a directory we created and the plain files in it. */
+static void remove_flat_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char *p = path_join(dir, e->d_name);
+            if (p) unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static void fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd); /* best effort: some file systems refuse directory fsync */
+        close(fd);
+    }
+}
+
+static sr_status write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return sr_seterr(SR_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int e = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok) return sr_seterr(SR_ERR_IO, "cannot write %s: %s", path, strerror(e));
+    return SR_OK;
+}
+
+static sr_status write_arena_host(run *r, const char *path, const float *arena, const char *suffix,
+                                  long step);
+
+/* an arena of backend memory to a safetensors file of whole tensors: the
+ * gather is collective over the tensor group, world rank 0 writes */
+static sr_status write_arena(run *r, const char *path, const float *arena, const char *suffix,
+                             long step)
+{
+    float *full = rt_alloc_floats(r->n_full);
+    sr_status s = full ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while writing %s", path);
+    if (s == SR_OK) s = gather_full(r, arena, full);
+    if (s == SR_OK && r->rank0) s = write_arena_host(r, path, full, suffix, step);
+    free(full);
+    return s;
+}
+
+static sr_status write_arena_host(run *r, const char *path, const float *arena, const char *suffix,
+                                  long step)
+{
+    int n = r->prog->n_params;
+    sr_st_entry *e = calloc((size_t)n + 1, sizeof *e);
+    char **names = calloc((size_t)n + 1, sizeof *names);
+    sr_status s = (e && names) ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && s == SR_OK; i++) {
+        const sr_param_desc *d = &r->full[i];
+        names[i] = malloc(strlen(d->name) + strlen(suffix) + 1);
+        if (!names[i]) {
+            s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+            break;
+        }
+        strcpy(names[i], d->name);
+        strcat(names[i], suffix);
+        e[i].name = names[i];
+        e[i].ndim = d->ndim;
+        e[i].dims = d->dims;
+        e[i].data = arena + d->offset;
+    }
+    char stepbuf[32];
+    snprintf(stepbuf, sizeof stepbuf, "%ld", step);
+    const char *meta[] = {"model", r->prog->name ? r->prog->name : "", "step", stepbuf};
+    if (s == SR_OK) s = sr_st_write(path, e, n, meta, 2);
+    for (int i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+    free(e);
+    return s;
+}
+
+static char *state_json(run *r, long step)
+{
+    const opts *o = &r->o;
+    sr_buf b;
+    sr_buf_init(&b);
+    sr_buf_printf(&b, "{\n  \"step\": %ld,\n  \"tokens\": %lld,\n  \"seed\": %llu,\n", step,
+                  (long long)step * o->batch * o->seq, o->seed);
+    sr_buf_printf(&b, "  \"batch\": %d,\n  \"seq\": %d,\n  \"microbatches\": %d,\n", o->batch,
+                  o->seq, o->microbatches);
+    sr_buf_printf(&b, "  \"steps\": %ld,\n  \"lr\": ", o->steps);
+    sr_buf_json_float(&b, o->lr);
+    sr_buf_puts(&b, ",\n  \"min_lr\": ");
+    sr_buf_json_float(&b, o->min_lr);
+    sr_buf_puts(&b, ",\n  \"lr_schedule\": ");
+    sr_buf_json_string(&b, o->lr_schedule);
+    sr_buf_printf(&b, ",\n  \"warmup\": %d,\n  \"weight_decay\": ", o->warmup);
+    sr_buf_json_float(&b, o->weight_decay);
+    sr_buf_puts(&b, ",\n  \"beta1\": ");
+    sr_buf_json_float(&b, o->beta1);
+    sr_buf_puts(&b, ",\n  \"beta2\": ");
+    sr_buf_json_float(&b, o->beta2);
+    sr_buf_puts(&b, ",\n  \"eps\": ");
+    sr_buf_json_float(&b, o->eps);
+    sr_buf_puts(&b, ",\n  \"grad_clip\": ");
+    sr_buf_json_float(&b, o->grad_clip);
+    sr_buf_puts(&b, ",\n  \"dropout\": ");
+    sr_buf_json_float(&b, o->dropout);
+    sr_buf_puts(&b, ",\n  \"data\": ");
+    sr_buf_json_string(&b, o->data);
+    sr_buf_puts(&b, ",\n  \"val_data\": ");
+    sr_buf_json_string(&b, o->val_data);
+    sr_buf_puts(&b, ",\n  \"model\": ");
+    sr_buf_json_string(&b, r->prog->name);
+    sr_buf_puts(&b, ",\n  \"source\": ");
+    sr_buf_json_string(&b, r->prog->source);
+    sr_buf_puts(&b, ",\n  \"runtime\": \"libshardrt " SR_VERSION "\"\n}\n");
+    if (b.failed) {
+        sr_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* Writes DIR/step-NNNNNNNN atomically: everything goes to a temporary
+ * directory that is fsync'ed and renamed into place; only then is DIR/latest
+ * replaced (temp file + rename). Any failure leaves the old latest as it was. */
+/* writes whole tensors fp (parameters), fm, fv (AdamW moments), host
+ * memory in the full layout; world rank 0 only */
+static sr_status save_checkpoint(run *r, long step, const float *fp, const float *fm, const float *fv)
+{
+    const char *root = r->o.save;
+    char name[64], tmpname[96], oldname[96], latest_tmp[64];
+    snprintf(name, sizeof name, "step-%08ld", step);
+    snprintf(tmpname, sizeof tmpname, ".tmp-%s-%ld", name, (long)getpid());
+    snprintf(oldname, sizeof oldname, ".old-%s-%ld", name, (long)getpid());
+    snprintf(latest_tmp, sizeof latest_tmp, ".latest.tmp-%ld", (long)getpid());
+    SR_CHECK(mkdir_p(root));
+    char *final = path_join(root, name), *tmp = path_join(root, tmpname);
+    char *old = path_join(root, oldname), *ltmp = path_join(root, latest_tmp);
+    char *latest = path_join(root, "latest");
+    char *f_model = tmp ? path_join(tmp, "model.safetensors") : NULL;
+    char *f_optim = tmp ? path_join(tmp, "optimizer.safetensors") : NULL;
+    char *f_state = tmp ? path_join(tmp, "state.json") : NULL;
+    char *f_config = tmp ? path_join(tmp, "config.json") : NULL;
+    char *state = state_json(r, step);
+    sr_status s = SR_OK;
+    int made_tmp = 0;
+    if (!final || !tmp || !old || !ltmp || !latest || !f_model || !f_optim || !f_state ||
+        !f_config || !state) {
+        s = sr_seterr(SR_ERR_NOMEM, "out of memory while saving a checkpoint");
+        goto out;
+    }
+    if (access(final, F_OK) == 0 && !is_dir(final)) {
+        s = sr_seterr(SR_ERR_IO, "cannot save checkpoint: %s exists and is not a directory; "
+                      "move it away", final);
+        goto out;
+    }
+    if (is_dir(tmp)) remove_flat_dir(tmp); /* left over by a crashed run with our pid */
+    if (mkdir(tmp, 0777) != 0) {
+        s = sr_seterr(SR_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    made_tmp = 1;
+    s = write_arena_host(r, f_model, fp, "", step);
+    if (s == SR_OK) {
+        /* optimizer state: NAME.exp_avg then NAME.exp_avg_sq, as torch names them */
+        int n = r->prog->n_params;
+        sr_st_entry *e = calloc(2 * (size_t)n + 1, sizeof *e);
+        char **names = calloc(2 * (size_t)n + 1, sizeof *names);
+        if (!e || !names) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < 2 * n && s == SR_OK; i++) {
+            const sr_param_desc *d = &r->prog->params[i / 2];
+            const char *suf = i % 2 ? ".exp_avg_sq" : ".exp_avg";
+            names[i] = malloc(strlen(d->name) + strlen(suf) + 1);
+            if (!names[i]) {
+                s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+                break;
+            }
+            strcpy(names[i], d->name);
+            strcat(names[i], suf);
+            e[i].name = names[i];
+            e[i].ndim = d->ndim;
+            e[i].dims = d->dims;
+            e[i].data = (i % 2 ? fv : fm) + r->full[i / 2].offset;
+        }
+        char stepbuf[32];
+        snprintf(stepbuf, sizeof stepbuf, "%ld", step);
+        const char *meta[] = {"step", stepbuf};
+        if (s == SR_OK) s = sr_st_write(f_optim, e, 2 * n, meta, 1);
+        for (int i = 0; names && i < 2 * n; i++) free(names[i]);
+        free(names);
+        free(e);
+    }
+    if (s == SR_OK) s = write_text(f_state, state);
+    if (s == SR_OK) {
+        const char *cfg = r->prog->config_json ? r->prog->config_json : "{}";
+        size_t n = strlen(cfg);
+        char *c = malloc(n + 2);
+        if (!c) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+        else {
+            memcpy(c, cfg, n);
+            c[n] = '\n';
+            c[n + 1] = '\0';
+            if (n && cfg[n - 1] == '\n') c[n] = '\0';
+            s = write_text(f_config, c);
+            free(c);
+        }
+    }
+    if (s != SR_OK) goto out;
+    fsync_dir(tmp);
+    if (is_dir(final)) {
+        /* re-saving a step: move the old copy aside so the rename can land */
+        if (rename(final, old) != 0) {
+            s = sr_seterr(SR_ERR_IO, "cannot replace %s: %s", final, strerror(errno));
+            goto out;
+        }
+    }
+    if (rename(tmp, final) != 0) {
+        s = sr_seterr(SR_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+        if (is_dir(old)) rename(old, final);
+        goto out;
+    }
+    made_tmp = 0;
+    if (is_dir(old)) remove_flat_dir(old);
+    fsync_dir(root);
+    char line[80];
+    snprintf(line, sizeof line, "%s\n", name);
+    s = write_text(ltmp, line);
+    if (s == SR_OK && rename(ltmp, latest) != 0)
+        s = sr_seterr(SR_ERR_IO, "cannot update %s: %s", latest, strerror(errno));
+    if (s != SR_OK) unlink(ltmp);
+    else fsync_dir(root);
+    if (s == SR_OK) rt_info(r, "saved checkpoint %s", final);
+out:
+    if (made_tmp) remove_flat_dir(tmp);
+    free(final);
+    free(tmp);
+    free(old);
+    free(ltmp);
+    free(latest);
+    free(f_model);
+    free(f_optim);
+    free(f_state);
+    free(f_config);
+    free(state);
+    return s;
+}
+
+/* Every rank has to learn whether a step that one rank did alone (writing a
+ * checkpoint) failed, or the others would run on into a hang. */
+sr_status rt_agree(run *r, sr_status s, const char *what)
+{
+    if (!r->have_grid || r->grid.world == 1) return s;
+    double bad = s != SR_OK;
+    sr_status c = sr_comm_allreduce_double(r->grid.world_comm, &bad, 1);
+    if (c != SR_OK) return c;
+    if (s == SR_OK && bad > 0) return sr_seterr(SR_ERR_STATE, "%s failed on another rank (see its message)", what);
+    return s;
+}
+
+/* Checkpoints hold whole logical tensors whatever the layout: with ZeRO-1 the
+ * optimizer state is gathered first. Rank 0 writes; all agree on the result. */
+sr_status rt_checkpoint(run *r, long step)
+{
+    float *m = r->m, *v = r->v, *fm = NULL, *fv = NULL;
+    sr_status s = SR_OK;
+    if (r->shard_n != r->n_alloc) {
+        fm = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
+        fv = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
+        if (!fm || !fv) s = sr_seterr(SR_ERR_NOMEM, "out of memory while gathering the optimizer state");
+        s = rt_agree(r, s, "gathering the optimizer state");
+        if (s == SR_OK) s = sr_comm_allgather(r->grid.dp_comm, m, fm, r->shard_n, "optimizer state", NULL);
+        if (s == SR_OK) s = sr_comm_allgather(r->grid.dp_comm, v, fv, r->shard_n, "optimizer state", NULL);
+        r->m = fm;
+        r->v = fv;
+    }
+    /* whole tensors on the host: collective over the tensor group */
+    float *hp = NULL, *hm = NULL, *hv = NULL;
+    if (s == SR_OK) {
+        hp = rt_alloc_floats(r->n_full);
+        hm = rt_alloc_floats(r->n_full);
+        hv = rt_alloc_floats(r->n_full);
+        if (!hp || !hm || !hv) s = sr_seterr(SR_ERR_NOMEM, "out of memory while saving a checkpoint");
+        s = rt_agree(r, s, "gathering the checkpoint");
+    }
+    if (s == SR_OK) s = gather_full(r, r->params, hp);
+    if (s == SR_OK) s = gather_full(r, r->m, hm);
+    if (s == SR_OK) s = gather_full(r, r->v, hv);
+    if (s == SR_OK && r->rank0) s = save_checkpoint(r, step, hp, hm, hv);
+    free(hp);
+    free(hm);
+    free(hv);
+    r->m = m;
+    r->v = v;
+    if (fm) r->be->free(fm);
+    if (fv) r->be->free(fv);
+    return rt_agree(r, s, "saving the checkpoint");
+}
+
+
+/* --dump-grads: the first step's gradients, before clipping */
+sr_status rt_dump_grads(run *r, long step)
+{
+    sr_status s = write_arena(r, r->o.dump_grads, r->grads, "", step);
+    if (s == SR_OK) rt_info(r, "wrote the gradients of step %ld to %s", step, r->o.dump_grads);
+    return s;
+}

@@ -1,0 +1,200 @@
+/* tp.c: tensor-parallel operations called by generated code, and the
+ * mapping between a parameter's shard and its full logical tensor.
+ *
+ * Collective failures inside a step cannot return through the generated
+ * code; they are fatal: the message names the operation and every rank is
+ * aborted (a collective that one rank leaves would hang the others).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sr_comm.h"
+#include "sr_program.h"
+#include "sr_tp.h"
+
+static void fatal(const char *what)
+{
+    fprintf(stderr, "error: tensor-parallel %s failed: %s\n", what, sr_errmsg());
+    sr_comm_abort(1);
+    exit(1);
+}
+
+void sr_tp_allreduce(sr_exec *e, float *out, const float *in, long n)
+{
+    if (out != in) memcpy(out, in, sizeof(float) * (size_t)n);
+    if (e->tp <= 1) return;
+    if (sr_comm_allreduce(e->tp_comm, out, n, "activation", NULL) != SR_OK) fatal("all-reduce");
+}
+
+void sr_tp_allgather(sr_exec *e, float *out, const float *in, long outer, long local, long inner)
+{
+    int tp = e->tp;
+    long blk = outer * local * inner;
+    float *tmp = malloc(sizeof(float) * (size_t)(blk * tp + 1));
+    if (!tmp) {
+        sr_seterr(SR_ERR_NOMEM, "out of memory");
+        fatal("all-gather");
+    }
+    if (sr_comm_allgather(e->tp_comm, in, tmp, blk, "activation", NULL) != SR_OK) fatal("all-gather");
+    /* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */
+    for (int r = 0; r < tp; r++)
+        for (long o = 0; o < outer; o++)
+            memcpy(out + (o * tp * local + r * local) * inner, tmp + r * blk + o * local * inner,
+                   sizeof(float) * (size_t)(local * inner));
+    free(tmp);
+}
+
+void sr_tp_allgather_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner)
+{
+    if (!dx) return;
+    int tp = e->tp, r = e->tp_rank;
+    for (long o = 0; o < outer; o++) {
+        const float *src = dout + (o * tp * local + r * local) * inner;
+        float *dst = dx + o * local * inner;
+        for (long i = 0; i < local * inner; i++) dst[i] += src[i];
+    }
+}
+
+void sr_embedding_vp_fwd(float *out, const float *w, const int32_t *idx, int N, int D, int Vl, int rank)
+{
+    long lo = (long)rank * Vl;
+#pragma omp parallel for if (N >= 64)
+    for (int i = 0; i < N; i++) {
+        long row = (long)idx[i] - lo;
+        float *o = out + (long)i * D;
+        if (row >= 0 && row < Vl) memcpy(o, w + row * D, sizeof(float) * (size_t)D);
+        else memset(o, 0, sizeof(float) * (size_t)D);
+    }
+}
+
+void sr_embedding_vp_bwd(float *dw, const float *dout, const int32_t *idx, int N, int D, int Vl, int rank)
+{
+    if (!dw) return;
+    long lo = (long)rank * Vl;
+    for (int i = 0; i < N; i++) { /* serial: rows may repeat */
+        long row = (long)idx[i] - lo;
+        if (row < 0 || row >= Vl) continue;
+        const float *g = dout + (long)i * D;
+        float *d = dw + row * D;
+        for (int j = 0; j < D; j++) d[j] += g[j];
+    }
+}
+
+float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl)
+{
+    int tp = e->tp;
+    long lo = (long)e->tp_rank * Vl;
+    float *mx = malloc(sizeof(float) * (size_t)N * (size_t)(tp + 1));
+    float *sums = malloc(sizeof(float) * (size_t)2 * (size_t)N + 1);
+    if (!mx || !sums) {
+        sr_seterr(SR_ERR_NOMEM, "out of memory");
+        fatal("cross-entropy");
+    }
+    float *allmx = mx + N;
+    /* 1. the row maxima of every rank's columns, gathered: a max is not a sum */
+#pragma omp parallel for if (N >= 16)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (long)i * Vl;
+        float m = -INFINITY;
+        for (int j = 0; j < Vl; j++) m = x[j] > m ? x[j] : m;
+        mx[i] = m;
+    }
+    if (tp > 1) {
+        float *g = malloc(sizeof(float) * (size_t)N * (size_t)tp);
+        if (!g) {
+            sr_seterr(SR_ERR_NOMEM, "out of memory");
+            fatal("cross-entropy");
+        }
+        if (sr_comm_allgather(e->tp_comm, mx, g, N, "cross-entropy max", NULL) != SR_OK) fatal("cross-entropy");
+        for (int i = 0; i < N; i++) {
+            float m = g[i];
+            for (int r = 1; r < tp; r++) m = g[(long)r * N + i] > m ? g[(long)r * N + i] : m;
+            allmx[i] = m;
+        }
+        free(g);
+    } else {
+        memcpy(allmx, mx, sizeof(float) * (size_t)N);
+    }
+    /* 2. sums of exponentials and the target's logit, summed over ranks */
+#pragma omp parallel for if (N >= 16)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (long)i * Vl;
+        double s = 0;
+        for (int j = 0; j < Vl; j++) s += exp((double)(x[j] - allmx[i]));
+        sums[i] = (float)s;
+        long t = (long)targets[i] - lo;
+        sums[N + i] = (t >= 0 && t < Vl) ? x[t] : 0.0f;
+    }
+    if (tp > 1 && sr_comm_allreduce(e->tp_comm, sums, 2L * N, "cross-entropy sums", NULL) != SR_OK)
+        fatal("cross-entropy");
+    double loss = 0;
+    for (int i = 0; i < N; i++) {
+        lse[i] = allmx[i] + logf(sums[i]);
+        loss += (double)(lse[i] - sums[N + i]);
+    }
+    free(mx);
+    free(sums);
+    return (float)(loss / N);
+}
+
+void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, const float *lse,
+                            const int32_t *targets, float dloss, int N, int Vl)
+{
+    if (!dlogits) return;
+    long lo = (long)e->tp_rank * Vl;
+    float scale = dloss / (float)N;
+#pragma omp parallel for if (N >= 16)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (long)i * Vl;
+        float *d = dlogits + (long)i * Vl;
+        for (int j = 0; j < Vl; j++) d[j] += scale * expf(x[j] - lse[i]);
+        long t = (long)targets[i] - lo;
+        if (t >= 0 && t < Vl) d[t] -= scale;
+    }
+}
+
+/* ---- shards of parameters ----------------------------------------------------- */
+
+int64_t sr_param_full_numel(const sr_param_desc *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++) n *= d->full_dims[i] > 0 ? d->full_dims[i] : d->dims[i];
+    return n;
+}
+
+/* the full tensor's flat index of this rank's local element `li` */
+int64_t sr_param_global_index(const sr_param_desc *d, int rank, int64_t li)
+{
+    if (d->split_dim < 0) return li;
+    int sd = d->split_dim;
+    int64_t inner = 1, outer_local = 1;
+    for (int i = sd + 1; i < d->ndim; i++) inner *= d->dims[i];
+    for (int i = 0; i < sd; i++) outer_local *= d->dims[i];
+    int64_t L = d->dims[sd];                        /* local size of the split dim */
+    int64_t F = d->full_dims[sd];                   /* full size */
+    int g = d->groups > 0 ? d->groups : 1;
+    int64_t per = L / g;                            /* local rows per group */
+    int64_t o = li / (L * inner), rem = li % (L * inner);
+    int64_t j = rem / inner, in = rem % inner;
+    int64_t grp = j / per, jj = j % per;
+    int64_t fj = grp * (F / g) + (int64_t)rank * per + jj;
+    (void)outer_local;
+    return (o * F + fj) * inner + in;
+}
+
+void sr_param_shard(const sr_param_desc *d, int rank, float *full, float *local, int to_local)
+{
+    if (d->split_dim < 0) {
+        if (to_local) memcpy(local, full, sizeof(float) * (size_t)d->numel);
+        else memcpy(full, local, sizeof(float) * (size_t)d->numel);
+        return;
+    }
+    for (int64_t i = 0; i < d->numel; i++) {
+        int64_t gi = sr_param_global_index(d, rank, i);
+        if (to_local) local[i] = full[gi];
+        else full[gi] = local[i];
+    }
+}
