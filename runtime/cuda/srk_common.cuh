@@ -63,7 +63,7 @@ typedef struct srk_context {
     /* the parameter arena and its bf16 shadow (matmul weights in bf16 mode) */
     const float *params;
     int64_t nparams;
-    bf16 *shadow;
+    __nv_bfloat16 *shadow;
     uint64_t param_version;  /* bumped by everything that writes parameters */
     uint64_t shadow_version; /* the version the shadow was made from */
     uint64_t shadow_step;

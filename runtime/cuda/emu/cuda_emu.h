@@ -272,25 +272,28 @@ inline T atomicAdd(T *p, T v)
     if constexpr (std::is_integral<T>::value) {
         return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
     } else {
-        T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-        while (!__atomic_compare_exchange_n(p, &old, (T)(old + v), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-        }
+        T old;
+        __atomic_load(p, &old, __ATOMIC_RELAXED);
+        T next = (T)(old + v);
+        while (!__atomic_compare_exchange(p, &old, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) next = (T)(old + v);
         return old;
     }
 }
 template <class T>
 inline T atomicMax(T *p, T v)
 {
-    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    T old;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    while (old < v && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return old;
 }
 template <class T>
 inline T atomicMin(T *p, T v)
 {
-    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (old > v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    T old;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    while (old > v && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return old;
 }
