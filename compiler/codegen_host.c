@@ -125,7 +125,7 @@ static char *expand(Gen *g, const char *t, IrOp *op, const IrBwd *b)
             x = cdim(g, rows);
             p++;
         } else if (!strncmp(p, "id", 2)) {
-            x = sx_fmt("%du", op->id);
+            x = sx_fmt("%du", op->uid); /* the same in every layout */
             p += 2;
         } else {
             sx_ice("bad template operand in '%s'", t);

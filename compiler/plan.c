@@ -196,7 +196,7 @@ static void json_num(FILE *f, double x)
 {
     if (!isfinite(x)) fputs("null", f);
     else if (x == floor(x) && fabs(x) < 9e15) fprintf(f, "%.0f", x);
-    else fprintf(f, "%.10g", x);
+    else fprintf(f, "%.17g", x);
 }
 
 /* ---- FLOPs templates (ops.def) -------------------------------------------- */
@@ -320,6 +320,8 @@ typedef struct Ana {
     double sym[SX_MAXSYM];
     int C;                 /* chunks: pp * virtual stages */
     int *chunk;            /* op -> chunk */
+    int *lchunk;           /* layer (repetition of the @pipeline repeat) -> chunk */
+    char *pdev;            /* [param * pp + device]: the device's ops read the parameter */
     int *bwd_of;           /* op -> its backward step, -1 */
     double *ff, *bf, *mf, *mb; /* op -> FLOPs per microbatch on a rank */
     char *split;           /* op -> computed on split or partial tensors (tp parts make the whole) */
@@ -360,15 +362,8 @@ static int dev_of(Ana *A, int op) { return A->chunk[op] % A->pl->pp; }
 static int bwd_on(Ana *A, const IrBwd *b, int d)
 {
     if (b->fwd >= 0) return dev_of(A, b->fwd) == d;
-    Ir *ir = A->ir;
-    int p = ((IrValue *)ir->values.v[b->dout])->primal;
-    for (int i = 0; i < ir->ops.n; i++) {
-        IrOp *op = ir->ops.v[i];
-        if (dev_of(A, i) != d) continue;
-        for (int k = 0; k < op->nin; k++)
-            if (op->in[k] == p) return 1;
-    }
-    return 0;
+    IrValue *p = A->ir->values.v[((IrValue *)A->ir->values.v[b->dout])->primal];
+    return p->kind == VK_PARAM && A->pdev[(size_t)p->param * A->pl->pp + d];
 }
 
 static void add_coll(Dev *D, const char *what, int group, int kind, int phase, int n, double size,
@@ -514,20 +509,11 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     int tp = pl->tp, m = pl->m;
     memset(D, 0, sizeof *D);
     /* parameters: those read by the device's ops, in declaration order */
-    char *used = sx_alloc((size_t)ir->params.n + 1);
-    for (int i = 0; i < ir->ops.n; i++) {
-        IrOp *op = ir->ops.v[i];
-        if (dev_of(A, i) != d) continue;
-        for (int k = 0; k < op->nin; k++) {
-            IrValue *x = ir->values.v[op->in[k]];
-            if (x->kind == VK_PARAM) used[x->param] = 1;
-        }
-    }
     double *arena_lo = sx_alloc(sizeof(double) * (size_t)(ir->params.n + 1));
     int *arena_ix = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
     int np = 0;
     for (int i = 0; i < ir->params.n; i++) {
-        if (!used[i]) continue;
+        if (!A->pdev[(size_t)i * pl->pp + d]) continue;
         IrParam *p = ir->params.v[i];
         double n = val_elems(A, p->value); /* this rank's part */
         D->params += n;
@@ -536,33 +522,14 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         D->arena += ceil(n / 16.0) * 16.0; /* the runtime aligns each tensor to 64 bytes */
         D->ntensors++;
         /* a parameter on several stages (a tied embedding): its gradient is summed between them */
-        int holders = 0, me = 0;
-        for (int s = 0; s < pl->pp; s++) {
-            int h = 0;
-            for (int k = 0; k < ir->ops.n && !h; k++) {
-                IrOp *op = ir->ops.v[k];
-                if (dev_of(A, k) != s) continue;
-                for (int j = 0; j < op->nin; j++)
-                    if (op->in[j] == p->value) h = 1;
-            }
-            holders += h;
-            if (s == d) me = h;
-        }
-        if (holders > 1 && me) add_coll(D, "tied parameter gradients", G_EMBED, C_AR, PH_STEP, holders,
+        int holders = 0;
+        for (int s = 0; s < pl->pp; s++) holders += A->pdev[(size_t)i * pl->pp + s];
+        if (holders > 1) add_coll(D, "tied parameter gradients", G_EMBED, C_AR, PH_STEP, holders,
                                         n * A->gb, 1);
     }
     arena_lo[np] = D->arena;
-    for (int r = 0; r < pl->R; r++) {
-        int c = 0; /* chunk of layer r */
-        for (int i = 0; i < ir->ops.n; i++) {
-            IrOp *op = ir->ops.v[i];
-            if (op->stage == r) {
-                c = A->chunk[i];
-                break;
-            }
-        }
-        if (c % pl->pp == d) D->layers++;
-    }
+    for (int r = 0; r < pl->R; r++)
+        if (A->lchunk[r] % pl->pp == d) D->layers++;
     /* FLOPs per microbatch on a rank */
     for (int i = 0; i < ir->ops.n; i++) {
         if (dev_of(A, i) != d) continue;
@@ -892,6 +859,15 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
         IrBwd *b = ir->bwd.v[j];
         if (b->kind == BWD_RULE) A.bwd_of[b->fwd] = j;
     }
+    A.lchunk = lchunk;
+    A.pdev = sx_alloc((size_t)ir->params.n * (size_t)pl->pp + 1);
+    for (int i = 0; i < nops; i++) {
+        IrOp *op = ir->ops.v[i];
+        for (int k = 0; k < op->nin; k++) {
+            IrValue *x = ir->values.v[op->in[k]];
+            if (x->kind == VK_PARAM) A.pdev[(size_t)x->param * pl->pp + A.chunk[i] % pl->pp] = 1;
+        }
+    }
     for (int i = 0; i < nops && pl->tp > 1; i++) {
         IrOp *op = ir->ops.v[i];
         int sp = ((IrValue *)ir->values.v[op->out])->sh.kind != SH_REPL;
@@ -1095,7 +1071,7 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     printf("  links        in a node %.0f GB/s, %.0f us; between nodes %.0f GB/s, %.0f us\n", o->intra_bw,
            o->intra_lat, o->inter_bw, o->inter_lat);
 
-    printf("\nmemory per rank                ");
+    printf("\n%-32s", "memory per rank");
     for (int r = 0; r < nr; r++) {
         role_name(pl, lo[r], hi[r], names[r], sizeof names[r]);
         printf(" %22s", names[r]);

@@ -192,6 +192,7 @@ static IrOp *new_op(Elab *E, OpKind k, const sx_loc *loc, Frame *f)
 {
     IrOp *op = sx_alloc(sizeof *op);
     op->id = E->ir->ops.n;
+    op->uid = op->id;
     op->kind = k;
     op->loc = *loc;
     op->scope = f->prefix;

@@ -197,6 +197,7 @@ typedef struct IrValue {
 
 typedef struct IrOp {
     int id;
+    int uid;           /* number from elaboration, kept through lowering: keys dropout's RNG */
     OpKind kind;
     int nin;
     int in[4];

@@ -529,7 +529,7 @@ static sr_status save_checkpoint(run *r, long step, const float *fp, const float
         char **names = calloc(2 * (size_t)n + 1, sizeof *names);
         if (!e || !names) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
         for (int i = 0; i < 2 * n && s == SR_OK; i++) {
-            const sr_param_desc *d = &r->prog->params[i / 2];
+            const sr_param_desc *d = &r->full[i / 2]; /* whole tensors */
             const char *suf = i % 2 ? ".exp_avg_sq" : ".exp_avg";
             names[i] = malloc(strlen(d->name) + strlen(suf) + 1);
             if (!names[i]) {
@@ -541,7 +541,7 @@ static sr_status save_checkpoint(run *r, long step, const float *fp, const float
             e[i].name = names[i];
             e[i].ndim = d->ndim;
             e[i].dims = d->dims;
-            e[i].data = (i % 2 ? fv : fm) + r->full[i / 2].offset;
+            e[i].data = (i % 2 ? fv : fm) + d->offset;
         }
         char stepbuf[32];
         snprintf(stepbuf, sizeof stepbuf, "%ld", step);

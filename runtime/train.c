@@ -109,6 +109,7 @@ static const flag flags[] = {
     {"comm-timeout", F_FLOAT, O(comm_timeout), "S", "seconds a collective may wait before the run aborts"},
     {"trace", F_STR, O(trace), "DIR", "write a Chrome trace per rank to DIR/trace-rankR.json"},
     {"dump-batches", F_STR, O(dump_batches), "DIR", "record which sequences each rank trains on (testing)"},
+    {"comm-stats", F_STR, O(comm_stats), "FILE", "write rank 0's collective calls and bytes per group"},
     {"quiet", F_BOOL, O(quiet), NULL, "print only errors and samples"},
     {"help", F_BOOL, O(help), NULL, "show this help"},
     {"version", F_BOOL, O(version), NULL, "show the model and runtime versions"},
@@ -572,6 +573,27 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     return SR_OK;
 }
 
+/* --comm-stats: what rank 0's communicators moved, to check against the plan */
+static sr_status write_comm_stats(run *r, long steps)
+{
+    static const char *ops[6] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv"};
+    sr_comm *groups[3] = {r->grid.dp_comm, r->grid.tp_comm, r->grid.pp_comm};
+    if (!r->rank0) return SR_OK;
+    FILE *f = fopen(r->o.comm_stats, "w");
+    if (!f) return sr_seterr(SR_ERR_IO, "--comm-stats: cannot write %s: %s", r->o.comm_stats, strerror(errno));
+    fprintf(f, "steps %ld\n", steps);
+    for (int g = 0; g < 3; g++) {
+        if (!groups[g]) continue;
+        const sr_comm_stats *st = sr_comm_get_stats(groups[g]);
+        for (int k = 0; k < 6; k++)
+            if (st->calls[k])
+                fprintf(f, "%s %s calls %lld bytes %lld\n", sr_comm_name(groups[g]), ops[k],
+                        (long long)st->calls[k], (long long)st->bytes[k]);
+    }
+    if (fclose(f) != 0) return sr_seterr(SR_ERR_IO, "--comm-stats: cannot write %s", r->o.comm_stats);
+    return SR_OK;
+}
+
 static sr_status train(run *r)
 {
     const opts *o = &r->o;
@@ -640,6 +662,7 @@ static sr_status train(run *r)
         }
     }
     long end = o->steps > r->start_step ? o->steps : r->start_step;
+    if (o->comm_stats) SR_CHECK(write_comm_stats(r, end - r->start_step)); /* training traffic only */
     if (r->dp && r->comm_total_us > 0)
         rt_info(r, "gradient all-reduce: %.1f ms in total, %.0f%% of it hidden behind backward",
              r->comm_total_us / 1e3, 100.0 * r->comm_hidden_us / r->comm_total_us);

@@ -46,7 +46,7 @@ static __global__ void sumsq_finish_kernel(double *out, const double *part, int 
 static inline int srk_sumsq_blocks(long n)
 {
     long b = (n + SQ_THREADS * 8 - 1) / (SQ_THREADS * 8);
-    return (int)(b < 1 ? 1 : b > SQ_BLOCKS ? SQ_BLOCKS : b);
+    return (int)(b < 1 ? 1 : b > (long)SQ_BLOCKS ? (long)SQ_BLOCKS : b);
 }
 
 #endif /* SRK_OPTIM_CUH */

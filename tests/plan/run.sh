@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# shardc plan: the numbers that must come out.
+#   - GPT-3 175B: 700 GB of weights, 700 GB of gradients, 1.4 TB of Adam
+#     state, 2.8 TB in all (fp32); 16 bytes per parameter mixed precision
+#   - the ZeRO paper (arXiv 1910.02054), psi = 7.5 B on 64 data ranks:
+#     120 / 31.4 / 16.6 / 1.9 GB of model states for ZeRO 0 / 1 / 2 / 3
+#   - Megatron-LM (arXiv 2104.04473) Table 1: parameter counts, and matmul
+#     FLOPs equal to 72 (96 with recomputation) B s l h^2 (...) ; all FLOPs
+#     within 2%
+#   - the memory plan, the bubble, the collectives of tensor, pipeline and
+#     data parallelism; --json parses; --search on 8 GPUs; human output
+# usage: run.sh SHARDC SRCDIR     (prints "N passed, M failed")
+set -u
+shardc=$1; src=$2
+gpt2=$src/examples/gpt2.model
+tiny=$src/examples/tinygpt.model
+tmp=$(mktemp -d /tmp/plan-test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass+1)); echo "ok   $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; }
+
+expect_rc() { # want_rc name cmd...
+  local want=$1 name=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ "$rc" = "$want" ]; then ok "$name"; else bad "$name (exit $rc, wanted $want)"; head -5 "$tmp/err"; fi
+}
+
+# json NAME FILE PYTHON-EXPRESSIONS...: each expression (d is the JSON) must be
+# true; an expression "print: EXPR" only prints
+json() {
+  local name=$1 file=$2; shift 2
+  python3 - "$file" "$@" <<'PY' && ok "$name" || bad "$name"
+import json, sys
+d = json.load(open(sys.argv[1]))
+good = True
+for e in sys.argv[2:]:
+    if e.startswith("print:"):
+        print("     " + str(eval(e[6:])))
+        continue
+    try:
+        r = eval(e)
+    except Exception as x:
+        r = False
+        print("     error in %s: %s" % (e, x))
+    if not r:
+        good = False
+        print("     not true: " + e)
+sys.exit(0 if good else 1)
+PY
+}
+
+plan() { "$shardc" plan "$@"; }
+
+# ---- the command line ------------------------------------------------------------------
+expect_rc 0 "plan --help" plan --help
+grep -q -- "--search" "$tmp/out" && ok "plan --help lists --search" || bad "plan --help lists --search"
+expect_rc 2 "unknown flag" plan "$gpt2" --frobnicate
+grep -q "unknown option '--frobnicate'" "$tmp/err" && ok "unknown flag is named" || bad "unknown flag is named"
+expect_rc 2 "no file" plan --tp 2
+expect_rc 2 "bad --zero" plan "$gpt2" --zero 4
+expect_rc 2 "bad --gpu" plan "$gpt2" --gpu tpu
+expect_rc 2 "bad --precision" plan "$gpt2" --precision fp8
+expect_rc 2 "--search needs --gpus" plan "$gpt2" --search
+expect_rc 2 "--gpus not divisible" plan "$gpt2" --gpus 6 --tp 4
+expect_rc 1 "layout error: vocab 50257 over tensor=2" plan "$gpt2" --tp 2
+grep -q "50257, which is not divisible by 2" "$tmp/err" && ok "the compiler's message comes through" || bad "the compiler's message comes through"
+expect_rc 1 "batch not divisible by microbatches" plan "$gpt2" --microbatches 3
+expect_rc 1 "--virtual-stages needs interleaved" plan "$gpt2" --pp 2 --virtual-stages 2
+expect_rc 1 "missing file" plan /nonexistent/x.model
+for f in gpt2 tinygpt mlp; do expect_rc 0 "plan examples/$f.model" plan "$src/examples/$f.model"; done
+
+# ---- GPT-3 175B ------------------------------------------------------------------------
+gpt3="--set n_embd=12288 --set n_layer=96 --set n_head=96 --set n_positions=2048 --set seq=2048"
+plan "$gpt2" $gpt3 --batch 1 --json > "$tmp/gpt3.json" 2>"$tmp/err" || { bad "GPT-3 175B plan"; cat "$tmp/err"; }
+json "GPT-3 175B fp32: 700 GB weights, 700 GB gradients, 1.4 TB Adam state, 2.8 TB in all" "$tmp/gpt3.json" \
+  "abs(d['parameters']['total'] / 175e9 - 1) < 0.005" \
+  "round(d['roles'][0]['memory']['weights'] / 1e11) * 100 == 700" \
+  "round(d['roles'][0]['memory']['gradients'] / 1e11) * 100 == 700" \
+  "round(d['roles'][0]['memory']['optimizer'] / 1e11) / 10 == 1.4" \
+  "round(sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) / 1e11) / 10 == 2.8" \
+  "d['roles'][0]['memory']['weights'] == 4 * d['parameters']['total']" \
+  "d['roles'][0]['memory']['optimizer'] == 8 * d['parameters']['total']" \
+  "print: 'parameters %.4g, weights %.1f GB, gradients %.1f GB, optimizer %.1f GB' % (d['parameters']['total'], d['roles'][0]['memory']['weights'] / 1e9, d['roles'][0]['memory']['gradients'] / 1e9, d['roles'][0]['memory']['optimizer'] / 1e9)"
+plan "$gpt2" $gpt3 --batch 1 --precision bf16 --json > "$tmp/gpt3m.json" 2>"$tmp/err" || bad "GPT-3 175B bf16 plan"
+json "GPT-3 175B mixed precision: 2 + 2 + 12 = 16 bytes per parameter" "$tmp/gpt3m.json" \
+  "d['parameters']['bytes_per_parameter'] == {'weights': 2, 'gradients': 2, 'optimizer': 12}" \
+  "sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) == 16 * d['parameters']['total']" \
+  "print: 'model states %.2f TB' % (d['roles'][0]['memory']['zero_stages'][0]['model_states'] / 1e12)"
+
+# ---- the ZeRO paper: psi = 7.5 B, N_d = 64 -----------------------------------------------
+zero="$src/tests/plan/zero75.model"
+plan "$zero" --dp 64 --precision bf16 --json > "$tmp/zero.json" 2>"$tmp/err" || { bad "ZeRO plan"; cat "$tmp/err"; }
+json "ZeRO paper: 120 / 31.4 / 16.6 / 1.9 GB per GPU for stages 0-3" "$tmp/zero.json" \
+  "d['parameters']['total'] == 7.5e9" \
+  "[round(z['model_states'] / 1e8) / 10 for z in d['roles'][0]['memory']['zero_stages']] == [120.0, 31.4, 16.6, 1.9]" \
+  "[z['model_states'] for z in d['roles'][0]['memory']['zero_stages']] == [120e9, 31.40625e9, 16.640625e9, 1.875e9]" \
+  "print: ' / '.join('%.4g GB' % (z['model_states'] / 1e9) for z in d['roles'][0]['memory']['zero_stages'])"
+for z in 1 2 3; do
+  plan "$zero" --dp 64 --precision bf16 --zero $z --json > "$tmp/zero$z.json" 2>/dev/null
+  json "--zero $z: the rank's model states are stage $z's" "$tmp/zero$z.json" \
+    "abs(sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) - d['roles'][0]['memory']['zero_stages'][$z]['model_states']) < 1" \
+    "d['layout']['zero'] == $z"
+done
+json "ZeRO 3: parameters gathered per tensor in forward and backward, gradients reduce-scattered" "$tmp/zero3.json" \
+  "sorted((c['op'], c['group']) for c in d['roles'][0]['collectives']) == [('all-gather', 'data'), ('reduce-scatter', 'data')]" \
+  "[c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['op'] == 'all-gather'] == [2]"
+
+# ---- Megatron-LM Table 1 (arXiv 2104.04473): V = 51200, s = 2048 -------------------------
+# params (B), heads, hidden, layers, tensor, pipeline, GPUs, batch
+cat > "$tmp/table1" <<'T'
+1.7 24 2304 24 1 1 32 512
+3.6 32 3072 30 2 1 64 512
+7.5 32 4096 36 4 1 128 512
+18.4 48 6144 40 8 1 256 1024
+39.1 64 8192 48 8 2 512 1536
+76.1 80 10240 60 8 4 1024 1792
+145.6 96 12288 80 8 8 1536 2304
+310.1 128 16384 96 8 16 1920 2160
+529.6 128 20480 105 8 35 2520 2520
+1008.0 160 25600 128 8 64 3072 3072
+T
+while read -r P a h l t p n B; do
+  dp=$((n / (t * p))); m=$((B / dp))
+  cfg="--set n_embd=$h --set n_layer=$l --set n_head=$a --set n_positions=2048 --set seq=2048 --set vocab_size=51200"
+  lay="--batch $B --tp $t --pp $p --dp $dp --microbatches $m --gpu a100 --precision bf16"
+  plan "$gpt2" $cfg $lay --json > "$tmp/t1.json" 2>"$tmp/err" || { bad "Table 1 ${P}B plan"; head -3 "$tmp/err"; continue; }
+  plan "$gpt2" $cfg $lay --recompute block --json > "$tmp/t1r.json" 2>"$tmp/err" || { bad "Table 1 ${P}B recompute plan"; continue; }
+  f72="72*$B*2048*$l*$h**2*(1 + 2048/(6*$h) + 51200/(12*$l*$h))"   # = 72 B s l h^2 (1 + s/6h) + 6 B s h V
+  f72m="72*$B*2048*$l*$h**2*(1 + 2048/(6*$h) + 51200/(16*$l*$h))"  # Megatron's V/16lh as printed
+  f96="96*$B*2048*$l*$h**2*(1 + 2048/(6*$h) + 51200/(16*$l*$h))"
+  json "Table 1 ${P}B: parameters, matmul FLOPs = 72 B s l h^2 (1 + s/6h + V/12lh), all FLOPs within 2%" "$tmp/t1.json" \
+    "round(d['parameters']['total'] / 1e9, 1) == $P" \
+    "abs(d['flops']['matmul_per_step'] / ($f72) - 1) < 1e-9" \
+    "abs(d['flops']['model_per_step'] / ($f72) - 1) < 0.02" \
+    "abs(d['flops']['model_per_step'] / ($f72m) - 1) < 0.02" \
+    "print: '%.4g params; matmul/formula - 1 = %.1e; all/formula - 1 = %.2f%%; MFU %.1f%%' % (d['parameters']['total'], d['flops']['matmul_per_step'] / ($f72) - 1, 100 * (d['flops']['model_per_step'] / ($f72) - 1), 100 * d['time']['mfu'])"
+  json "Table 1 ${P}B with recomputation: matmul FLOPs = 96 B s l h^2 (1 + s/6h + V/16lh), all within 2%" "$tmp/t1r.json" \
+    "abs(d['flops']['matmul_hardware_per_step'] / ($f96) - 1) < 1e-9" \
+    "abs(d['flops']['hardware_per_step'] / ($f96) - 1) < 0.02" \
+    "abs(d['flops']['matmul_per_step'] / ($f72) - 1) < 1e-9" \
+    "max(r['memory']['total'] for r in d['roles']) < 80 * 2**30"
+done < "$tmp/table1"
+
+# ---- memory plan, FLOPs per token, the bubble ------------------------------------------
+plan "$tiny" --json > "$tmp/tiny.json" 2>/dev/null
+json "pp=1: the workspace is the memory plan's" "$tmp/tiny.json" \
+  "d['roles'][0]['memory']['workspace_per_microbatch'] == d['memplan_workspace_bytes']" \
+  "d['roles'][0]['memory']['activations'] == d['memplan_workspace_bytes']" \
+  "d['flops']['model_per_token'] * d['batch']['tokens_per_step'] == d['flops']['model_per_step']"
+plan "$gpt2" --tp 2 --set vocab_size=50304 --json > "$tmp/tp2.json" 2>/dev/null
+json "tp=2: the workspace is the memory plan's (local shapes)" "$tmp/tp2.json" \
+  "d['roles'][0]['memory']['workspace_per_microbatch'] == d['memplan_workspace_bytes']"
+for s in gpipe 1f1b interleaved zb-h1; do
+  v=1; [ $s = interleaved ] && v=2
+  plan "$tiny" --set n_layer=8 --pp 4 --microbatches 8 --schedule $s --virtual-stages $v --json > "$tmp/b.json" 2>"$tmp/err" ||
+    { bad "pp=4 $s"; cat "$tmp/err"; continue; }
+  case $s in gpipe|1f1b) want="3/11";; interleaved) want="3/19";; zb-h1) want="3/27";; esac
+  json "bubble of $s (p=4, m=8) = $want" "$tmp/b.json" "abs(d['time']['bubble_fraction'] - $want) < 1e-12"
+done
+plan "$tiny" --pp 4 --microbatches 8 --schedule gpipe --json > "$tmp/g.json" 2>/dev/null
+plan "$tiny" --pp 4 --microbatches 8 --schedule 1f1b --json > "$tmp/f.json" 2>/dev/null
+json "in flight: gpipe keeps m microbatches, 1f1b p - stage" "$tmp/g.json" \
+  "[r['memory']['in_flight'] for r in d['roles']] == [8, 8, 8]"
+json "1f1b: in flight 4, 3 (worst middle stage), 1; roles first / middle / last" "$tmp/f.json" \
+  "[r['memory']['in_flight'] for r in d['roles']] == [4, 3, 1]" \
+  "[r['name'] for r in d['roles']] == ['stage 0 (first)', 'stages 1-2', 'stage 3 (last)']" \
+  "[s['parameters'] for s in d['stages']][1] == [s['parameters'] for s in d['stages']][2]" \
+  "sum(r['layers'] * (r['stages'][1] - r['stages'][0] + 1) for r in d['roles']) == 4"
+plan "$gpt2" --pp 5 --set n_layer=12 --json > "$tmp/u.json" 2>/dev/null
+json "uneven split: 12 layers on 5 stages are 3 3 2 2 2" "$tmp/u.json" \
+  "[r['layers'] for r in d['roles']] == [3, 3, 2, 2]" \
+  "[r['stages'] for r in d['roles']] == [[0, 0], [1, 1], [2, 3], [4, 4]]"
+plan "$gpt2" --recompute block --json > "$tmp/rc.json" 2>/dev/null
+plan "$gpt2" --json > "$tmp/norc.json" 2>/dev/null
+python3 - "$tmp/rc.json" "$tmp/norc.json" <<'PY' && ok "recompute=block: less activation memory, one more forward of the blocks" || bad "recompute=block"
+import json, sys
+r, n = (json.load(open(f)) for f in sys.argv[1:3])
+assert r['roles'][0]['memory']['activations'] < 0.5 * n['roles'][0]['memory']['activations']
+assert r['flops']['model_per_step'] == n['flops']['model_per_step']
+assert 0 < r['flops']['recompute_per_step'] < n['flops']['forward_per_step']
+assert r['flops']['hardware_per_step'] == n['flops']['model_per_step'] + r['flops']['recompute_per_step']
+PY
+
+# ---- collectives ------------------------------------------------------------------------
+# GPT-2 small, tensor 2: Megatron's count: forward 1 (embedding) + 2 per block,
+# backward 2 per block + 1 (the head's input); the vocab-parallel loss gathers
+# the row maxima and sums two numbers per row
+plan "$gpt2" --tp 2 --set vocab_size=50304 --microbatches 2 --json > "$tmp/c.json" 2>/dev/null
+json "tensor=2: 25 all-reduces forward and 25 backward per microbatch, the loss's two" "$tmp/c.json" \
+  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['group'] == 'tensor' and c['phase'] == 'forward' and c['op'] == 'all-reduce' and c['bytes'] == 8*1024*768*4/2) == 25 * 2" \
+  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['group'] == 'tensor' and c['phase'] == 'backward') == 25 * 2" \
+  "[c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['what'].startswith('cross-entropy')] == [2, 2]" \
+  "all(abs(c['sent_bytes_per_step'] - c['bytes'] * c['calls_per_step'] * (2*(c['group_size']-1)/c['group_size'] if c['op'] == 'all-reduce' else (c['group_size']-1)/c['group_size'] if c['op'] != 'send' else 1)) < 1 for c in d['roles'][0]['collectives'] if c['op'] != 'recv')"
+plan "$tiny" --pp 2 --microbatches 4 --json > "$tmp/p.json" 2>/dev/null
+json "pipeline=2: one activation [B, T, C] each way per microbatch; the tied embedding's gradient summed" "$tmp/p.json" \
+  "[(c['op'], c['calls_per_step'], c['bytes']) for c in d['roles'][0]['collectives'] if c['group'] == 'pipeline'] == [('send', 4, 4*128*128*4), ('recv', 4, 4*128*128*4)]" \
+  "[c['calls_per_step'] for c in d['roles'][1]['collectives'] if c['group'] == 'pipeline'] == [4, 4]" \
+  "[c['bytes'] for c in d['roles'][0]['collectives'] if c['group'] == 'embedding'] == [256*128*4]" \
+  "d['roles'][0]['comm_counters']['pipeline']['calls'] == [0, 0, 0, 0, 4, 4]"
+plan "$tiny" --dp 2 --json > "$tmp/d.json" 2>/dev/null
+json "data=2: the gradient arena all-reduced (runtime layout: 64-byte aligned tensors)" "$tmp/d.json" \
+  "d['roles'][0]['comm_counters']['data']['calls'][0] >= 1" \
+  "d['roles'][0]['comm_counters']['data']['bytes'][0] >= 4 * d['parameters']['total']" \
+  "d['roles'][0]['comm_counters']['data']['bytes'][0] < 4 * d['parameters']['total'] + 64 * 200" \
+  "d['roles'][0]['comm_counters']['data']['bytes'][0] % 64 == 0"
+plan "$tiny" --dp 2 --zero 1 --json > "$tmp/z1.json" 2>/dev/null
+json "data=2, ZeRO 1: reduce-scatter and all-gather, optimizer state halved" "$tmp/z1.json" \
+  "d['roles'][0]['comm_counters']['data']['calls'] == [0, 1, 1, 0, 0, 0]" \
+  "d['roles'][0]['memory']['optimizer'] == 8 * d['parameters']['total'] / 2"
+
+# ---- --json and --search -------------------------------------------------------------------
+plan "$gpt2" --tp 2 --pp 2 --dp 2 --set vocab_size=50304 --microbatches 4 --json > "$tmp/j.json" 2>/dev/null
+python3 -m json.tool "$tmp/j.json" > /dev/null && ok "--json parses (python3 -m json.tool)" || bad "--json parses"
+plan "$gpt2" --search --gpus 8 --set vocab_size=50304 --json > "$tmp/s.json" 2>"$tmp/err"; rc=$?
+[ $rc = 0 ] && ok "--search exits 0" || { bad "--search exits 0 ($rc)"; cat "$tmp/err"; }
+python3 -m json.tool "$tmp/s.json" > /dev/null && ok "--search --json parses" || bad "--search --json parses"
+json "--search on 8 GPUs: valid layouts ranked by step time; n_head=12 over tensor=8 rejected" "$tmp/s.json" \
+  "len([x for x in d['layouts'] if x['status'] == 'ok']) >= 10" \
+  "all(x['layout']['dp'] * x['layout']['tp'] * x['layout']['pp'] == 8 for x in d['layouts'])" \
+  "[x['step'] for x in d['layouts'] if x['status'] == 'ok'] == sorted(x['step'] for x in d['layouts'] if x['status'] == 'ok')" \
+  "any('n_head=12 is not divisible by 8' in x['reason'] for x in d['layouts'] if x['status'] == 'invalid' and x['layout']['tp'] == 8)" \
+  "not any(x['layout']['tp'] == 8 for x in d['layouts'] if x['status'] == 'ok')" \
+  "{(x['layout']['dp'], x['layout']['tp'], x['layout']['pp']) for x in d['layouts'] if x['status'] == 'ok'} == {(8,1,1), (4,2,1), (2,4,1), (4,1,2), (2,2,2), (1,4,2), (2,1,4), (1,2,4), (1,1,8)}" \
+  "print: 'best: %s, %.2f ms, MFU %.1f%%' % (d['layouts'][0]['layout'], 1e3 * d['layouts'][0]['step'], 100 * d['layouts'][0]['mfu'])"
+plan "$gpt2" --search --gpus 8 --set vocab_size=50304 > "$tmp/s.txt" 2>&1
+grep -q "^invalid (1):" "$tmp/s.txt" && grep -q "dp 1 tp 8 pp 1 .*n_head=12 is not divisible by 8" "$tmp/s.txt" &&
+  ok "--search lists the invalid layout with the reason" || bad "--search lists the invalid layout"
+plan "$gpt2" --search --gpus 8 --set vocab_size=50304 --gpu-mem 1.5GiB --json > "$tmp/s2.json" 2>/dev/null
+json "--search with 1.5 GiB: layouts that do not fit are listed with what they need" "$tmp/s2.json" \
+  "any(x['status'] == 'out of memory' and x['reason'].startswith('needs ') for x in d['layouts'])" \
+  "all(x['max_memory'] <= 1.5 * 2**30 for x in d['layouts'] if x['status'] == 'ok')"
+
+# ---- human output --------------------------------------------------------------------------
+plan "$gpt2" --tp 2 --pp 3 --dp 2 --set vocab_size=50304 --microbatches 4 --batch 16 > "$tmp/h.txt" 2>&1
+for want in "^memory per rank  *stage 0 (first)  *stage 1  *stage 2 (last)$" "^  weights  " "^  gradients  " \
+            "^  optimizer (Adam m, v)  " "^  activations (peak)  " "^  total  .*GiB" "^model states by ZeRO stage (data 2)" \
+            "^  stage 1 (optimizer)  .* = .*MB" "^FLOPs per step  *model  *hardware" "^  per token  .*MFLOP" \
+            "^communication per step, per rank" "all-reduce  *tensor (2)  *forward  *row-parallel output" \
+            "send  *pipeline (2)  *forward  *activation" "all-reduce  *data (2)" "each rank sends" \
+            "^  pipeline bubble  .*(p-1)/(m+p-1)" "^  step  " "^  MFU  *[0-9.]*%$"; do
+  grep -q -- "$want" "$tmp/h.txt" && ok "human output: /$want/" || bad "human output: /$want/"
+done
+awk '/^memory per rank/{on=1} /^$/{on=0} on{print length($0)}' "$tmp/h.txt" | sort -u | wc -l | grep -q "^1$" &&
+  ok "human output: the memory table's columns line up" || bad "human output: the memory table's columns line up"
+plan "$zero" --dp 64 --precision bf16 > "$tmp/hz.txt" 2>&1
+grep -q "stage 1 (optimizer)  *29.2 GiB = 31.41 GB" "$tmp/hz.txt" && grep -q "stage 3 (+ weights)  *1.7 GiB = 1.88 GB" "$tmp/hz.txt" &&
+  ok "human output: ZeRO table in GiB and GB" || { bad "human output: ZeRO table"; grep "stage" "$tmp/hz.txt"; }
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
