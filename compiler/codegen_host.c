@@ -19,7 +19,18 @@ typedef struct Gen {
     FILE *f;
     int64_t *param_off; /* float offset of each parameter */
     char *zeroed;       /* activation gradients already zeroed in this backward */
+    int stage;          /* the pipeline stage being emitted */
+    int mode;           /* backward: BW_FULL, BW_INPUT (zb-h1 B) or BW_WEIGHT (zb-h1 W) */
+    Vec fnames;         /* char*: every function name used in the file */
 } Gen;
+
+enum { BW_FULL = 0, BW_INPUT = 1, BW_WEIGHT = 2 };
+
+static int is_param_grad(Gen *g, int gv)
+{
+    IrValue *v = ir_value(g->ir, gv);
+    return v->kind == VK_GRAD && ir_value(g->ir, v->primal)->kind == VK_PARAM;
+}
 
 /* C expression for a dimension, as long arithmetic over B and T */
 static char *cdim(Gen *g, Dim d)
@@ -54,6 +65,12 @@ static char *buf(Gen *g, int id)
     }
     default:
         break;
+    }
+    if (g->ir->nstages > 1) { /* pipeline boundaries are the runtime's buffers */
+        const IrStage *st = &g->ir->stages[g->stage];
+        if (id == st->act_in) return "e->act_in";
+        if (v->kind == VK_GRAD && v->primal == st->act_in) return "e->act_in_grad";
+        if (v->kind == VK_GRAD && v->primal == st->act_out) return "e->act_out_grad";
     }
     if (v->slot < 0) sx_ice("value %%%d has no workspace slot", id);
     return sx_fmt("%s(%d)", v->dtype == DT_I32 ? "I" : "F", v->slot);
@@ -104,6 +121,10 @@ static char *expand(Gen *g, const char *t, IrOp *op, const IrBwd *b)
         } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
             if (!b) sx_ice("$d%c outside a backward template", p[1]);
             int k = p[1] - '0', dv = b->din[k];
+            /* zb-h1 splits the backward: B computes activation gradients, W parameter ones */
+            if (dv >= 0 && ((g->mode == BW_INPUT && is_param_grad(g, dv)) ||
+                            (g->mode == BW_WEIGHT && !is_param_grad(g, dv))))
+                dv = -1;
             x = dv < 0 ? "NULL" : (b->gate >> k) & 1 ? sx_fmt("(e->tp_rank == 0 ? %s : NULL)", buf(g, dv)) : buf(g, dv);
             p += 2;
         } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
@@ -177,16 +198,17 @@ static void emit_value_comment(Gen *g, IrOp *op)
 
 /* a function name for a group; a group that recurs (the model's own ops
  * before and after the blocks) gets a numbered name */
-static char *fn_name(Vec *used, const char *kind, const char *grp)
+static char *fn_name(Gen *g, Vec *calls, const char *kind, const char *grp)
 {
     char *base = sx_fmt("%s_%s", kind, cname(grp)), *name = base;
     for (int k = 2;; k++) {
         int clash = 0;
-        for (int i = 0; i < used->n; i++) clash |= !strcmp(used->v[i], name);
+        for (int i = 0; i < g->fnames.n; i++) clash |= !strcmp(g->fnames.v[i], name);
         if (!clash) break;
         name = sx_fmt("%s_%d", base, k);
     }
-    vec_push(used, name);
+    vec_push(&g->fnames, name);
+    vec_push(calls, name);
     return name;
 }
 
@@ -203,10 +225,11 @@ static void emit_forward(Gen *g, Vec *calls)
     char *cur = NULL;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
+        if (op->pstage != g->stage) continue;
         char *grp = group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            char *fn = fn_name(calls, "fwd", grp);
+            char *fn = fn_name(g, calls, "fwd", grp);
             open_fn(g, fn);
             cur = grp;
         }
@@ -233,15 +256,31 @@ static void emit_backward(Gen *g, Vec *calls)
         }
     }
     IrOp *prev = NULL;
+    memset(g->zeroed, 0, (size_t)ir->values.n + 1);
+    const char *kind = g->mode == BW_INPUT ? "bwdi" : g->mode == BW_WEIGHT ? "bwdw" : "bwd";
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
         IrOp *op = b->fwd >= 0 ? ir->ops.v[b->fwd] : prev;
         if (!op) sx_ice("backward step %d has no op", j);
         prev = op;
+        if (b->pstage != g->stage) continue;
+        /* what this pass does of the step */
+        int any_param = 0, any_act = 0;
+        if (b->kind == BWD_ALLREDUCE) {
+            any_param = is_param_grad(g, b->dout);
+            any_act = !any_param;
+        } else {
+            for (int k = 0; k < 4; k++)
+                if (b->din[k] >= 0) {
+                    if (is_param_grad(g, b->din[k])) any_param = 1;
+                    else any_act = 1;
+                }
+        }
+        if ((g->mode == BW_INPUT && !any_act) || (g->mode == BW_WEIGHT && !any_param)) continue;
         char *grp = group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            char *fn = fn_name(calls, "bwd", grp);
+            char *fn = fn_name(g, calls, kind, grp);
             open_fn(g, fn);
             cur = grp;
         }
@@ -257,18 +296,28 @@ static void emit_backward(Gen *g, Vec *calls)
             IrValue *dv = ir_value(ir, d);
             IrValue *pv = ir_value(ir, dv->primal);
             g->zeroed[d] = 1;
-            if (pv->kind == VK_PARAM) continue;
+            if (pv->kind == VK_PARAM || g->mode == BW_WEIGHT) continue;
+            if (ir->nstages > 1 && pv->id == ir->stages[g->stage].act_out) continue; /* received */
             fprintf(g->f, "    sr_zero(%s, %s); /* d%%%d %s */\n", buf(g, d), cdim(g, shape_numel(&dv->shape)),
                     pv->id, shape_comment(g, dv));
         }
         fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].bwd, op, b));
         }
-        for (int i = 0; i < ir->params.n; i++)
+        for (int i = 0; i < ir->params.n && g->mode != BW_INPUT; i++)
             if (last[i] == j)
                 fprintf(g->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n", i,
                         ((IrParam *)ir->params.v[i])->name);
     }
     if (cur) fprintf(g->f, "}\n\n");
+}
+
+/* floats per token of a boundary activation (its elements over B*T) */
+static int64_t row_floats(const Ir *ir, int id)
+{
+    const IrValue *v = ir->values.v[id];
+    Dim n = shape_numel(&v->shape);
+    if (n.p[0] != 1 || n.p[1] != 1) sx_ice("boundary activation %%%d is not per token", id);
+    return n.c;
 }
 
 static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
@@ -348,6 +397,65 @@ static char *config_json(Program *P)
     return sx_fmt("%s}", s);
 }
 
+/* one pipeline stage (the whole model without a pipeline): its workspace
+ * plan, forward, backward (and zb-h1's two halves of it) */
+static void emit_stage(Gen *g, int s, int logits)
+{
+    Ir *ir = g->ir;
+    FILE *f = g->f;
+    const IrStage *st = &ir->stages[s];
+    int last = s == ir->nstages - 1;
+    g->stage = s;
+    fprintf(f, "/* ---- stage %d", s);
+    if (ir->nstages > 1)
+        fprintf(f, ": layers %d..%d%s%s", st->first_block, st->first_block + st->nblocks - 1,
+                s == 0 ? ", embedding" : "", last ? ", head and loss" : "");
+    fprintf(f, " ---- */\n\n");
+    fprintf(f, "static size_t off%d[%d];\n", s, st->nslots + 1);
+    fprintf(f, "#undef F\n#undef I\n");
+    fprintf(f, "#define F(k) ((float *)(e->work + off%d[k]))\n", s);
+    fprintf(f, "#define I(k) ((int32_t *)(e->work + off%d[k]))\n", s);
+    /* the plan: offsets of the slots for this run's B and T */
+    fprintf(f, "static size_t plan%d(int B, int T)\n{\n    size_t o = 0;\n    (void)B;\n    (void)T;\n", s);
+    for (int k = 0; k < st->nslots; k++) {
+        Dim d = st->slot_elems[k];
+        fprintf(f, "    off%d[%d] = o; o += ((size_t)%lld", s, k, (long long)d.c);
+        for (int i = 0; i < SX_MAXSYM; i++)
+            for (int r = 0; r < d.p[i]; r++) fprintf(f, " * (size_t)%s", i == 0 ? "B" : "T");
+        fprintf(f, " * 4 + 63) & ~(size_t)63;\n");
+    }
+    fprintf(f, "    off%d[%d] = o;\n    return o;\n}\n\n", s, st->nslots);
+    fprintf(f, "static int planned%d_B = -1, planned%d_T = -1;\n", s, s);
+    fprintf(f, "static void replan%d(int B, int T)\n{\n    if (B != planned%d_B || T != planned%d_T) {\n"
+               "        plan%d(B, T);\n        planned%d_B = B;\n        planned%d_T = T;\n    }\n}\n\n",
+            s, s, s, s, s, s);
+    fprintf(f, "static size_t work_bytes%d(int B, int T)\n{\n    size_t n = plan%d(B, T);\n"
+               "    planned%d_B = B;\n    planned%d_T = T;\n    return n;\n}\n\n", s, s, s, s);
+
+    Vec fcalls = {0};
+    emit_forward(g, &fcalls);
+    fprintf(f, "static void stage%d_forward(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, s);
+    for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
+    if (last) {
+        fprintf(f, "    e->loss = %s[0];\n", buf(g, ir->output));
+        fprintf(f, "    e->logits = %s;\n", buf(g, logits));
+    } else {
+        fprintf(f, "    e->act_out = %s;\n", buf(g, st->act_out));
+    }
+    fprintf(f, "}\n\n");
+    static const char *suffix[3] = {"backward", "backward_input", "backward_weight"};
+    for (int mode = 0; mode < (ir->nstages > 1 ? 3 : 1); mode++) {
+        Vec bcalls = {0};
+        g->mode = mode;
+        emit_backward(g, &bcalls);
+        fprintf(f, "static void stage%d_%s(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, suffix[mode], s);
+        if (last && mode != BW_WEIGHT) fprintf(f, "    %s[0] = e->dloss; /* d loss */\n", buf(g, ir->seed));
+        for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
+        fprintf(f, "}\n\n");
+    }
+    g->mode = BW_FULL;
+}
+
 int cg_host(Program *P, FILE *f, const char *source_path)
 {
     Gen g;
@@ -404,43 +512,11 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, "/* Generated by shardc %s from %s. Do not edit: edit the .model file.\n", SHARDC_VERSION, source_path);
     fprintf(f, " * Model %s: %d parameter tensors, %lld parameters; %d ops forward, %d backward;\n",
             ir->model_name, ir->params.n, (long long)ir_param_count(ir), ir->ops.n, ir->bwd.n);
-    fprintf(f, " * workspace of %d slots planned at compile time (sizes in %s, %s). */\n", ir->nslots,
-            ir->symname[0], ir->symname[1]);
+    fprintf(f, " * %d pipeline stage%s, workspaces planned at compile time (sizes in %s, %s). */\n",
+            ir->nstages, ir->nstages == 1 ? "" : "s", ir->symname[0], ir->symname[1]);
     fprintf(f, "#include <stddef.h>\n#include <stdint.h>\n\n#include \"sr_program.h\"\n\n");
-    fprintf(f, "#define NSLOTS %d\n", ir->nslots);
-    fprintf(f, "static size_t slot_off[NSLOTS + 1];\n");
-    fprintf(f, "#define F(s) ((float *)(e->work + slot_off[s]))\n");
-    fprintf(f, "#define I(s) ((int32_t *)(e->work + slot_off[s]))\n");
     fprintf(f, "#define P(o) (e->params + (o))\n#define G(o) (e->grads + (o))\n\n");
-    /* the plan: offsets of the slots for this run's B and T */
-    fprintf(f, "static size_t plan(int B, int T)\n{\n    size_t o = 0;\n");
-    for (int s = 0; s < ir->nslots; s++) {
-        Dim d = ir->slot_elems[s];
-        Dim bd = d;
-        fprintf(f, "    slot_off[%d] = o; o += ((size_t)%lld", s, (long long)bd.c);
-        for (int i = 0; i < SX_MAXSYM; i++)
-            for (int k = 0; k < d.p[i]; k++) fprintf(f, " * (size_t)%s", i == 0 ? "B" : "T");
-        fprintf(f, " * 4 + 63) & ~(size_t)63;\n");
-    }
-    fprintf(f, "    slot_off[NSLOTS] = o;\n    return o;\n}\n\n");
-    fprintf(f, "static int planned_B = -1, planned_T = -1;\n");
-    fprintf(f, "static void replan(int B, int T)\n{\n    if (B != planned_B || T != planned_T) {\n"
-               "        plan(B, T);\n        planned_B = B;\n        planned_T = T;\n    }\n}\n\n");
-    fprintf(f, "static size_t work_bytes(int B, int T)\n{\n    size_t n = plan(B, T);\n"
-               "    planned_B = B;\n    planned_T = T;\n    return n;\n}\n\n");
-
-    Vec fcalls = {0}, bcalls = {0};
-    emit_forward(&g, &fcalls);
-    emit_backward(&g, &bcalls);
-    fprintf(f, "static void forward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
-    for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
-    fprintf(f, "    e->loss = %s[0];\n", buf(&g, ir->output));
-    fprintf(f, "    e->logits = %s;\n}\n\n", buf(&g, logits));
-    fprintf(f, "static void backward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
-    fprintf(f, "    %s[0] = e->dloss; /* d loss */\n", buf(&g, ir->seed));
-    for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
-    fprintf(f, "}\n\n");
-
+    for (int s = 0; s < ir->nstages; s++) emit_stage(&g, s, logits);
     fprintf(f, "static const sr_param_desc params[%d] = {\n", ir->params.n);
     for (int i = 0; i < ir->params.n; i++) {
         IrParam *p = ir->params.v[i];
@@ -459,6 +535,38 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
     }
     fprintf(f, "};\n\n");
+    /* the stages: entry points, boundaries, the parameters each uses */
+    int *nused = sx_alloc(sizeof(int) * (size_t)ir->nstages);
+    for (int st = 0; st < ir->nstages; st++) {
+        char *used = sx_alloc((size_t)ir->params.n + 1);
+        for (int i = 0; i < ir->ops.n; i++) {
+            IrOp *op = ir->ops.v[i];
+            if (op->pstage != st) continue;
+            for (int k = 0; k < op->nin; k++) {
+                IrValue *v = ir_value(ir, op->in[k]);
+                if (v->kind == VK_PARAM) used[v->param] = 1;
+            }
+        }
+        fprintf(f, "static const int stage%d_params[] = {", st);
+        int n = 0;
+        for (int i = 0; i < ir->params.n; i++)
+            if (used[i]) fprintf(f, "%s%d", n++ ? ", " : "", i);
+        fprintf(f, "%s};\n", n ? "" : "-1");
+        nused[st] = n;
+    }
+    fprintf(f, "\nstatic const sr_stage stages[%d] = {\n", ir->nstages);
+    for (int st = 0; st < ir->nstages; st++) {
+        const IrStage *sg = &ir->stages[st];
+        int64_t rin = 0, rout = 0;
+        if (sg->act_in >= 0) rin = row_floats(ir, sg->act_in);
+        if (sg->act_out >= 0) rout = row_floats(ir, sg->act_out);
+        int multi = ir->nstages > 1;
+        fprintf(f, "    {work_bytes%d, stage%d_forward, stage%d_backward, %s, %s, %lld, %lld, %d, %d, %d, stage%d_params},\n",
+                st, st, st, multi ? sx_fmt("stage%d_backward_input", st) : "NULL",
+                multi ? sx_fmt("stage%d_backward_weight", st) : "NULL", (long long)rin, (long long)rout,
+                sg->first_block, sg->nblocks, nused[st], st);
+    }
+    fprintf(f, "};\n\n");
     fprintf(f, "static const sr_program program = {\n    .name = ");
     emit_cstr(f, ir->model_name);
     fprintf(f, ",\n    .source = ");
@@ -466,7 +574,9 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, ",\n    .n_params = %d,\n    .params = params,\n    .n_param_floats = %lld,\n", ir->params.n,
             (long long)off);
     fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n    .tp = %d,\n", vocab, max_seq, P->layout.tp);
-    fprintf(f, "    .work_bytes = work_bytes,\n    .forward = forward,\n    .backward = backward,\n");
+    fprintf(f, "    .work_bytes = work_bytes0,\n    .forward = stage0_forward,\n    .backward = stage0_backward,\n");
+    fprintf(f, "    .pp = %d,\n    .virtual_stages = %d,\n    .n_stages = %d,\n    .stages = stages,\n",
+            ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     emit_defaults(&g);
     fprintf(f, "    .config_json = ");
     emit_cstr(f, config_json(P));

@@ -75,7 +75,8 @@ static void usage_cmd(FILE *f, const char *cmd)
             "  --params             list every parameter with its name, shape and count\n"
             "  --dp N, --tp N, --pp N, --microbatches M, --schedule S\n"
             "                       layout to check instead of the file's parallel section\n"
-            "  --dump=PASS          print the IR after PASS (shape, shard; build: autodiff, memplan)\n"
+            "  --dump=PASS          print the IR after PASS (shape, shard; build: autodiff, pipeline,\n"
+            "                       memplan)\n"
             "  -I DIR               also look for imported modules in DIR\n"
             "  --max-errors N       stop after N errors (default 50)\n"
             "  -h, --help           show this help\n");
@@ -302,8 +303,10 @@ int main(int argc, char **argv)
             if (load_json_config(P, val)) return 1;
         } else if ((t = TAKE("--dump"))) {
             if (t < 0) return 2;
-            if (strcmp(val, "shape") && strcmp(val, "shard") && strcmp(val, "autodiff") && strcmp(val, "memplan"))
-                return usage_error("unknown pass '%s' for --dump (use shape, shard, autodiff or memplan)", val);
+            if (strcmp(val, "shape") && strcmp(val, "shard") && strcmp(val, "autodiff") &&
+                strcmp(val, "pipeline") && strcmp(val, "memplan"))
+                return usage_error("unknown pass '%s' for --dump (use shape, shard, autodiff, pipeline or "
+                                   "memplan)", val);
             o.dump = val;
         } else if ((t = TAKE("-I"))) {
             if (t < 0) return 2;

@@ -31,6 +31,8 @@ int drv_back(Program *P, const char *dump, FILE *out)
         ir_dump(&P->ir, out);
         ad_dump(&P->ir, out);
     }
+    if (pp_partition(P)) return 1;
+    if (dump && !strcmp(dump, "pipeline")) pp_dump(P, out);
     if (mp_plan(P)) return 1;
     if (dump && !strcmp(dump, "memplan")) mp_dump(&P->ir, out);
     return 0;

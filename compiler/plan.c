@@ -1,9 +1,10 @@
 /* plan.c: `shardc plan`: what a model costs under a parallel layout.
  *
  * Needs: a program through drv_front and drv_back: the forward IR with its
- * shardings and Program.collectives, the backward program, the memory plan.
+ * shardings, lowered for tensor parallelism (collectives as ops, local
+ * shapes), the backward program with its gradient sums, the memory plan.
  * Gives, for every distinct rank role (pipeline stages that differ): bytes
- * of parameters, gradients and optimizer state (ZeRO stages 0-3), peak
+ * of weights, gradients and optimizer state (ZeRO stages 0-3) and of peak
  * activations under the schedule and recomputation; FLOPs of a step (model
  * and hardware, and the matmul subset); every collective and send/recv with
  * its group, size and count and the bytes each rank sends; the pipeline
@@ -11,8 +12,9 @@
  * every layout of N GPUs. The models are documented in docs/plan.md; this
  * file changes nothing in the IR.
  *
- * One entry point, plan_main; everything else is static. Results live in
- * malloc'd memory so that --search can sx_reset() the arena between layouts.
+ * One entry point, plan_main (plan.h); everything else is static. Results
+ * live in malloc'd memory so that --search can sx_reset() the arena between
+ * layouts.
  */
 #include "shardc.h"
 
@@ -20,13 +22,12 @@
 #include <math.h>
 #include <unistd.h>
 
+#include "plan.h"
 #include "sr_json.h"
 
 #ifndef SHARDC_STDLIB_DIR
 #define SHARDC_STDLIB_DIR ""
 #endif
-
-int plan_main(int argc, char **argv);
 
 /* ---- hardware ------------------------------------------------------------ */
 
@@ -510,7 +511,6 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     memset(D, 0, sizeof *D);
     /* parameters: those read by the device's ops, in declaration order */
     double *arena_lo = sx_alloc(sizeof(double) * (size_t)(ir->params.n + 1));
-    int *arena_ix = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
     int np = 0;
     for (int i = 0; i < ir->params.n; i++) {
         if (!A->pdev[(size_t)i * pl->pp + d]) continue;
@@ -518,7 +518,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         double n = val_elems(A, p->value); /* this rank's part */
         D->params += n;
         arena_lo[np] = D->arena;
-        arena_ix[np++] = i;
+        np++;
         D->arena += ceil(n / 16.0) * 16.0; /* the runtime aligns each tensor to 64 bytes */
         D->ntensors++;
         /* a parameter on several stages (a tied embedding): its gradient is summed between them */
@@ -664,7 +664,6 @@ static void dev_analyze(Ana *A, int d, Dev *D)
                           nalloc * (pl->bf16 ? 2.0 : 4.0) / D->ntensors, 2.0 * D->ntensors);
         }
     }
-    (void)arena_ix;
 }
 
 /* ---- cost model ---------------------------------------------------------- */
@@ -1165,234 +1164,216 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
 
 /* ---- output: JSON ---------------------------------------------------------------- */
 
-static void json_layout(FILE *f, const Plan *pl)
+/* a JSON writer: commas and indentation by nesting level */
+typedef struct Json {
+    FILE *f;
+    int depth;
+    int items[16];  /* items written at each level */
+    char lines[16]; /* one item per line at this level */
+} Json;
+
+static void j_item(Json *j, const char *key)
 {
-    fprintf(f, "{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"world\": %d, \"microbatches\": %d, \"schedule\": ", pl->dp,
-            pl->tp, pl->pp, pl->world, pl->m);
-    json_str(f, pl->sched);
-    fprintf(f, ", \"virtual_stages\": %d, \"zero\": %d, \"recompute\": \"%s\", \"precision\": \"%s\"}", pl->v,
-            pl->zero, pl->rc ? "block" : "none", pl->bf16 ? "bf16" : "fp32");
+    int d = j->depth;
+    if (j->items[d]++) fputc(',', j->f);
+    if (j->lines[d]) fprintf(j->f, "\n%*s", 2 * d, "");
+    else if (j->items[d] > 1) fputc(' ', j->f);
+    if (key) {
+        json_str(j->f, key);
+        fputs(": ", j->f);
+    }
 }
 
-#define JN(name, x)                          \
-    do {                                     \
-        fprintf(f, "\"%s\": ", name);        \
-        json_num(f, x);                      \
-    } while (0)
+static void j_open(Json *j, const char *key, char brace, int lines)
+{
+    j_item(j, key);
+    fputc(brace, j->f);
+    j->depth++;
+    j->items[j->depth] = 0;
+    j->lines[j->depth] = (char)lines;
+}
+
+static void j_close(Json *j, char brace)
+{
+    int multi = j->lines[j->depth] && j->items[j->depth];
+    j->depth--;
+    if (multi) fprintf(j->f, "\n%*s", 2 * j->depth, "");
+    fputc(brace, j->f);
+    if (!j->depth) fputc('\n', j->f);
+}
+
+static void j_num(Json *j, const char *key, double x)
+{
+    j_item(j, key);
+    json_num(j->f, x);
+}
+
+static void j_str(Json *j, const char *key, const char *s)
+{
+    j_item(j, key);
+    json_str(j->f, s);
+}
+
+static void j_bool(Json *j, const char *key, int b)
+{
+    j_item(j, key);
+    fputs(b ? "true" : "false", j->f);
+}
+
+/* numbers: name, (double) value pairs up to a NULL name; j_fields adds them
+ * to the open object, j_obj makes them an object of their own */
+static void j_vfields(Json *j, va_list ap)
+{
+    for (const char *n; (n = va_arg(ap, const char *));) j_num(j, n, va_arg(ap, double));
+}
+
+static void j_fields(Json *j, ...)
+{
+    va_list ap;
+    va_start(ap, j);
+    j_vfields(j, ap);
+    va_end(ap);
+}
+
+static void j_obj(Json *j, const char *key, ...)
+{
+    va_list ap;
+    va_start(ap, key);
+    j_open(j, key, '{', 0);
+    j_vfields(j, ap);
+    j_close(j, '}');
+    va_end(ap);
+}
+
+static void json_layout(Json *j, const Plan *pl)
+{
+    j_open(j, "layout", '{', 0);
+    j_num(j, "dp", pl->dp);
+    j_num(j, "tp", pl->tp);
+    j_num(j, "pp", pl->pp);
+    j_num(j, "world", pl->world);
+    j_num(j, "microbatches", pl->m);
+    j_str(j, "schedule", pl->sched);
+    j_num(j, "virtual_stages", pl->v);
+    j_num(j, "zero", pl->zero);
+    j_str(j, "recompute", pl->rc ? "block" : "none");
+    j_str(j, "precision", pl->bf16 ? "bf16" : "fp32");
+    j_close(j, '}');
+}
 
 static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
 {
-    fprintf(f, "{\n  \"shardc_plan\": 1,\n  \"model\": ");
-    json_str(f, P->ir.model_name);
-    fprintf(f, ",\n  \"file\": ");
-    json_str(f, o->file);
-    fprintf(f, ",\n  \"layout\": ");
-    json_layout(f, pl);
-    fprintf(f, ",\n  \"batch\": {");
-    JN("global", (double)pl->G);
-    fprintf(f, ", ");
-    JN("seq", (double)pl->T);
-    fprintf(f, ", ");
-    JN("microbatch", pl->B);
-    fprintf(f, ", ");
-    JN("tokens_per_step", (double)pl->G * pl->T);
-    fprintf(f, "},\n  \"hardware\": {\"gpu\": ");
-    json_str(f, o->gpu->name);
-    fprintf(f, ", ");
-    JN("peak_flops", pl->peak);
-    fprintf(f, ", ");
-    JN("efficiency", o->eff);
-    fprintf(f, ", ");
-    JN("memory", pl->budget);
-    fprintf(f, ", ");
-    JN("gpus_per_node", o->gpn);
-    fprintf(f, ", ");
-    JN("intra_node_bandwidth", o->intra_bw * 1e9);
-    fprintf(f, ", ");
-    JN("intra_node_latency", o->intra_lat * 1e-6);
-    fprintf(f, ", ");
-    JN("inter_node_bandwidth", o->inter_bw * 1e9);
-    fprintf(f, ", ");
-    JN("inter_node_latency", o->inter_lat * 1e-6);
-    fprintf(f, "},\n  \"parameters\": {");
-    JN("total", pl->nparams);
-    fprintf(f, ", \"bytes_per_parameter\": {");
-    JN("weights", pl->bf16 ? 2 : 4);
-    fprintf(f, ", ");
-    JN("gradients", pl->bf16 ? 2 : 4);
-    fprintf(f, ", ");
-    JN("optimizer", pl->bf16 ? 12 : 8);
-    fprintf(f, "}, ");
-    JN("weights_bytes", pl->nparams * (pl->bf16 ? 2 : 4));
-    fprintf(f, ", ");
-    JN("gradients_bytes", pl->nparams * (pl->bf16 ? 2 : 4));
-    fprintf(f, ", ");
-    JN("optimizer_bytes", pl->nparams * (pl->bf16 ? 12 : 8));
-    fprintf(f, ", ");
-    JN("model_states_bytes", pl->nparams * 16);
-    fprintf(f, "},\n  \"flops\": {");
-    JN("model_per_step", pl->model_flops);
-    fprintf(f, ", ");
-    JN("hardware_per_step", pl->hw_flops);
-    fprintf(f, ", ");
-    JN("model_per_token", pl->model_flops / ((double)pl->G * pl->T));
-    fprintf(f, ", ");
-    JN("hardware_per_token", pl->hw_flops / ((double)pl->G * pl->T));
-    fprintf(f, ", ");
-    JN("matmul_per_step", pl->mm);
-    fprintf(f, ", ");
-    JN("matmul_hardware_per_step", pl->mm_rc);
-    fprintf(f, ", ");
-    JN("forward_per_step", pl->f_fwd);
-    fprintf(f, ", ");
-    JN("backward_per_step", pl->f_bwd);
-    fprintf(f, ", ");
-    JN("recompute_per_step", pl->f_rc);
-    fprintf(f, ", ");
-    JN("optimizer_per_step", pl->f_opt);
-    fprintf(f, "},\n  \"memplan_workspace_bytes\": ");
-    json_num(f, pl->memplan_ws);
-    fprintf(f, ",\n  \"roles\": [");
+    Json J = {f, 0, {0}, {0}}, *j = &J;
+    double tok = (double)pl->G * pl->T, pb = pl->bf16 ? 2 : 4, ob = pl->bf16 ? 12 : 8, np = pl->nparams;
+    j_open(j, NULL, '{', 1);
+    j_num(j, "shardc_plan", 1);
+    j_str(j, "model", P->ir.model_name);
+    j_str(j, "file", o->file);
+    json_layout(j, pl);
+    j_obj(j, "batch", "global", (double)pl->G, "seq", (double)pl->T, "microbatch", pl->B, "tokens_per_step", tok,
+          NULL);
+    j_obj(j, "hardware", "peak_flops", pl->peak, "efficiency", o->eff, "memory", pl->budget, "gpus_per_node",
+          (double)o->gpn, "intra_node_bandwidth", o->intra_bw * 1e9, "intra_node_latency", o->intra_lat * 1e-6,
+          "inter_node_bandwidth", o->inter_bw * 1e9, "inter_node_latency", o->inter_lat * 1e-6, NULL);
+    j_str(j, "gpu", o->gpu->name);
+    j_open(j, "parameters", '{', 0);
+    j_num(j, "total", np);
+    j_obj(j, "bytes_per_parameter", "weights", pb, "gradients", pb, "optimizer", ob, NULL);
+    j_num(j, "weights_bytes", np * pb);
+    j_num(j, "gradients_bytes", np * pb);
+    j_num(j, "optimizer_bytes", np * ob);
+    j_num(j, "model_states_bytes", np * (2 * pb + ob));
+    j_close(j, '}');
+    j_obj(j, "flops", "model_per_step", pl->model_flops, "hardware_per_step", pl->hw_flops, "model_per_token",
+          pl->model_flops / tok, "hardware_per_token", pl->hw_flops / tok, "matmul_per_step", pl->mm,
+          "matmul_hardware_per_step", pl->mm_rc, "forward_per_step", pl->f_fwd, "backward_per_step", pl->f_bwd,
+          "recompute_per_step", pl->f_rc, "optimizer_per_step", pl->f_opt, NULL);
+    j_num(j, "memplan_workspace_bytes", pl->memplan_ws);
+    j_open(j, "roles", '[', 1);
     int *lo = malloc(sizeof(int) * (size_t)pl->ndev * 3), *hi = lo + pl->ndev, *wst = hi + pl->ndev;
     int nr = roles(pl, lo, hi, wst);
     for (int r = 0; r < nr; r++) {
         const Dev *D = &pl->dev[wst[r]];
         char nm[40];
-        fprintf(f, "%s\n    {\"name\": ", r ? "," : "");
-        json_str(f, role_name(pl, lo[r], hi[r], nm, sizeof nm));
-        fprintf(f, ", \"stages\": [%d, %d], \"worst_stage\": %d, \"ranks\": %d, \"layers\": %d, ", lo[r], hi[r],
-                wst[r], (hi[r] - lo[r] + 1) * pl->dp * pl->tp, D->layers);
-        JN("parameters", D->params);
-        fprintf(f, ",\n     \"memory\": {");
-        JN("weights", D->m_params);
-        fprintf(f, ", ");
-        JN("gradients", D->m_grads);
-        fprintf(f, ", ");
-        JN("optimizer", D->m_opt);
-        fprintf(f, ", ");
-        JN("activations", D->m_act);
-        fprintf(f, ", ");
-        JN("other", D->m_other);
-        fprintf(f, ", ");
-        JN("total", D->total);
-        fprintf(f, ", ");
-        JN("budget", pl->budget);
-        fprintf(f, ", \"fits\": %s,\n      ", pl->budget <= 0 || D->total <= pl->budget ? "true" : "false");
-        JN("workspace_per_microbatch", D->work);
-        fprintf(f, ", ");
-        JN("saved_per_microbatch", D->saved);
-        fprintf(f, ", ");
-        JN("recompute_saved_per_microbatch", D->rc_keep);
-        fprintf(f, ", ");
-        JN("in_flight", D->inflight);
-        fprintf(f, ",\n      \"zero_stages\": [");
-        for (int z = 0; z < 4; z++) {
-            fprintf(f, "%s{\"stage\": %d, ", z ? ", " : "", z);
-            JN("weights", D->zs[z][0]);
-            fprintf(f, ", ");
-            JN("gradients", D->zs[z][1]);
-            fprintf(f, ", ");
-            JN("optimizer", D->zs[z][2]);
-            fprintf(f, ", ");
-            JN("model_states", D->zs[z][0] + D->zs[z][1] + D->zs[z][2]);
-            fprintf(f, "}");
-        }
-        fprintf(f, "]},\n     \"flops_per_microbatch\": {");
-        JN("forward", D->ff);
-        fprintf(f, ", ");
-        JN("backward", D->bf);
-        fprintf(f, ", ");
-        JN("recompute", D->rf);
-        fprintf(f, "},\n     \"time\": {");
-        JN("forward", D->t_f);
-        fprintf(f, ", ");
-        JN("backward", D->t_b);
-        fprintf(f, ", ");
-        JN("recompute", D->t_r);
-        fprintf(f, ", ");
-        JN("tensor_comm", D->t_tp);
-        fprintf(f, ", ");
-        JN("send_recv", D->t_p2p);
-        fprintf(f, ", ");
-        JN("per_microbatch", D->t_mb);
-        fprintf(f, ", ");
-        JN("data_comm", D->t_dp);
-        fprintf(f, ", ");
-        JN("data_comm_exposed", D->t_dp_exposed);
-        fprintf(f, "},\n     \"collectives\": [");
-        double g_calls[4][5], g_bytes[4][5], sent = 0;
-        memset(g_calls, 0, sizeof g_calls);
-        memset(g_bytes, 0, sizeof g_bytes);
+        j_open(j, NULL, '{', 1);
+        j_str(j, "name", role_name(pl, lo[r], hi[r], nm, sizeof nm));
+        j_open(j, "stages", '[', 0);
+        j_num(j, NULL, lo[r]);
+        j_num(j, NULL, hi[r]);
+        j_close(j, ']');
+        j_num(j, "worst_stage", wst[r]);
+        j_num(j, "ranks", (double)(hi[r] - lo[r] + 1) * pl->dp * pl->tp);
+        j_num(j, "layers", D->layers);
+        j_num(j, "parameters", D->params);
+        j_open(j, "memory", '{', 0);
+        j_fields(j, "weights", D->m_params, "gradients", D->m_grads, "optimizer", D->m_opt, "activations",
+              D->m_act, "other", D->m_other, "total", D->total, "budget", pl->budget, "workspace_per_microbatch",
+              D->work, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
+              "in_flight", D->inflight, NULL);
+        j_bool(j, "fits", pl->budget <= 0 || D->total <= pl->budget);
+        j_open(j, "zero_stages", '[', 0);
+        for (int z = 0; z < 4; z++)
+            j_obj(j, NULL, "stage", (double)z, "weights", D->zs[z][0], "gradients", D->zs[z][1], "optimizer",
+                  D->zs[z][2], "model_states", D->zs[z][0] + D->zs[z][1] + D->zs[z][2], NULL);
+        j_close(j, ']');
+        j_close(j, '}');
+        j_obj(j, "flops_per_microbatch", "forward", D->ff, "backward", D->bf, "recompute", D->rf, NULL);
+        j_obj(j, "time", "forward", D->t_f, "backward", D->t_b, "recompute", D->t_r, "tensor_comm", D->t_tp,
+              "send_recv", D->t_p2p, "per_microbatch", D->t_mb, "data_comm", D->t_dp, "data_comm_exposed",
+              D->t_dp_exposed, NULL);
+        j_open(j, "collectives", '[', 1);
+        double calls[4][5], bytes[4][5], sent = 0;
+        memset(calls, 0, sizeof calls);
+        memset(bytes, 0, sizeof bytes);
         for (int i = 0; i < D->ncoll; i++) {
             const Coll *c = &D->coll[i];
-            fprintf(f, "%s\n       {\"op\": \"%s\", \"group\": \"%s\", \"group_size\": %d, \"phase\": \"%s\", \"what\": ",
-                    i ? "," : "", coll_name[c->kind], group_name[c->group], c->n, phase_name[c->phase]);
-            json_str(f, c->what);
-            fprintf(f, ", ");
-            JN("bytes", c->size);
-            fprintf(f, ", ");
-            JN("calls_per_step", c->calls);
-            fprintf(f, ", ");
-            JN("payload_bytes_per_step", payload(c) * c->calls);
-            fprintf(f, ", ");
-            JN("sent_bytes_per_step", sent_factor(c->kind, c->n) * c->size * c->calls);
-            fprintf(f, "}");
-            g_calls[c->group][c->kind] += c->calls;
-            g_bytes[c->group][c->kind] += payload(c) * c->calls;
-            sent += sent_factor(c->kind, c->n) * c->size * c->calls;
+            double sb = sent_factor(c->kind, c->n) * c->size * c->calls;
+            j_open(j, NULL, '{', 0);
+            j_str(j, "op", coll_name[c->kind]);
+            j_str(j, "group", group_name[c->group]);
+            j_num(j, "group_size", c->n);
+            j_str(j, "phase", phase_name[c->phase]);
+            j_str(j, "what", c->what);
+            j_fields(j, "bytes", c->size, "calls_per_step", c->calls, "payload_bytes_per_step",
+                  payload(c) * c->calls, "sent_bytes_per_step", sb, NULL);
+            j_close(j, '}');
+            calls[c->group][c->kind] += c->calls;
+            bytes[c->group][c->kind] += payload(c) * c->calls;
+            sent += sb;
         }
-        /* the runtime's sr_comm_stats, communicator by communicator */
+        j_close(j, ']');
+        /* the runtime's sr_comm_stats, communicator by communicator, op by op */
         static const char *ops6[6] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv"};
         static const int kind6[6] = {C_AR, C_RS, C_AG, -1, C_SEND, C_RECV};
-        fprintf(f, "],\n     \"comm_counters\": {");
+        j_open(j, "comm_counters", '{', 0);
+        j_open(j, "ops", '[', 0);
+        for (int k = 0; k < 6; k++) j_str(j, NULL, ops6[k]);
+        j_close(j, ']');
         for (int g = 0; g < 4; g++) {
-            fprintf(f, "%s\"%s\": {\"calls\": [", g ? ", " : "", group_name[g]);
-            for (int k = 0; k < 6; k++) {
-                fprintf(f, "%s", k ? ", " : "");
-                json_num(f, kind6[k] < 0 ? 0 : g_calls[g][kind6[k]]);
+            j_open(j, group_name[g], '{', 0);
+            for (int w = 0; w < 2; w++) {
+                j_open(j, w ? "bytes" : "calls", '[', 0);
+                for (int k = 0; k < 6; k++) j_num(j, NULL, kind6[k] < 0 ? 0 : w ? bytes[g][kind6[k]] : calls[g][kind6[k]]);
+                j_close(j, ']');
             }
-            fprintf(f, "], \"bytes\": [");
-            for (int k = 0; k < 6; k++) {
-                fprintf(f, "%s", k ? ", " : "");
-                json_num(f, kind6[k] < 0 ? 0 : g_bytes[g][kind6[k]]);
-            }
-            fprintf(f, "]}");
+            j_close(j, '}');
         }
-        fprintf(f, ", \"ops\": [");
-        for (int k = 0; k < 6; k++) fprintf(f, "%s\"%s\"", k ? ", " : "", ops6[k]);
-        fprintf(f, "]},\n     ");
-        JN("sent_bytes_per_step", sent);
-        fprintf(f, "}");
+        j_close(j, '}');
+        j_num(j, "sent_bytes_per_step", sent);
+        j_close(j, '}');
     }
     free(lo);
-    fprintf(f, "\n  ],\n  \"stages\": [");
-    for (int d = 0; d < pl->ndev; d++) { /* every stage's memory, for the runtime's counters */
-        const Dev *D = &pl->dev[d];
-        fprintf(f, "%s{\"stage\": %d, ", d ? ", " : "", d);
-        JN("parameters", D->params);
-        fprintf(f, ", ");
-        JN("activations", D->m_act);
-        fprintf(f, ", ");
-        JN("total", D->total);
-        fprintf(f, "}");
-    }
-    fprintf(f, "],\n  \"time\": {");
-    JN("bubble_fraction", pl->bubble);
-    fprintf(f, ", ");
-    JN("compute", pl->t_compute);
-    fprintf(f, ", ");
-    JN("bubble", pl->t_bubble);
-    fprintf(f, ", ");
-    JN("exposed_comm", pl->t_comm);
-    fprintf(f, ", ");
-    JN("step", pl->step);
-    fprintf(f, ", ");
-    JN("tokens_per_second", pl->tok_s);
-    fprintf(f, ", ");
-    JN("mfu", pl->mfu);
-    fprintf(f, "},\n  \"max_memory\": ");
-    json_num(f, pl->max_total);
-    fprintf(f, ",\n  \"fits\": %s\n}\n", pl->fits ? "true" : "false");
+    j_close(j, ']');
+    j_open(j, "stages", '[', 1); /* every stage's memory, for the runtime's per-rank peaks */
+    for (int d = 0; d < pl->ndev; d++)
+        j_obj(j, NULL, "stage", (double)d, "parameters", pl->dev[d].params, "activations", pl->dev[d].m_act, "total",
+              pl->dev[d].total, NULL);
+    j_close(j, ']');
+    j_obj(j, "time", "bubble_fraction", pl->bubble, "compute", pl->t_compute, "bubble", pl->t_bubble, "exposed_comm",
+          pl->t_comm, "step", pl->step, "tokens_per_second", pl->tok_s, "mfu", pl->mfu, NULL);
+    j_num(j, "max_memory", pl->max_total);
+    j_bool(j, "fits", pl->fits);
+    j_close(j, '}');
 }
 
 /* ---- --search ---------------------------------------------------------------- */
@@ -1521,40 +1502,37 @@ static int search(const Opts *o)
         else nbad++;
     }
     if (o->json) {
-        printf("{\n  \"shardc_plan_search\": 1,\n  \"file\": ");
-        json_str(stdout, o->file);
-        printf(",\n  \"model\": ");
-        json_str(stdout, model);
-        printf(",\n  \"gpus\": %d, \"gpu\": \"%s\", \"memory\": ", N, o->gpu->name);
-        json_num(stdout, budget);
-        printf(", \"batch\": %lld, \"seq\": %lld,\n  \"layouts\": [", G, T);
+        Json J = {stdout, 0, {0}, {0}}, *j = &J;
+        j_open(j, NULL, '{', 1);
+        j_num(j, "shardc_plan_search", 1);
+        j_str(j, "file", o->file);
+        j_str(j, "model", model);
+        j_num(j, "gpus", N);
+        j_str(j, "gpu", o->gpu->name);
+        j_num(j, "memory", budget);
+        j_num(j, "batch", (double)G);
+        j_num(j, "seq", (double)T);
+        j_open(j, "layouts", '[', 1);
         for (int i = 0; i < nc; i++) {
             const Plan *pl = &cs[i].pl;
-            printf("%s\n    {\"rank\": %d, \"status\": \"%s\", \"layout\": ", i ? "," : "", cs[i].status ? 0 : i + 1,
-                   cs[i].status == 0 ? "ok" : cs[i].status == 1 ? "out of memory" : "invalid");
-            json_layout(stdout, pl);
+            j_open(j, NULL, '{', 0);
+            j_num(j, "rank", cs[i].status ? 0 : i + 1);
+            j_str(j, "status", cs[i].status == 0 ? "ok" : cs[i].status == 1 ? "out of memory" : "invalid");
+            json_layout(j, pl);
             if (cs[i].status < 2) {
-                printf(", \"step\": ");
-                json_num(stdout, pl->step);
-                printf(", \"mfu\": ");
-                json_num(stdout, pl->mfu);
-                printf(", \"bubble_fraction\": ");
-                json_num(stdout, pl->bubble);
-                printf(", \"max_memory\": ");
-                json_num(stdout, pl->max_total);
+                j_num(j, "step", pl->step);
+                j_num(j, "mfu", pl->mfu);
+                j_num(j, "bubble_fraction", pl->bubble);
+                j_num(j, "max_memory", pl->max_total);
             }
-            if (cs[i].status) {
-                char why[512];
-                if (cs[i].status == 1)
-                    snprintf(why, sizeof why, "needs %s on stage %d, more than %s", fmt_bytes(pl->max_total),
-                             pl->max_dev, fmt_bytes(pl->budget));
-                else snprintf(why, sizeof why, "%s", pl->reason);
-                printf(", \"reason\": ");
-                json_str(stdout, why);
-            }
-            printf("}");
+            if (cs[i].status == 1)
+                j_str(j, "reason", sx_fmt("needs %s on stage %d, more than %s", fmt_bytes(pl->max_total), pl->max_dev,
+                                          fmt_bytes(pl->budget)));
+            else if (cs[i].status) j_str(j, "reason", pl->reason);
+            j_close(j, '}');
         }
-        printf("\n  ]\n}\n");
+        j_close(j, ']');
+        j_close(j, '}');
     } else {
         printf("%s  %s: every layout of %d GPUs (%s, %s per GPU), batch %lld x seq %lld\n", model, o->file, N,
                o->gpu->name, fmt_bytes(budget), G, T);

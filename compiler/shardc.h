@@ -210,6 +210,7 @@ typedef struct IrOp {
     const char *scope; /* instance path, e.g. "transformer.h.3.attn" */
     sx_loc user_loc;   /* the outermost instance call in the main file, for notes */
     int stage;         /* repeat index for pipeline cuts, -1 outside repeats */
+    int pstage;        /* pipeline stage this op runs in (pipeline.c), 0 without one */
 } IrOp;
 
 /* one step of the backward program: the gradient rule of forward op `fwd`
@@ -221,8 +222,19 @@ typedef struct IrBwd {
     int din[4];   /* -1 where that input needs no gradient */
     unsigned gate; /* bit k: din[k] is added on tensor rank 0 only (a replicated
                     * contribution to a gradient that is summed over the group) */
+    int pstage;    /* pipeline stage (pipeline.c) */
 } IrBwd;
 enum { BWD_RULE = 0, BWD_ALLREDUCE = 1 };
+
+/* one pipeline stage: its workspace plan and its boundary with the next */
+typedef struct IrStage {
+    int first_block, nblocks; /* repetitions of the @pipeline repeat it runs */
+    int act_in;     /* value received from the previous stage, -1 for the first */
+    int act_out;    /* value sent to the next stage, -1 for the last */
+    int nslots;
+    Dim *slot_elems;
+    double cost;    /* FLOPs of forward + backward at B=1, for the balance shown by build */
+} IrStage;
 
 typedef struct IrParam {
     const char *name;
@@ -247,6 +259,8 @@ typedef struct Ir {
     int seed;     /* gradient of the output, set to dloss before backward */
     int nslots;   /* memplan: workspace slots */
     Dim *slot_elems; /* elements (4 bytes each) of every slot */
+    int nstages;  /* pipeline stages (pp x virtual stages); 1 without a pipeline */
+    struct IrStage *stages;
     const char *symname[SX_MAXSYM];
     int nsym;
     const char *model_name;
@@ -338,9 +352,15 @@ void ad_dump(const Ir *ir, FILE *f);
 /* which operands a template reads or writes: bit i for $i, 4 for $o, 5/6 for $a0/$a1 */
 unsigned ad_template_uses(const char *tmpl);
 
-/* memplan.c: workspace slots by lifetime over forward then backward */
+/* memplan.c: workspace slots by lifetime over forward then backward, per
+ * pipeline stage */
 int mp_plan(Program *P);
 void mp_dump(const Ir *ir, FILE *f);
+
+/* pipeline.c: stages balanced by the cost model, boundaries, stage of every step */
+int pp_partition(Program *P);
+void pp_dump(const Program *P, FILE *f);
+double ir_op_flops(const Ir *ir, const IrOp *op, int bwd, long B, long T);
 
 /* codegen_host.c: C source for the host backend */
 int cg_host(Program *P, FILE *out, const char *source_path);

@@ -7,9 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sr_cuda.h"
 #include "srk.cuh"
 
 srk_context srk_ctx;
+extern "C" {
+int sr_cuda_comm_ordered;
+}
+
+/* collectives run on the comm layer's own stream: unless it orders itself
+ * after the compute stream (sr_cuda_comm_ordered), wait for the kernels */
+void srk_comm_fence(void)
+{
+    if (!sr_cuda_comm_ordered && !srk_ctx.failed)
+        srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "waiting for the kernels before a collective");
+}
 
 void srk_fail(const char *fmt, ...)
 {

@@ -8,6 +8,8 @@
  *   srk_norm.cuh       layernorm, rmsnorm, softmax, softmax + cross-entropy
  *   srk_attention.cuh  causal attention (flash-style, SIMT and tensor cores)
  *   srk_matmul.cuh     matmuls and fused bias / GELU epilogues (gemm.cu)
+ *   srk_tp.cuh         tensor parallelism: all-reduce, all-gather, the
+ *                      vocab-parallel embedding and cross-entropy
  *   (srk_optim.cuh: the optimizer kernels, for backend.cu only)
  */
 #ifndef SRK_CUH
@@ -20,5 +22,6 @@
 #include "srk_norm.cuh"
 #include "srk_attention.cuh"
 #include "srk_matmul.cuh"
+#include "srk_tp.cuh"
 
 #endif /* SRK_CUH */

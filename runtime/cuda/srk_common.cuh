@@ -136,11 +136,11 @@ template <class T>
 struct srk_dt;
 template <>
 struct srk_dt<float> {
-    enum { value = SRK_F32 };
+    static constexpr int value = SRK_F32;
 };
 template <>
 struct srk_dt<bf16> {
-    enum { value = SRK_BF16 };
+    static constexpr int value = SRK_BF16;
 };
 
 __host__ __device__ __forceinline__ float srk_ld(float x) { return x; }

@@ -25,6 +25,13 @@ extern const sr_backend sr_backend_cuda;
 /* the compute stream, a cudaStream_t (NULL before init) */
 void *sr_cuda_stream(void);
 
+/* 0 (default): before every collective and every grad_ready hook the
+ * generated code waits for the compute stream (cudaStreamSynchronize), so a
+ * comm layer that only orders itself after the legacy default stream reads
+ * finished buffers. A comm layer that makes its stream wait for an event
+ * recorded on sr_cuda_stream() sets this to 1 and the waits go away. */
+extern int sr_cuda_comm_ordered;
+
 /* Sizes the arena before the first allocation (bytes; 0 = the default: the
  * device's free memory less 10% (at least 2 GiB) for cuBLAS, NCCL and the
  * CUDA context, shared by the ranks on the device). SHARDC_CUDA_ARENA_MB

@@ -81,7 +81,27 @@ typedef struct sr_exec {
     void *user;              /* the runtime's, for grad_ready */
     int tp_rank, tp;         /* this rank in the tensor group, and its size */
     struct sr_comm *tp_comm; /* the tensor group: tensor-parallel collectives */
+    /* pipeline boundaries (runtime buffers; NULL on the first / last stage) */
+    const float *act_in;     /* (B, T, C) activation received from the previous stage */
+    float *act_in_grad;      /* its gradient, computed by backward, sent back */
+    float *act_out;          /* set by forward: the activation to send to the next stage */
+    float *act_out_grad;     /* the gradient of act_out, received: backward's seed */
 } sr_exec;
+
+/* one pipeline stage of a program: a contiguous run of the repeated blocks
+ * (the first stage also runs what comes before them, the last what comes
+ * after: head and loss) */
+typedef struct sr_stage {
+    size_t (*work_bytes)(int B, int T);
+    void (*forward)(sr_exec *e);
+    void (*backward)(sr_exec *e);        /* input and parameter gradients */
+    void (*backward_input)(sr_exec *e);  /* zb-h1 "B": activation gradients only */
+    void (*backward_weight)(sr_exec *e); /* zb-h1 "W": parameter gradients only; after B */
+    int64_t act_in_row, act_out_row;     /* floats per token of the boundary activations */
+    int first_block, nblocks;            /* repetitions it runs */
+    int n_params;
+    const int *params;                   /* indices of the parameters it uses */
+} sr_stage;
 
 /* tensor parallelism, called by generated code (runtime/tp.c) */
 void sr_tp_allreduce(sr_exec *e, float *out, const float *in, long n);
@@ -115,6 +135,9 @@ typedef struct sr_program {
     const char *config_json; /* the config constants as a JSON object (written as config.json) */
     const struct sr_backend *backend; /* where tensors live; NULL = host memory */
     int tp;                  /* the tensor-parallel degree the program was compiled for */
+    int pp, virtual_stages;  /* the pipeline it was compiled for (1, 1: none) */
+    int n_stages;            /* pp * virtual_stages */
+    const sr_stage *stages;  /* stage s runs on pipeline rank s % pp */
 } sr_program;
 
 /* Runs the program: parses flags, trains, evaluates, saves, samples.

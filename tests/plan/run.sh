@@ -12,6 +12,7 @@
 # usage: run.sh SHARDC SRCDIR     (prints "N passed, M failed")
 set -u
 shardc=$1; src=$2
+export SHARDC_STDLIB=${SHARDC_STDLIB:-$src/stdlib}
 gpt2=$src/examples/gpt2.model
 tiny=$src/examples/tinygpt.model
 tmp=$(mktemp -d /tmp/plan-test.XXXXXX)
@@ -208,6 +209,18 @@ plan "$tiny" --dp 2 --zero 1 --json > "$tmp/z1.json" 2>/dev/null
 json "data=2, ZeRO 1: reduce-scatter and all-gather, optimizer state halved" "$tmp/z1.json" \
   "d['roles'][0]['comm_counters']['data']['calls'] == [0, 1, 1, 0, 0, 0]" \
   "d['roles'][0]['memory']['optimizer'] == 8 * d['parameters']['total'] / 2"
+
+# the generated program issues what the plan counts: every sr_tp_allreduce in
+# its source runs once per microbatch (the loss's two are inside its kernel)
+if "$shardc" build "$tiny" --tp 2 -o "$tmp/tiny-tp2" --emit-src "$tmp/src" >/dev/null 2>"$tmp/err"; then
+  n=$(grep -o "sr_tp_allreduce(" "$tmp/src"/*.c | wc -l)
+  plan "$tiny" --tp 2 --json > "$tmp/tt.json" 2>/dev/null
+  json "tensor=2: the plan's all-reduces are the generated program's ($n + the loss's)" "$tmp/tt.json" \
+    "d['roles'][0]['comm_counters']['tensor']['calls'][0] == $n + 1" \
+    "d['roles'][0]['comm_counters']['tensor']['calls'][2] == $(grep -o "sr_tp_allgather(" "$tmp/src"/*.c | wc -l) + 1"
+else
+  echo "skip the generated program's collectives (shardc build failed: $(head -1 "$tmp/err"))"
+fi
 
 # ---- --json and --search -------------------------------------------------------------------
 plan "$gpt2" --tp 2 --pp 2 --dp 2 --set vocab_size=50304 --microbatches 4 --json > "$tmp/j.json" 2>/dev/null

@@ -66,7 +66,9 @@ thread_local dim3 tls_grid_dim;
 static thread_local Block *cur_block;
 static thread_local Thread *cur_thread;
 static thread_local void *sched_sp;   /* the scheduler's saved stack pointer */
-static thread_local void *sched_ctx;  /* ucontext of the scheduler */
+#if !defined(__x86_64__)
+static thread_local void *sched_ctx; /* ucontext of the scheduler */
+#endif
 
 Thread *self()
 {

@@ -1,0 +1,241 @@
+/* srk_tp.cuh: tensor-parallel ops on the device, in forward/backward pairs,
+ * as runtime/tp.c does them on the host: the activation all-reduce and
+ * all-gather, the vocab-parallel embedding and cross-entropy.
+ *
+ * Collectives go through the comm layer (sr_comm.h) on device memory: NCCL
+ * on a GPU, MPI in the emulator (whose device memory is host memory). The
+ * comm layer orders itself after the legacy default stream only, so the
+ * compute stream is synchronized before each collective (srk_comm_fence),
+ * and sr_comm_* returns once the result is in place. The comm layer moves
+ * float32: bf16 tensors are converted to float scratch and back.
+ * A failed collective inside a step cannot return through generated code:
+ * like tp.c, it is fatal (message, then every rank aborted).
+ */
+#ifndef SRK_TP_CUH
+#define SRK_TP_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sr_comm.h"
+#include "sr_program.h"
+#include "srk_norm.cuh"
+
+/* the compute stream's work is done before a collective reads its buffers */
+void srk_comm_fence(void);
+
+static inline void srk_tp_fatal(const char *what)
+{
+    fprintf(stderr, "error: tensor-parallel %s failed: %s\n", what, sr_errmsg());
+    sr_comm_abort(1);
+    exit(1);
+}
+
+/* out (n) = sum over the tensor group of in (n) */
+template <class TO, class TI>
+void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
+{
+    if (n <= 0) return;
+    if (e->tp <= 1) {
+        srk_copy(out, in, n);
+        return;
+    }
+    float *buf = (float *)out;
+    if (srk_dt<TO>::value != SRK_F32) buf = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)n);
+    if (!buf) return;
+    srk_copy(buf, in, n);
+    srk_comm_fence();
+    if (srk_ctx.failed) return;
+    if (sr_comm_allreduce(e->tp_comm, buf, n, "activation", NULL) != SR_OK) srk_tp_fatal("all-reduce");
+    if ((void *)buf != (void *)out) srk_copy(out, buf, n);
+}
+
+/* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */
+template <class TO>
+__global__ void tp_gather_permute_kernel(TO *out, const float *tmp, long outer, long local, long inner, int tp)
+{
+    long blk = outer * local * inner, n = blk * tp;
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long r = e / blk, rem = e - r * blk;
+        long o = rem / (local * inner), li = rem - o * local * inner;
+        out[(o * tp + r) * local * inner + li] = srk_to<TO>(tmp[e]);
+    }
+}
+template <class TO, class TI>
+void srk_tp_allgather(sr_exec *e, TO *out, const TI *in, long outer, long local, long inner)
+{
+    long blk = outer * local * inner;
+    if (blk <= 0) return;
+    int tp = e->tp > 0 ? e->tp : 1;
+    float *send = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
+    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
+    if (!send || !tmp) return;
+    srk_copy(send, in, blk);
+    srk_comm_fence();
+    if (srk_ctx.failed) return;
+    if (tp > 1 && sr_comm_allgather(e->tp_comm, send, tmp, blk, "activation", NULL) != SR_OK)
+        srk_tp_fatal("all-gather");
+    if (tp == 1) srk_copy(tmp, send, blk);
+    SR_LAUNCH(tp_gather_permute_kernel<TO>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              out, (const float *)tmp, outer, local, inner, tp);
+}
+
+/* dx (outer, local, inner) += this rank's columns of dout (outer, tp*local, inner) */
+template <class TD, class TG>
+__global__ void tp_gather_bwd_kernel(TD *dx, const TG *dout, long outer, long local, long inner, int tp, int rank)
+{
+    long n = outer * local * inner;
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long o = e / (local * inner), li = e - o * local * inner;
+        srk_acc(&dx[e], srk_ld(dout[(o * tp + rank) * local * inner + li]));
+    }
+}
+template <class TD, class TG>
+void srk_tp_allgather_bwd(sr_exec *e, TD *dx, const TG *dout, long outer, long local, long inner)
+{
+    long n = outer * local * inner;
+    if (!dx || n <= 0) return;
+    SR_LAUNCH((tp_gather_bwd_kernel<TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
+              dout, outer, local, inner, e->tp > 0 ? e->tp : 1, e->tp_rank);
+}
+
+/* ---- vocab-parallel embedding: rows [rank*Vl, (rank+1)*Vl) of the table here ----------------- */
+template <class TO, class TW>
+__global__ void embedding_vp_fwd_kernel(TO *out, const TW *w, const int32_t *idx, long N, int D, long lo, long Vl)
+{
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
+        long i = e / D, row = (long)idx[i] - lo;
+        int j = (int)(e - i * D);
+        out[e] = srk_to<TO>(row >= 0 && row < Vl ? srk_ld(w[row * D + j]) : 0.0f);
+    }
+}
+template <class TD, class TG>
+__global__ void embedding_vp_bwd_kernel(TD *dw, const TG *dout, const int32_t *idx, long N, int D, long lo, long Vl)
+{
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
+        long i = e / D, row = (long)idx[i] - lo;
+        if (row < 0 || row >= Vl) continue;
+        srk_atomic_add(&dw[row * D + (e - i * D)], srk_ld(dout[e]));
+    }
+}
+template <class TO, class TW>
+void srk_embedding_vp_fwd(TO *out, const TW *w, const int32_t *idx, long N, long D, long Vl, int rank)
+{
+    if (N <= 0 || D <= 0) return;
+    SR_LAUNCH((embedding_vp_fwd_kernel<TO, TW>), srk_blocks(N * D, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+              srk_ctx.stream, out, w, idx, N, (int)D, (long)rank * Vl, Vl);
+}
+template <class TD, class TG>
+void srk_embedding_vp_bwd(TD *dw, const TG *dout, const int32_t *idx, long N, long D, long Vl, int rank)
+{
+    if (!dw || N <= 0 || D <= 0) return;
+    SR_LAUNCH((embedding_vp_bwd_kernel<TD, TG>), srk_blocks(N * D, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+              srk_ctx.stream, dw, dout, idx, N, (int)D, (long)rank * Vl, Vl);
+}
+
+/* ---- vocab-parallel cross-entropy (Megatron's): the logits never gathered -------------------- */
+template <class TL>
+__global__ void ce_vp_max_kernel(float *mx, const TL *logits, int Vl)
+{
+    // one block per row: mx (N) = max over this rank's columns
+    const TL *lr = logits + (long)blockIdx.x * Vl;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) m = fmaxf(m, srk_ld(lr[j]));
+    m = srk_block_max(m);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+static __global__ void ce_vp_allmax_kernel(float *allmx, const float *g, long N, int tp)
+{
+    // g (tp, N) -> allmx (N)
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (long)gridDim.x * blockDim.x) {
+        float m = g[i];
+        for (int r = 1; r < tp; r++) m = fmaxf(m, g[(long)r * N + i]);
+        allmx[i] = m;
+    }
+}
+template <class TL>
+__global__ void ce_vp_sums_kernel(float *sums, const float *allmx, const TL *logits, const int32_t *targets, long N,
+                                  int Vl, long lo)
+{
+    // one block per row: sums[i] = sum exp(l - max), sums[N + i] = the target's logit if this rank has it
+    long i = blockIdx.x;
+    const TL *lr = logits + i * Vl;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) s += expf(srk_ld(lr[j]) - allmx[i]);
+    s = srk_block_sum(s);
+    if (threadIdx.x == 0) {
+        long t = (long)targets[i] - lo;
+        sums[i] = s;
+        sums[N + i] = (t >= 0 && t < Vl) ? srk_ld(lr[t]) : 0.0f;
+    }
+}
+static __global__ void ce_vp_rows_kernel(float *lse, float *rowloss, const float *allmx, const float *sums, long N)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (long)gridDim.x * blockDim.x) {
+        float l = allmx[i] + logf(sums[i]);
+        lse[i] = l;
+        rowloss[i] = l - sums[N + i];
+    }
+}
+template <class TD, class TL>
+__global__ void ce_vp_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
+                                 const float *dloss, long N, int Vl, long lo)
+{
+    // one block per row: dlogits += dloss/N * (exp(l - lse) - onehot(target in this rank's columns))
+    long i = blockIdx.x;
+    float sc = dloss[0] / (float)N, l = lse[i];
+    long t = (long)targets[i] - lo;
+    const TL *lr = logits + i * Vl;
+    TD *dr = dlogits + i * Vl;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+        float p = sc * expf(srk_ld(lr[j]) - l);
+        srk_acc(&dr[j], j == t ? p - sc : p);
+    }
+}
+
+template <class TL>
+void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logits, const int32_t *targets, long N,
+                             long Vl)
+{
+    if (N <= 0) {
+        srk_zero(loss, 1);
+        return;
+    }
+    int tp = e->tp > 0 ? e->tp : 1;
+    long lo = (long)e->tp_rank * Vl;
+    /* scratch: mx (N), gathered maxima (tp*N), allmx (N), sums (2N), row losses (N) */
+    float *s = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)(N * (tp + 5)));
+    if (!s) return;
+    float *mx = s, *g = mx + N, *allmx = g + (long)tp * N, *sums = allmx + N, *rows = sums + 2 * N;
+    SR_LAUNCH(ce_vp_max_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, mx, logits, (int)Vl);
+    if (tp > 1) {
+        srk_comm_fence();
+        if (srk_ctx.failed) return;
+        if (sr_comm_allgather(e->tp_comm, mx, g, N, "cross-entropy max", NULL) != SR_OK) srk_tp_fatal("cross-entropy");
+        SR_LAUNCH(ce_vp_allmax_kernel, srk_blocks(N, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, allmx,
+                  (const float *)g, N, tp);
+    } else {
+        srk_copy(allmx, mx, N);
+    }
+    SR_LAUNCH(ce_vp_sums_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, sums, (const float *)allmx, logits,
+              targets, N, (int)Vl, lo);
+    if (tp > 1) {
+        srk_comm_fence();
+        if (srk_ctx.failed) return;
+        if (sr_comm_allreduce(e->tp_comm, sums, 2 * N, "cross-entropy sums", NULL) != SR_OK)
+            srk_tp_fatal("cross-entropy");
+    }
+    SR_LAUNCH(ce_vp_rows_kernel, srk_blocks(N, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, lse, rows,
+              (const float *)allmx, (const float *)sums, N);
+    SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
+}
+template <class TD, class TL>
+void srk_crossentropy_vp_bwd(sr_exec *e, TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
+                             const float *dloss, long N, long Vl)
+{
+    if (!dlogits || N <= 0) return;
+    SR_LAUNCH((ce_vp_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse, targets,
+              dloss, N, (int)Vl, (long)e->tp_rank * Vl);
+}
+
+#endif /* SRK_TP_CUH */

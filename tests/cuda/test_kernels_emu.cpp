@@ -1,0 +1,782 @@
+/* test_kernels_emu.cpp: every CUDA kernel of runtime/cuda against the host
+ * kernel it stands for (runtime/host/kernels.c), on random inputs with odd
+ * sizes, in fp32 and in bf16.
+ *
+ * Built two ways from this one source: with g++ against the CPU emulator
+ * (CI, no GPU) and with nvcc for a real GPU (scripts/gpu-check.sh). The
+ * reference always runs on the host.
+ *
+ * Tolerances (|got - want| <= tol * (|want| + max|want|), elementwise):
+ *   fp32: 1e-5 (2e-5 for attention and matmuls: reordered float sums).
+ *   bf16: 1e-2. Activations are stored in bf16 (8 significant bits: a
+ *   rounding costs up to 2^-9 relative) and matmuls round their float
+ *   operands (the weights) to bf16 before multiplying; the host reference
+ *   gets the same bf16-rounded activations but full-precision weights, so
+ *   a K-term dot product differs by a few 2^-9 relative. The tensor-core
+ *   attention also rounds the probabilities to bf16 before P @ V. Measured
+ *   in emulation: at most 3e-3.
+ * Backward kernels are checked to accumulate (gradients start non-zero) and
+ * to skip NULL gradients. Emulator-only checks (warp functions, barriers,
+ * deadlock detection, launch limits) run only in the emulated build.
+ * Prints one line per check and "N passed, M failed"; exit status 1 on a
+ * failure.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+#include "sr_cuda.h"
+#include "srk.cuh"
+
+typedef std::vector<float> vec;
+
+static int npass, nfail;
+
+static void check(bool ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    if (ok) npass++;
+    else nfail++;
+}
+
+/* ---- data ------------------------------------------------------------------------------ */
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static float frand(float lo, float hi)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((double)(rng >> 11) * (1.0 / 9007199254740992.0));
+}
+static vec rnd(long n, float lo = -1.0f, float hi = 1.0f)
+{
+    vec v((size_t)n);
+    for (auto &x : v) x = frand(lo, hi);
+    return v;
+}
+/* values as a T tensor holds them */
+template <class T>
+static vec rounded(vec v)
+{
+    for (auto &x : v) x = srk_ld(srk_to<T>(x));
+    return v;
+}
+
+template <class T>
+static T *up(const vec &h)
+{
+    T *d = NULL;
+    size_t n = h.size() ? h.size() : 1;
+    cudaMalloc((void **)&d, n * sizeof(T));
+    std::vector<T> t(n);
+    for (size_t i = 0; i < h.size(); i++) t[i] = srk_to<T>(h[i]);
+    cudaMemcpy(d, t.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return d;
+}
+template <class T>
+static vec down(const T *d, long n)
+{
+    cudaStreamSynchronize(srk_ctx.stream);
+    std::vector<T> t((size_t)n);
+    cudaMemcpy(t.data(), d, (size_t)n * sizeof(T), cudaMemcpyDeviceToHost);
+    vec h((size_t)n);
+    for (long i = 0; i < n; i++) h[(size_t)i] = srk_ld(t[(size_t)i]);
+    return h;
+}
+static int32_t *up_i(const std::vector<int32_t> &h)
+{
+    int32_t *d = NULL;
+    cudaMalloc((void **)&d, (h.size() ? h.size() : 1) * sizeof(int32_t));
+    cudaMemcpy(d, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+    return d;
+}
+static void dfree(const void *p) { cudaFree((void *)p); }
+
+template <class T>
+static const char *tname()
+{
+    return srk_dt<T>::value == SRK_BF16 ? "bf16" : "fp32";
+}
+template <class T>
+static float tol_for(float fp32_tol)
+{
+    return srk_dt<T>::value == SRK_BF16 ? 1e-2f : fp32_tol;
+}
+
+/* elementwise |g - w| <= tol (|w| + max|w|) */
+static void expect(const char *what, const vec &got, const vec &want, float tol)
+{
+    double mx = 0.0, worst = 0.0;
+    long wi = -1;
+    bool finite = got.size() == want.size();
+    for (float w : want) mx = fmax(mx, fabs(w));
+    for (size_t i = 0; finite && i < got.size(); i++) {
+        if (!isfinite(got[i]) && isfinite(want[i])) {
+            finite = false;
+            wi = (long)i;
+            break;
+        }
+        double r = fabs((double)got[i] - want[i]) / (fabs(want[i]) + mx + 1e-30);
+        if (r > worst) {
+            worst = r;
+            wi = (long)i;
+        }
+    }
+    bool ok = finite && worst <= tol;
+    if (ok) check(true, "%s (max rel err %.2g)", what, worst);
+    else if (got.size() != want.size()) check(false, "%s: %zu values, want %zu", what, got.size(), want.size());
+    else check(false, "%s: at %ld got %.9g want %.9g (rel err %.3g > %.1g)", what, wi, wi >= 0 ? got[(size_t)wi] : 0.0f,
+               wi >= 0 ? want[(size_t)wi] : 0.0f, worst, tol);
+}
+
+static std::string fmt(const char *f, ...)
+{
+    char b[256];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(b, sizeof b, f, ap);
+    va_end(ap);
+    return b;
+}
+
+static void no_error(const char *what)
+{
+    cudaStreamSynchronize(srk_ctx.stream);
+    check(!srk_ctx.failed, "%s: no CUDA error%s%s", what, srk_ctx.failed ? ": " : "", srk_ctx.failed ? srk_ctx.err : "");
+    srk_ctx.failed = 0;
+}
+
+/* ---- matmuls --------------------------------------------------------------------------- */
+/* T: activations (a, out, dout, da); weights b and their gradient db are float (parameters) */
+template <class T>
+static void test_matmul(long M, long K, long N, bool transposed)
+{
+    const char *nm = transposed ? "matmul_t" : "matmul";
+    float tol = tol_for<T>(2e-5f);
+    vec a = rounded<T>(rnd(M * K)), b = rnd(K * N), g = rounded<T>(rnd(M * N));
+    vec da0 = rounded<T>(rnd(M * K)), db0 = rnd(K * N);
+    T *d_a = up<T>(a), *d_out = up<T>(vec((size_t)(M * N))), *d_g = up<T>(g), *d_da = up<T>(da0);
+    float *d_b = up<float>(b), *d_db = up<float>(db0);
+    vec out((size_t)(M * N)), da = da0, db = db0;
+    if (transposed) {
+        sr_matmul_t_fwd(out.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+        sr_matmul_t_bwd(da.data(), db.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+        srk_matmul_t_fwd(d_out, d_a, d_b, M, K, N);
+        srk_matmul_t_bwd(d_da, d_db, d_g, d_a, d_b, M, K, N);
+    } else {
+        sr_matmul_fwd(out.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+        sr_matmul_bwd(da.data(), db.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+        srk_matmul_fwd(d_out, d_a, d_b, M, K, N);
+        srk_matmul_bwd(d_da, d_db, d_g, d_a, d_b, M, K, N);
+    }
+    expect(fmt("%s %s fwd %ldx%ldx%ld", nm, tname<T>(), M, K, N).c_str(), down(d_out, M * N), out, tol);
+    expect(fmt("%s %s bwd da (accumulates)", nm, tname<T>()).c_str(), down(d_da, M * K), da, tol);
+    expect(fmt("%s %s bwd db (accumulates)", nm, tname<T>()).c_str(), down(d_db, K * N), db, tol);
+    /* NULL da: db alone */
+    float *d_db2 = up<float>(db0);
+    vec db2 = db0;
+    if (transposed) {
+        sr_matmul_t_bwd(NULL, db2.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+        srk_matmul_t_bwd((T *)NULL, d_db2, d_g, d_a, d_b, M, K, N);
+    } else {
+        sr_matmul_bwd(NULL, db2.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+        srk_matmul_bwd((T *)NULL, d_db2, d_g, d_a, d_b, M, K, N);
+    }
+    expect(fmt("%s %s bwd with da NULL", nm, tname<T>()).c_str(), down(d_db2, K * N), db2, tol);
+    no_error(nm);
+    for (const void *p : {(const void *)d_a, (const void *)d_out, (const void *)d_g, (const void *)d_da,
+                          (const void *)d_b, (const void *)d_db, (const void *)d_db2})
+        dfree(p);
+}
+
+/* the fused epilogues against matmul, add, gelu */
+template <class T>
+static void test_matmul_epilogues(long M, long K, long N)
+{
+    float tol = tol_for<T>(2e-5f);
+    vec a = rounded<T>(rnd(M * K)), w = rnd(K * N), bias = rnd(N);
+    vec mm((size_t)(M * N)), pre((size_t)(M * N)), out((size_t)(M * N));
+    sr_matmul_fwd(mm.data(), a.data(), w.data(), (int)M, (int)K, (int)N);
+    sr_add_fwd(pre.data(), mm.data(), bias.data(), M * N, N);
+    sr_gelu_fwd(out.data(), pre.data(), M * N);
+    T *d_a = up<T>(a), *d_o = up<T>(vec((size_t)(M * N))), *d_p = up<T>(vec((size_t)(M * N)));
+    float *d_w = up<float>(w), *d_bias = up<float>(bias);
+    srk_matmul_bias_fwd(d_o, d_a, d_w, d_bias, M, K, N);
+    expect(fmt("matmul+bias %s %ldx%ldx%ld", tname<T>(), M, K, N).c_str(), down(d_o, M * N), pre, tol);
+    srk_matmul_bias_gelu_fwd(d_o, d_p, d_a, d_w, d_bias, M, K, N);
+    expect(fmt("matmul+bias+gelu %s: gelu output", tname<T>()).c_str(), down(d_o, M * N), out, tol);
+    expect(fmt("matmul+bias+gelu %s: saved input", tname<T>()).c_str(), down(d_p, M * N), pre, tol);
+    no_error("matmul epilogues");
+    for (const void *p : {(const void *)d_a, (const void *)d_o, (const void *)d_p, (const void *)d_w, (const void *)d_bias})
+        dfree(p);
+}
+
+/* ---- element-wise ---------------------------------------------------------------------- */
+template <class T>
+static void test_binary(int op, long n, long nb)
+{
+    static const char *names[] = {"add", "sub", "mul"};
+    float tol = tol_for<T>(1e-5f);
+    vec a = rounded<T>(rnd(n)), b = rnd(nb), g = rounded<T>(rnd(n));
+    vec da0 = rounded<T>(rnd(n)), db0 = rnd(nb);
+    vec out((size_t)n), da = da0, db = db0;
+    T *d_a = up<T>(a), *d_o = up<T>(vec((size_t)n)), *d_g = up<T>(g), *d_da = up<T>(da0);
+    float *d_b = up<float>(b), *d_db = up<float>(db0);
+    if (op == 0) {
+        sr_add_fwd(out.data(), a.data(), b.data(), n, nb);
+        sr_add_bwd(da.data(), db.data(), g.data(), n, nb);
+        srk_add_fwd(d_o, d_a, d_b, n, nb);
+        srk_add_bwd(d_da, d_db, d_g, n, nb);
+    } else if (op == 1) {
+        sr_sub_fwd(out.data(), a.data(), b.data(), n, nb);
+        sr_sub_bwd(da.data(), db.data(), g.data(), n, nb);
+        srk_sub_fwd(d_o, d_a, d_b, n, nb);
+        srk_sub_bwd(d_da, d_db, d_g, n, nb);
+    } else {
+        sr_mul_fwd(out.data(), a.data(), b.data(), n, nb);
+        sr_mul_bwd(da.data(), db.data(), g.data(), a.data(), b.data(), n, nb);
+        srk_mul_fwd(d_o, d_a, d_b, n, nb);
+        srk_mul_bwd(d_da, d_db, d_g, d_a, d_b, n, nb);
+    }
+    expect(fmt("%s %s fwd n=%ld nb=%ld", names[op], tname<T>(), n, nb).c_str(), down(d_o, n), out, tol);
+    expect(fmt("%s %s bwd da", names[op], tname<T>()).c_str(), down(d_da, n), da, tol);
+    expect(fmt("%s %s bwd db (column sums)", names[op], tname<T>()).c_str(), down(d_db, nb), db, tol);
+    no_error(names[op]);
+    for (const void *p : {(const void *)d_a, (const void *)d_o, (const void *)d_g, (const void *)d_da, (const void *)d_b,
+                          (const void *)d_db})
+        dfree(p);
+}
+
+template <class T>
+static void test_scale(long n)
+{
+    float tol = tol_for<T>(1e-6f);
+    vec x = rounded<T>(rnd(n)), g = rounded<T>(rnd(n)), dx0 = rounded<T>(rnd(n));
+    vec out((size_t)n), dx = dx0;
+    sr_scale_fwd(out.data(), x.data(), 0.37f, n);
+    sr_scale_bwd(dx.data(), g.data(), 0.37f, n);
+    T *d_x = up<T>(x), *d_o = up<T>(vec((size_t)n)), *d_g = up<T>(g), *d_dx = up<T>(dx0);
+    srk_scale_fwd(d_o, d_x, 0.37f, n);
+    srk_scale_bwd(d_dx, d_g, 0.37f, n);
+    expect(fmt("scale %s fwd n=%ld", tname<T>(), n).c_str(), down(d_o, n), out, tol);
+    expect(fmt("scale %s bwd", tname<T>()).c_str(), down(d_dx, n), dx, tol);
+    no_error("scale");
+    for (const void *p : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx}) dfree(p);
+}
+
+template <class T>
+static void test_activations(long n)
+{
+    static const char *names[] = {"gelu", "gelu_exact", "relu", "silu"};
+    float tol = tol_for<T>(1e-5f);
+    vec x = rounded<T>(rnd(n, -4.0f, 4.0f)), g = rounded<T>(rnd(n)), dx0 = rounded<T>(rnd(n));
+    x[0] = 0.0f; /* relu's kink: gradient 0 there, as torch */
+    T *d_x = up<T>(x), *d_g = up<T>(g);
+    for (int a = 0; a < 4; a++) {
+        vec out((size_t)n), dx = dx0;
+        T *d_o = up<T>(vec((size_t)n)), *d_dx = up<T>(dx0);
+        switch (a) {
+        case 0:
+            sr_gelu_fwd(out.data(), x.data(), n), sr_gelu_bwd(dx.data(), g.data(), x.data(), n);
+            srk_gelu_fwd(d_o, d_x, n), srk_gelu_bwd(d_dx, d_g, d_x, n);
+            break;
+        case 1:
+            sr_gelu_exact_fwd(out.data(), x.data(), n), sr_gelu_exact_bwd(dx.data(), g.data(), x.data(), n);
+            srk_gelu_exact_fwd(d_o, d_x, n), srk_gelu_exact_bwd(d_dx, d_g, d_x, n);
+            break;
+        case 2:
+            sr_relu_fwd(out.data(), x.data(), n), sr_relu_bwd(dx.data(), g.data(), x.data(), n);
+            srk_relu_fwd(d_o, d_x, n), srk_relu_bwd(d_dx, d_g, d_x, n);
+            break;
+        default:
+            sr_silu_fwd(out.data(), x.data(), n), sr_silu_bwd(dx.data(), g.data(), x.data(), n);
+            srk_silu_fwd(d_o, d_x, n), srk_silu_bwd(d_dx, d_g, d_x, n);
+        }
+        expect(fmt("%s %s fwd n=%ld", names[a], tname<T>(), n).c_str(), down(d_o, n), out, tol);
+        expect(fmt("%s %s bwd", names[a], tname<T>()).c_str(), down(d_dx, n), dx, tol);
+        dfree(d_o);
+        dfree(d_dx);
+    }
+    no_error("activations");
+    dfree(d_x);
+    dfree(d_g);
+}
+
+template <class T>
+static void test_dropout(long n, float p)
+{
+    float tol = tol_for<T>(1e-6f);
+    vec x = rounded<T>(rnd(n)), g = rounded<T>(rnd(n)), dx0 = rounded<T>(rnd(n));
+    vec out((size_t)n), dx = dx0;
+    sr_dropout_fwd(out.data(), x.data(), n, p, 1337, 5, 17, 1000);
+    sr_dropout_bwd(dx.data(), g.data(), n, p, 1337, 5, 17, 1000);
+    T *d_x = up<T>(x), *d_o = up<T>(vec((size_t)n)), *d_g = up<T>(g), *d_dx = up<T>(dx0);
+    srk_dropout_fwd(d_o, d_x, n, p, 1337, 5, 17, 1000);
+    srk_dropout_bwd(d_dx, d_g, n, p, 1337, 5, 17, 1000);
+    expect(fmt("dropout %s p=%g fwd (same mask as the host)", tname<T>(), p).c_str(), down(d_o, n), out, tol);
+    expect(fmt("dropout %s p=%g bwd", tname<T>(), p).c_str(), down(d_dx, n), dx, tol);
+    no_error("dropout");
+    for (const void *q : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx}) dfree(q);
+}
+
+template <class T>
+static void test_embedding(long N, long D, long V)
+{
+    float tol = tol_for<T>(1e-5f);
+    vec w = rnd(V * D), g = rounded<T>(rnd(N * D)), dw0 = rnd(V * D);
+    std::vector<int32_t> idx((size_t)N);
+    for (long i = 0; i < N; i++) idx[(size_t)i] = (int32_t)((i * 7 + i / 3) % V); /* repeats */
+    vec out((size_t)(N * D)), dw = dw0;
+    sr_embedding_fwd(out.data(), w.data(), idx.data(), (int)N, (int)D);
+    sr_embedding_bwd(dw.data(), g.data(), idx.data(), (int)N, (int)D);
+    float *d_w = up<float>(w), *d_dw = up<float>(dw0);
+    T *d_o = up<T>(vec((size_t)(N * D))), *d_g = up<T>(g);
+    int32_t *d_i = up_i(idx);
+    srk_embedding_fwd(d_o, d_w, d_i, N, D);
+    srk_embedding_bwd(d_dw, d_g, d_i, N, D);
+    expect(fmt("embedding %s fwd N=%ld D=%ld", tname<T>(), N, D).c_str(), down(d_o, N * D), rounded<T>(out), tol);
+    expect(fmt("embedding %s bwd (repeated ids, atomics)", tname<T>()).c_str(), down(d_dw, V * D), dw, tol);
+    std::vector<int32_t> ar((size_t)N), want((size_t)N);
+    sr_arange_fwd(want.data(), (int)N);
+    srk_arange_fwd(d_i, N);
+    cudaStreamSynchronize(srk_ctx.stream);
+    cudaMemcpy(ar.data(), d_i, sizeof(int32_t) * (size_t)N, cudaMemcpyDeviceToHost);
+    check(ar == want, "arange n=%ld", N);
+    no_error("embedding");
+    for (const void *p : {(const void *)d_w, (const void *)d_dw, (const void *)d_o, (const void *)d_g, (const void *)d_i})
+        dfree(p);
+}
+
+template <class T>
+static void test_slice_transpose(void)
+{
+    float tol = tol_for<T>(1e-6f);
+    long M = 13, K = 3, n = 7;
+    vec x = rounded<T>(rnd(M * K * n)), g = rounded<T>(rnd(M * n)), dx0 = rounded<T>(rnd(M * K * n));
+    T *d_x = up<T>(x), *d_g = up<T>(g);
+    for (int i = 0; i < 3; i++) {
+        vec out((size_t)(M * n)), dx = dx0;
+        sr_slice_fwd(out.data(), x.data(), (int)M, (int)K, (int)n, i);
+        sr_slice_bwd(dx.data(), g.data(), (int)M, (int)K, (int)n, i);
+        T *d_o = up<T>(vec((size_t)(M * n))), *d_dx = up<T>(dx0);
+        srk_slice_fwd(d_o, d_x, M, K, n, i);
+        srk_slice_bwd(d_dx, d_g, M, K, n, i);
+        expect(fmt("slice %s fwd part %d", tname<T>(), i).c_str(), down(d_o, M * n), out, tol);
+        expect(fmt("slice %s bwd part %d", tname<T>(), i).c_str(), down(d_dx, M * K * n), dx, tol);
+        dfree(d_o);
+        dfree(d_dx);
+    }
+    dfree(d_x);
+    dfree(d_g);
+    /* transposes of a 4-D tensor, every pair of dims */
+    long dims[4] = {3, 5, 2, 7};
+    long N = 3 * 5 * 2 * 7;
+    vec t = rounded<T>(rnd(N)), tg = rounded<T>(rnd(N)), tdx0 = rounded<T>(rnd(N));
+    T *d_t = up<T>(t), *d_tg = up<T>(tg);
+    srk_dims6 d6 = {{3, 5, 2, 7, 0, 0}};
+    for (int d1 = 0; d1 < 4; d1++)
+        for (int d2 = d1; d2 < 4; d2++) {
+            vec out((size_t)N), dx = tdx0;
+            sr_transpose_fwd(out.data(), t.data(), 4, dims, d1, d2);
+            sr_transpose_bwd(dx.data(), tg.data(), 4, dims, d1, d2);
+            T *d_o = up<T>(vec((size_t)N)), *d_dx = up<T>(tdx0);
+            srk_transpose_fwd(d_o, d_t, 4, d6, d1, d2);
+            srk_transpose_bwd(d_dx, d_tg, 4, d6, d1, d2);
+            expect(fmt("transpose %s dims %d,%d fwd", tname<T>(), d1, d2).c_str(), down(d_o, N), out, tol);
+            expect(fmt("transpose %s dims %d,%d bwd", tname<T>(), d1, d2).c_str(), down(d_dx, N), dx, tol);
+            dfree(d_o);
+            dfree(d_dx);
+        }
+    no_error("slice/transpose");
+    dfree(d_t);
+    dfree(d_tg);
+}
+
+/* ---- row-wise ------------------------------------------------------------------------------ */
+template <class T>
+static void test_layernorm(long N, long C)
+{
+    float tol = tol_for<T>(2e-5f);
+    vec x = rounded<T>(rnd(N * C, -2.0f, 3.0f)), w = rnd(C, 0.5f, 1.5f), b = rnd(C), g = rounded<T>(rnd(N * C));
+    vec dx0 = rounded<T>(rnd(N * C)), dw0 = rnd(C), db0 = rnd(C);
+    vec out((size_t)(N * C)), mean((size_t)N), rstd((size_t)N), dx = dx0, dw = dw0, db = db0;
+    sr_layernorm_fwd(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), (int)N, (int)C, 1e-5f);
+    sr_layernorm_bwd(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), (int)N,
+                     (int)C);
+    T *d_x = up<T>(x), *d_o = up<T>(vec((size_t)(N * C))), *d_g = up<T>(g), *d_dx = up<T>(dx0);
+    float *d_w = up<float>(w), *d_b = up<float>(b), *d_m = up<float>(vec((size_t)N)), *d_r = up<float>(vec((size_t)N));
+    float *d_dw = up<float>(dw0), *d_db = up<float>(db0);
+    srk_layernorm_fwd(d_o, d_m, d_r, d_x, d_w, d_b, N, C, 1e-5f);
+    expect(fmt("layernorm %s fwd N=%ld C=%ld", tname<T>(), N, C).c_str(), down(d_o, N * C), out, tol);
+    expect(fmt("layernorm %s mean", tname<T>()).c_str(), down(d_m, N), mean, 1e-5f);
+    expect(fmt("layernorm %s rstd", tname<T>()).c_str(), down(d_r, N), rstd, 1e-5f);
+    /* the backward from the host's statistics, so only the backward is compared */
+    float *d_hm = up<float>(mean), *d_hr = up<float>(rstd);
+    srk_layernorm_bwd(d_dx, d_dw, d_db, d_g, d_x, d_w, d_hm, d_hr, N, C);
+    expect(fmt("layernorm %s bwd dx", tname<T>()).c_str(), down(d_dx, N * C), dx, tol);
+    expect(fmt("layernorm %s bwd dw", tname<T>()).c_str(), down(d_dw, C), dw, tol);
+    expect(fmt("layernorm %s bwd db", tname<T>()).c_str(), down(d_db, C), db, tol);
+    /* NULL dx and dw: db alone */
+    vec db2 = db0;
+    float *d_db2 = up<float>(db0);
+    sr_layernorm_bwd(NULL, NULL, db2.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), (int)N, (int)C);
+    srk_layernorm_bwd((T *)NULL, (float *)NULL, d_db2, d_g, d_x, d_w, d_hm, d_hr, N, C);
+    expect(fmt("layernorm %s bwd with dx, dw NULL", tname<T>()).c_str(), down(d_db2, C), db2, tol);
+    no_error("layernorm");
+    for (const void *p : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx, (const void *)d_w,
+                          (const void *)d_b, (const void *)d_m, (const void *)d_r, (const void *)d_dw, (const void *)d_db,
+                          (const void *)d_hm, (const void *)d_hr, (const void *)d_db2})
+        dfree(p);
+}
+
+template <class T>
+static void test_rmsnorm(long N, long C)
+{
+    float tol = tol_for<T>(2e-5f);
+    vec x = rounded<T>(rnd(N * C, -2.0f, 2.0f)), w = rnd(C, 0.5f, 1.5f), g = rounded<T>(rnd(N * C));
+    vec dx0 = rounded<T>(rnd(N * C)), dw0 = rnd(C);
+    vec out((size_t)(N * C)), rstd((size_t)N), dx = dx0, dw = dw0;
+    sr_rmsnorm_fwd(out.data(), rstd.data(), x.data(), w.data(), (int)N, (int)C, 1e-6f);
+    sr_rmsnorm_bwd(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), (int)N, (int)C);
+    T *d_x = up<T>(x), *d_o = up<T>(vec((size_t)(N * C))), *d_g = up<T>(g), *d_dx = up<T>(dx0);
+    float *d_w = up<float>(w), *d_r = up<float>(vec((size_t)N)), *d_dw = up<float>(dw0);
+    srk_rmsnorm_fwd(d_o, d_r, d_x, d_w, N, C, 1e-6f);
+    expect(fmt("rmsnorm %s fwd N=%ld C=%ld", tname<T>(), N, C).c_str(), down(d_o, N * C), out, tol);
+    expect(fmt("rmsnorm %s rstd", tname<T>()).c_str(), down(d_r, N), rstd, 1e-5f);
+    float *d_hr = up<float>(rstd);
+    srk_rmsnorm_bwd(d_dx, d_dw, d_g, d_x, d_w, d_hr, N, C);
+    expect(fmt("rmsnorm %s bwd dx", tname<T>()).c_str(), down(d_dx, N * C), dx, tol);
+    expect(fmt("rmsnorm %s bwd dw", tname<T>()).c_str(), down(d_dw, C), dw, tol);
+    no_error("rmsnorm");
+    for (const void *p : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx, (const void *)d_w,
+                          (const void *)d_r, (const void *)d_dw, (const void *)d_hr})
+        dfree(p);
+}
+
+template <class T>
+static void test_softmax(long N, long C)
+{
+    float tol = tol_for<T>(1e-5f);
+    vec x = rounded<T>(rnd(N * C, -5.0f, 5.0f)), g = rounded<T>(rnd(N * C)), dx0 = rounded<T>(rnd(N * C));
+    vec out((size_t)(N * C)), dx = dx0;
+    sr_softmax_fwd(out.data(), x.data(), (int)N, (int)C);
+    vec y = rounded<T>(out); /* the backward reads the stored output */
+    sr_softmax_bwd(dx.data(), g.data(), y.data(), (int)N, (int)C);
+    T *d_x = up<T>(x), *d_o = up<T>(vec((size_t)(N * C))), *d_g = up<T>(g), *d_dx = up<T>(dx0);
+    srk_softmax_fwd(d_o, d_x, N, C);
+    expect(fmt("softmax %s fwd N=%ld C=%ld", tname<T>(), N, C).c_str(), down(d_o, N * C), out, tol);
+    T *d_y = up<T>(y);
+    srk_softmax_bwd(d_dx, d_g, d_y, N, C);
+    expect(fmt("softmax %s bwd", tname<T>()).c_str(), down(d_dx, N * C), dx, tol);
+    no_error("softmax");
+    for (const void *p : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx, (const void *)d_y})
+        dfree(p);
+}
+
+/* logits are float in bf16 programs too (the sampler reads them) */
+static void test_crossentropy(long N, long V)
+{
+    vec l = rnd(N * V, -4.0f, 4.0f), dl0 = rnd(N * V);
+    std::vector<int32_t> t((size_t)N);
+    for (long i = 0; i < N; i++) t[(size_t)i] = (int32_t)((i * 13 + 5) % V);
+    t[1] = -100; /* ignored rows: no loss, no gradient, still counted in N */
+    if (N > 5) t[5] = (int32_t)V;
+    vec lse((size_t)N), dl = dl0;
+    float loss = sr_crossentropy_fwd(lse.data(), l.data(), t.data(), (int)N, (int)V);
+    sr_crossentropy_bwd(dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V);
+    float *d_l = up<float>(l), *d_lse = up<float>(vec((size_t)N)), *d_loss = up<float>(vec(1)), *d_dl = up<float>(dl0);
+    float *d_seed = up<float>(vec(1, 0.7f));
+    int32_t *d_t = up_i(t);
+    srk_crossentropy_fwd(d_loss, d_lse, d_l, d_t, N, V);
+    expect(fmt("crossentropy loss N=%ld V=%ld", N, V).c_str(), down(d_loss, 1), vec(1, loss), 1e-5f);
+    expect("crossentropy lse", down(d_lse, N), lse, 1e-5f);
+    srk_crossentropy_bwd(d_dl, d_l, d_lse, d_t, d_seed, N, V);
+    expect("crossentropy bwd (ignored targets, accumulates)", down(d_dl, N * V), dl, 1e-5f);
+    check(fabsf(srk_get_scalar(d_loss) - loss) <= 1e-5f * fabsf(loss), "srk_get_scalar reads the loss back");
+    no_error("crossentropy");
+    for (const void *p : {(const void *)d_l, (const void *)d_lse, (const void *)d_loss, (const void *)d_dl,
+                          (const void *)d_seed, (const void *)d_t})
+        dfree(p);
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+template <class T>
+static void test_attention(long B, long T_, long C, long NH)
+{
+    float tol = tol_for<T>(2e-5f);
+    long n = B * T_ * C;
+    vec q = rounded<T>(rnd(n)), k = rounded<T>(rnd(n)), v = rounded<T>(rnd(n)), g = rounded<T>(rnd(n));
+    vec dq0 = rounded<T>(rnd(n)), dk0 = rounded<T>(rnd(n)), dv0 = rounded<T>(rnd(n));
+    vec out((size_t)n), att((size_t)(B * NH * T_ * T_)), dq = dq0, dk = dk0, dv = dv0;
+    sr_attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), (int)B, (int)T_, (int)C, (int)NH);
+    sr_attention_bwd(dq.data(), dk.data(), dv.data(), g.data(), q.data(), k.data(), v.data(), att.data(), (int)B,
+                     (int)T_, (int)C, (int)NH);
+    T *d_q = up<T>(q), *d_k = up<T>(k), *d_v = up<T>(v), *d_g = up<T>(g), *d_o = up<T>(vec((size_t)n));
+    T *d_dq = up<T>(dq0), *d_dk = up<T>(dk0), *d_dv = up<T>(dv0);
+    float *d_aux = NULL;
+    cudaMalloc((void **)&d_aux, srk_attention_aux_bytes(B, T_, C, NH, sizeof(T)));
+    srk_attention_fwd(d_o, d_aux, d_q, d_k, d_v, B, T_, C, NH);
+    expect(fmt("attention %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld)", tname<T>(), B, T_, C, NH, C / NH).c_str(),
+           down(d_o, n), out, tol);
+    srk_attention_bwd(d_dq, d_dk, d_dv, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH);
+    expect(fmt("attention %s bwd dq", tname<T>()).c_str(), down(d_dq, n), dq, tol);
+    expect(fmt("attention %s bwd dk", tname<T>()).c_str(), down(d_dk, n), dk, tol);
+    expect(fmt("attention %s bwd dv", tname<T>()).c_str(), down(d_dv, n), dv, tol);
+    /* dq NULL: dk, dv alone */
+    vec dk2 = dk0, dv2 = dv0;
+    sr_attention_bwd(NULL, dk2.data(), dv2.data(), g.data(), q.data(), k.data(), v.data(), att.data(), (int)B, (int)T_,
+                     (int)C, (int)NH);
+    T *d_dk2 = up<T>(dk0), *d_dv2 = up<T>(dv0);
+    srk_attention_bwd((T *)NULL, d_dk2, d_dv2, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH);
+    expect(fmt("attention %s bwd with dq NULL: dk", tname<T>()).c_str(), down(d_dk2, n), dk2, tol);
+    expect(fmt("attention %s bwd with dq NULL: dv", tname<T>()).c_str(), down(d_dv2, n), dv2, tol);
+    no_error("attention");
+    for (const void *p : {(const void *)d_q, (const void *)d_k, (const void *)d_v, (const void *)d_g, (const void *)d_o,
+                          (const void *)d_dq, (const void *)d_dk, (const void *)d_dv, (const void *)d_aux,
+                          (const void *)d_dk2, (const void *)d_dv2})
+        dfree(p);
+}
+
+/* ---- the backend: memory, optimizer, norms ------------------------------------------------------- */
+static void test_backend(void)
+{
+    const sr_backend *be = &sr_backend_cuda;
+    for (long n : {1L, 1000L, 123457L}) {
+        vec p = rnd(n), g = rnd(n), m = rnd(n, 0.0f, 0.1f), v = rnd(n, 0.0f, 0.1f);
+        float *dp = (float *)be->alloc(sizeof(float) * (size_t)n), *dg = (float *)be->alloc(sizeof(float) * (size_t)n);
+        float *dm = (float *)be->alloc(sizeof(float) * (size_t)n), *dv = (float *)be->alloc(sizeof(float) * (size_t)n);
+        check(dp && dg && dm && dv, "backend alloc n=%ld", n);
+        if (!(dp && dg && dm && dv)) return;
+        vec z((size_t)n);
+        be->d2h(z.data(), dp, sizeof(float) * (size_t)n);
+        bool zero = true;
+        for (float x : z) zero &= x == 0.0f;
+        check(zero, "backend alloc returns zeroed memory");
+        be->h2d(dp, p.data(), sizeof(float) * (size_t)n);
+        be->h2d(dg, g.data(), sizeof(float) * (size_t)n);
+        be->h2d(dm, m.data(), sizeof(float) * (size_t)n);
+        be->h2d(dv, v.data(), sizeof(float) * (size_t)n);
+        double want = sr_sumsq(g.data(), n), got = be->sumsq(dg, n);
+        check(fabs(got - want) <= 1e-9 * want, "backend sumsq n=%ld: %.12g vs %.12g", n, got, want);
+        for (long t = 1; t <= 3; t++) {
+            sr_adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+            be->adamw(dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        }
+        vec gp((size_t)n), gm((size_t)n), gv((size_t)n);
+        be->d2h(gp.data(), dp, sizeof(float) * (size_t)n);
+        be->d2h(gm.data(), dm, sizeof(float) * (size_t)n);
+        be->d2h(gv.data(), dv, sizeof(float) * (size_t)n);
+        expect(fmt("backend adamw n=%ld: params", n).c_str(), gp, p, 1e-6f);
+        expect("backend adamw: m", gm, m, 1e-6f);
+        expect("backend adamw: v", gv, v, 1e-6f);
+        be->scale(dg, 0.25f, n);
+        be->copy(dm, dg, sizeof(float) * (size_t)n);
+        for (auto &x : g) x *= 0.25f;
+        be->d2h(gm.data(), dm, sizeof(float) * (size_t)n);
+        expect("backend scale, then copy", gm, g, 0.0f);
+        be->zero(dg, n);
+        be->d2h(gm.data(), dg, sizeof(float) * (size_t)n);
+        zero = true;
+        for (float x : gm) zero &= x == 0.0f;
+        check(zero, "backend zero");
+        check(be->sync() == SR_OK, "backend sync");
+        be->free(dp);
+        be->free(dg);
+        be->free(dm);
+        be->free(dv);
+    }
+    size_t used, high, cap;
+    sr_cuda_arena_stats(&used, &high, &cap);
+    /* what stays is the kernels' scratch */
+    check(used < 65536 && high > 0 && cap >= high, "arena: freed blocks coalesce (used %zu, high %zu, capacity %zu)", used,
+          high, cap);
+}
+
+/* errors name the kernel and the generated line */
+static __global__ void too_big_kernel(float *x) { x[threadIdx.x] = 0.0f; }
+static void test_error_report(void)
+{
+    float *d = NULL;
+    cudaMalloc((void **)&d, 4096);
+    srk_ctx.failed = 0;
+    int line = __LINE__ + 1;
+    SRK_AT("test.model:7 bad launch", SR_LAUNCH(too_big_kernel, 1, 2048, 0, srk_ctx.stream, d));
+    std::string want = fmt("test_kernels_emu.cpp:%d (test.model:7 bad launch)", line);
+    check(srk_ctx.failed && strstr(srk_ctx.err, "too_big_kernel") && strstr(srk_ctx.err, want.c_str()),
+          "a bad launch is reported with the kernel and the line: %s", srk_ctx.err);
+    check(sr_backend_cuda.sync() != SR_OK && strstr(sr_errmsg(), "too_big_kernel"), "backend sync reports it: %s",
+          sr_errmsg());
+    srk_ctx.failed = 0;
+    cudaGetLastError();
+    dfree(d);
+}
+
+#ifdef SR_CUDA_EMULATION
+/* ---- the emulator itself ---------------------------------------------------------------------- */
+static __global__ void warp_ops_kernel(int *out)
+{
+    // blockDim 48: a full warp and a half one
+    __shared__ int s[64];
+    int t = threadIdx.x;
+    s[t] = t;
+    __syncthreads();
+    int v = s[(t + 1) % blockDim.x];
+    int sum = v;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
+    unsigned odd = __ballot_sync(0xffffffffu, t & 1);
+    int all = __all_sync(0xffffffffu, t < 40), any = __any_sync(0xffffffffu, t == 44);
+    int bc = __shfl_sync(0xffffffffu, t * 10, 3);
+    int x = __shfl_xor_sync(0xffffffffu, t, 1);
+    out[t * 6 + 0] = sum;
+    out[t * 6 + 1] = (int)odd;
+    out[t * 6 + 2] = all;
+    out[t * 6 + 3] = any;
+    out[t * 6 + 4] = bc;
+    out[t * 6 + 5] = x;
+}
+static __global__ void dyn_smem_kernel(float *out, int n)
+{
+    SR_EXTERN_SHARED(float, buf);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = (float)i;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < n; i++) s += buf[i];
+        out[blockIdx.x] = s;
+    }
+}
+static __global__ void deadlock_kernel(float *x)
+{
+    if (threadIdx.x < 16) __syncthreads();
+    else __syncwarp();
+    x[threadIdx.x] = 1.0f;
+}
+static __global__ void early_exit_kernel(float *x)
+{
+    // threads that return count as arrived at later barriers
+    if (threadIdx.x >= 20) return;
+    __shared__ float s[32];
+    s[threadIdx.x] = 1.0f;
+    __syncthreads();
+    x[threadIdx.x] = s[(threadIdx.x + 1) % 20];
+}
+
+static void test_emulator(void)
+{
+    int out[48 * 6];
+    emu::launch("warp_ops_kernel", warp_ops_kernel, dim3(1), dim3(48), 0, 0, out);
+    bool ok = true;
+    for (int t = 0; t < 48; t++) {
+        int w0 = t < 32 ? 0 : 32, wn = t < 32 ? 32 : 16, lane = t - w0;
+        int sum = 0; /* the shfl_down tree gathers a full warp in lane 0 (a partial warp reads lanes that do not exist: undefined) */
+        if (lane == 0 && wn == 32) {
+            for (int l = 0; l < wn; l++) sum += (w0 + l + 1) % 48;
+            ok &= out[t * 6 + 0] == sum;
+        }
+        unsigned odd = 0;
+        for (int l = 0; l < wn; l++)
+            if ((w0 + l) & 1) odd |= 1u << l;
+        ok &= (unsigned)out[t * 6 + 1] == odd;
+        ok &= out[t * 6 + 2] == (t < 32 ? 1 : 0);
+        ok &= out[t * 6 + 3] == (t < 32 ? 0 : 1);
+        ok &= out[t * 6 + 4] == (w0 + 3) * 10;
+        ok &= out[t * 6 + 5] == (t ^ 1);
+    }
+    check(ok, "emulator: shuffles, ballot, all/any over a full and a partial warp");
+    float *d = (float *)malloc(sizeof(float) * 64);
+    cudaGetLastError();
+    emu::launch("dyn_smem_kernel", dyn_smem_kernel, dim3(2), dim3(64), 20000 * sizeof(float), 0, d, 20000);
+    check(cudaGetLastError() == cudaErrorInvalidValue,
+          "emulator: 80 KB of dynamic shared memory without cudaFuncSetAttribute is refused, as on a GPU");
+    cudaFuncSetAttribute(dyn_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 20000 * sizeof(float));
+    emu::launch("dyn_smem_kernel", dyn_smem_kernel, dim3(2), dim3(64), 20000 * sizeof(float), 0, d, 20000);
+    float want = 0.0f;
+    for (int i = 0; i < 20000; i++) want += (float)i;
+    check(cudaGetLastError() == cudaSuccess && d[0] == want && d[1] == want,
+          "emulator: dynamic shared memory after cudaFuncSetAttribute (%g)", d[0]);
+    emu::launch("deadlock_kernel", deadlock_kernel, dim3(1), dim3(32), 0, 0, d);
+    check(cudaGetLastError() == cudaErrorLaunchFailure, "emulator: a barrier not reached by every thread is a deadlock");
+    emu::launch("early_exit_kernel", early_exit_kernel, dim3(1), dim3(32), 0, 0, d);
+    check(cudaGetLastError() == cudaSuccess && d[0] == 1.0f && d[19] == 1.0f,
+          "emulator: threads that exited count as arrived at __syncthreads");
+    free(d);
+    /* bf16: round to nearest even, NaN stays NaN */
+    check(__bfloat162float(__float2bfloat16(1.0f + 1.0f / 256)) == 1.0f &&
+              __bfloat162float(__float2bfloat16(1.0f + 3.0f / 256)) == 1.0f + 4.0f / 256 &&
+              __bfloat162float(__float2bfloat16(1.0f + 1.0f / 256 + 1.0f / 65536)) == 1.0f + 2.0f / 256 &&
+              isnan(__bfloat162float(__float2bfloat16(NAN))) &&
+              __bfloat162float(__float2bfloat16(65536.0f + 256.0f)) == 65536.0f &&
+              __bfloat162float(__float2bfloat16(65536.0f + 768.0f)) == 65536.0f + 1024.0f,
+          "emulator: bf16 conversions round to nearest even");
+}
+#endif
+
+int main(void)
+{
+    srk_configure(0);
+    sr_status st = sr_backend_cuda.init(0);
+    if (st != SR_OK) {
+        printf("FAIL backend init: %s\n0 passed, 1 failed\n", sr_errmsg());
+        return 1;
+    }
+#ifdef SR_CUDA_EMULATION
+    printf("# CUDA kernels on the CPU emulator\n");
+    test_emulator();
+#else
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("# CUDA kernels on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+#endif
+    test_error_report();
+    test_backend();
+    for (int bf = 0; bf < 2; bf++) {
+        srk_configure(bf);
+        if (bf) {
+            test_matmul<bf16>(37, 19, 23, false), test_matmul<bf16>(64, 96, 48, false);
+            test_matmul<bf16>(37, 19, 23, true), test_matmul<bf16>(33, 64, 101, true);
+            test_matmul_epilogues<bf16>(37, 24, 40);
+            test_matmul_epilogues<bf16>(19, 16, 13);
+            for (int op = 0; op < 3; op++) test_binary<bf16>(op, 37 * 13, 13), test_binary<bf16>(op, 301, 301);
+            test_scale<bf16>(1001);
+            test_activations<bf16>(777);
+            test_dropout<bf16>(1000, 0.1f);
+            test_embedding<bf16>(53, 37, 29);
+            test_slice_transpose<bf16>();
+            test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768);
+            test_rmsnorm<bf16>(45, 37);
+            test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
+            test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 70, 128, 2), test_attention<bf16>(2, 19, 64, 1);
+        } else {
+            test_matmul<float>(37, 19, 23, false), test_matmul<float>(64, 96, 48, false);
+            test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);
+            test_matmul_epilogues<float>(37, 24, 40);
+            for (int op = 0; op < 3; op++) test_binary<float>(op, 37 * 13, 13), test_binary<float>(op, 301, 301);
+            test_binary<float>(0, 70000 * 3, 3); /* many rows: multi-chunk column sums */
+            test_scale<float>(1001);
+            test_activations<float>(777);
+            test_dropout<float>(1000, 0.1f), test_dropout<float>(100, 0.0f), test_dropout<float>(100, 1.0f);
+            test_embedding<float>(53, 37, 29);
+            test_slice_transpose<float>();
+            test_layernorm<float>(45, 37), test_layernorm<float>(16, 768), test_layernorm<float>(1000, 5);
+            test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
+            test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
+            test_crossentropy(37, 101), test_crossentropy(4, 50257);
+            test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
+            test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
+        }
+    }
+    sr_backend_cuda.shutdown();
+    printf("%d passed, %d failed\n", npass, nfail);
+    return nfail ? 1 : 0;
+}
