@@ -73,8 +73,9 @@ static void usage_cmd(FILE *f, const char *cmd)
             "  --config FILE.json   override config constants from a flat JSON object\n"
             "                       (a Hugging Face config.json works; unknown keys are ignored)\n"
             "  --params             list every parameter with its name, shape and count\n"
-            "  --dp N, --tp N, --pp N, --microbatches M, --schedule S\n"
-            "                       layout to check instead of the file's parallel section\n"
+            "  --dp N, --tp N, --pp N, --microbatches M, --schedule S, --virtual-stages V\n"
+            "                       the layout, instead of the file's parallel section (build\n"
+            "                       compiles tensor and pipeline splits into the program)\n"
             "  --dump=PASS          print the IR after PASS (shape, shard; build: autodiff, pipeline,\n"
             "                       memplan)\n"
             "  -I DIR               also look for imported modules in DIR\n"
@@ -315,7 +316,7 @@ int main(int argc, char **argv)
             if (t < 0) return 2;
             if (parse_pos_int(val, &o.max_errors)) return usage_error("bad --max-errors value '%s'", val);
         } else if ((t = TAKE("--dp")) || (t = TAKE("--tp")) || (t = TAKE("--pp")) ||
-                   (t = TAKE("--microbatches"))) {
+                   (t = TAKE("--microbatches")) || (t = TAKE("--virtual-stages"))) {
             if (t < 0) return 2;
             int v;
             if (parse_pos_int(val, &v)) return usage_error("expected a positive integer, got '%s'", val);
@@ -323,6 +324,7 @@ int main(int argc, char **argv)
             if (!strncmp(nm, "--dp", 4)) P->layout.cli_dp = v;
             else if (!strncmp(nm, "--tp", 4)) P->layout.cli_tp = v;
             else if (!strncmp(nm, "--pp", 4)) P->layout.cli_pp = v;
+            else if (!strncmp(nm, "--virtual-stages", 16)) P->layout.cli_vs = v;
             else P->layout.cli_mb = v;
         } else if ((t = TAKE("--schedule"))) {
             if (t < 0) return 2;

@@ -92,8 +92,10 @@ typedef struct Coll {
 typedef struct Dev {
     double params, arena;      /* parameter elements on a rank; the runtime's padded arena */
     int ntensors, layers;
-    double work, saved;        /* bytes per microbatch: workspace, saved for backward */
-    double rc_drop, rc_keep, rc_one; /* recompute: saved bytes dropped, kept, one block's */
+    double work, saved, rc_keep; /* bytes per microbatch: workspace, saved for backward, kept
+                                  * with recomputation (largest chunk's, chunks' mean) */
+    double work_now, keep;     /* the same under the chosen recomputation */
+    double m_bound;            /* pipeline boundary buffers */
     double inflight;           /* microbatches of saved activations held at the peak */
     double ff, bf, rf;         /* FLOPs per microbatch on a rank: forward, backward, recompute */
     double m_params, m_grads, m_opt, m_act, m_other, total;
@@ -322,6 +324,10 @@ typedef struct Ana {
     int C;                 /* chunks: pp * virtual stages */
     int *chunk;            /* op -> chunk */
     int *lchunk;           /* layer (repetition of the @pipeline repeat) -> chunk */
+    int from_ir;           /* chunks are the compiler's pipeline stages (pipeline.c) */
+    int *maxc;             /* value -> the last chunk that reads it, -1 */
+    double *bnd;           /* chunk boundary c -> bytes passed from chunk c to c + 1 */
+    int *nbnd;             /* ... and how many values */
     char *pdev;            /* [param * pp + device]: the device's ops read the parameter */
     int *bwd_of;           /* op -> its backward step, -1 */
     double *ff, *bf, *mf, *mb; /* op -> FLOPs per microbatch on a rank */
@@ -330,11 +336,17 @@ typedef struct Ana {
     double pb, gb, ob;     /* bytes per parameter: weights, gradients, optimizer */
 } Ana;
 
-static int in_workspace(const Ir *ir, const IrValue *v)
+/* the chunk whose workspace holds v, -1 outside every workspace (as
+ * memplan.c: parameters, their gradients, inputs, and the boundary buffers:
+ * a received activation and the gradient of a sent one) */
+static int home(Ana *A, const IrValue *v)
 {
-    if (v->kind == VK_OP || v->kind == VK_AUX) return 1;
-    if (v->kind == VK_GRAD) return ((IrValue *)ir->values.v[v->primal])->kind != VK_PARAM;
-    return 0;
+    if (v->kind == VK_OP || v->kind == VK_AUX) return v->def >= 0 ? A->chunk[v->def] : -1;
+    if (v->kind != VK_GRAD) return -1;
+    const IrValue *p = A->ir->values.v[v->primal];
+    if ((p->kind != VK_OP && p->kind != VK_AUX) || p->def < 0) return -1;
+    int c = A->chunk[p->def];
+    return A->maxc[p->id] > c ? -1 : c;
 }
 
 /* elements of a value on a rank: after shard_lower, shapes are local */
@@ -390,37 +402,41 @@ static void add_coll(Dev *D, const char *what, int group, int kind, int phase, i
     c->calls = calls;
 }
 
-/* memory of device d's activations: lifetimes over its forward ops then its
- * backward steps (as memplan.c does for the whole program), the same greedy
- * slot assignment, per-rank slot sizes; what is saved for the backward; what
- * block recomputation drops */
-static void dev_activations(Ana *A, int d, Dev *D)
+/* activations of chunk c, per microbatch: lifetimes over its forward ops
+ * then its backward steps (memplan.c's timeline); the workspace is the
+ * compiler's plan of that stage, or without one the same greedy packing into
+ * slots of one element count; what is saved for the backward (live across
+ * the forward/backward boundary); what block recomputation drops */
+typedef struct Act {
+    double work, saved, rc_drop, rc_keep, rc_one;
+} Act;
+
+static void chunk_activations(Ana *A, int c, Act *X)
 {
     Ir *ir = A->ir;
-    int nv = ir->values.n, nf = 0;
+    int nv = ir->values.n, nf = 0, last_chunk = c == A->C - 1;
     int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv);
     for (int i = 0; i < nv; i++) first[i] = last[i] = -1;
-    int has_out = 0;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (dev_of(A, i) != d) continue;
+        if (A->chunk[i] != c) continue;
         for (int k = 0; k < op->nin; k++) touch(first, last, op->in[k], nf);
         touch(first, last, op->out, nf);
         for (int a = 0; a < ir_ops[op->kind].naux; a++) touch(first, last, op->aux[a], nf);
-        if (op->out == ir->output) has_out = 1;
         nf++;
     }
-    if (has_out) touch(first, last, ir->output, nf);
-    for (int i = 0; i < ir->ops.n; i++) {
-        IrOp *op = ir->ops.v[i];
-        if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) && dev_of(A, i) == d)
-            touch(first, last, op->in[0], nf);
+    if (last_chunk) { /* the loss and the logits are read after the forward */
+        touch(first, last, ir->output, nf);
+        for (int i = 0; i < ir->ops.n; i++) {
+            IrOp *op = ir->ops.v[i];
+            if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) touch(first, last, op->in[0], nf);
+        }
+        if (ir->seed >= 0 && ir->bwd.n) touch(first, last, ir->seed, nf);
     }
-    if (has_out && ir->seed >= 0 && ir->bwd.n) touch(first, last, ir->seed, nf);
-    int t = nf;
+    int t = nf + 1;
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
-        if (!bwd_on(A, b, d)) continue;
+        if (b->fwd < 0 || A->chunk[b->fwd] != c) continue;
         if (b->kind == BWD_ALLREDUCE) {
             touch(first, last, b->dout, t++);
             continue;
@@ -437,69 +453,76 @@ static void dev_activations(Ana *A, int d, Dev *D)
             if (b->din[k] >= 0) touch(first, last, b->din[k], t);
         t++;
     }
-    /* greedy slots: values by start; a free slot of the same logical size */
-    int *order = sx_alloc(sizeof(int) * (size_t)(nv + 1));
-    int n = 0;
-    for (int i = 0; i < nv; i++)
-        if (in_workspace(ir, ir->values.v[i]) && first[i] >= 0) order[n++] = i;
-    for (int i = 1; i < n; i++) {
-        int x = order[i], j = i - 1;
-        while (j >= 0 && first[order[j]] > first[x]) {
-            order[j + 1] = order[j];
-            j--;
+    X->work = 0;
+    if (A->from_ir) { /* the compiler's plan of this stage: slots of 4-byte elements */
+        const IrStage *st = &ir->stages[c];
+        for (int k = 0; k < st->nslots; k++) {
+            double b = dim_val(st->slot_elems[k], A->sym) * A->eb;
+            X->work += (double)(((int64_t)ceil(b) + 63) & ~(int64_t)63);
         }
-        order[j + 1] = x;
-    }
-    Dim *size = sx_alloc(sizeof(Dim) * (size_t)(n + 1));
-    double *bytes = sx_alloc(sizeof(double) * (size_t)(n + 1));
-    int *busy = sx_alloc(sizeof(int) * (size_t)(n + 1));
-    int ns = 0;
-    for (int i = 0; i < n; i++) {
-        IrValue *v = ir->values.v[order[i]];
-        Dim el = shape_numel(&v->shape);
-        int s = -1;
-        for (int k = 0; k < ns && s < 0; k++)
-            if (busy[k] < first[v->id] && dim_eq(size[k], el)) s = k;
-        if (s < 0) {
-            s = ns++;
-            size[s] = el;
+    } else { /* greedy: values by start; a free slot of the same logical size */
+        int *order = sx_alloc(sizeof(int) * (size_t)(nv + 1));
+        int n = 0;
+        for (int i = 0; i < nv; i++)
+            if (home(A, ir->values.v[i]) == c && first[i] >= 0) order[n++] = i;
+        for (int i = 1; i < n; i++) {
+            int x = order[i], j = i - 1;
+            while (j >= 0 && first[order[j]] > first[x]) {
+                order[j + 1] = order[j];
+                j--;
+            }
+            order[j + 1] = x;
         }
-        busy[s] = last[v->id];
-        double b = val_bytes(A, v->id);
-        if (b > bytes[s]) bytes[s] = b;
+        Dim *size = sx_alloc(sizeof(Dim) * (size_t)(n + 1));
+        double *bytes = sx_alloc(sizeof(double) * (size_t)(n + 1));
+        int *busy = sx_alloc(sizeof(int) * (size_t)(n + 1));
+        int ns = 0;
+        for (int i = 0; i < n; i++) {
+            IrValue *v = ir->values.v[order[i]];
+            Dim el = shape_numel(&v->shape);
+            int s = -1;
+            for (int k = 0; k < ns && s < 0; k++)
+                if (busy[k] < first[v->id] && dim_eq(size[k], el)) s = k;
+            if (s < 0) {
+                s = ns++;
+                size[s] = el;
+            }
+            busy[s] = last[v->id];
+            double b = val_bytes(A, v->id);
+            if (b > bytes[s]) bytes[s] = b;
+        }
+        for (int s = 0; s < ns; s++) X->work += (double)(((int64_t)ceil(bytes[s]) + 63) & ~(int64_t)63);
     }
-    D->work = 0;
-    for (int s = 0; s < ns; s++) D->work += (double)(((int64_t)ceil(bytes[s]) + 63) & ~(int64_t)63);
-    /* saved for the backward: live across the forward/backward boundary */
+    /* saved for the backward, and what recomputation keeps: values made
+     * outside the repeat, and the inputs of each repetition */
     int R = A->pl->R;
     double *per_layer = sx_alloc(sizeof(double) * (size_t)(R + 1));
     char *binput = sx_alloc((size_t)nv);
-    for (int i = 0; i < ir->ops.n; i++) { /* block inputs: made outside the repetition reading them */
+    for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (op->stage < 0 || dev_of(A, i) != d) continue;
+        if (op->stage < 0 || A->chunk[i] != c) continue;
         for (int k = 0; k < op->nin; k++) {
             IrValue *x = ir->values.v[op->in[k]];
             if (x->def >= 0 && ((IrOp *)ir->ops.v[x->def])->stage != op->stage && x->dtype != DT_I32)
                 binput[x->id] = 1;
         }
     }
-    D->saved = D->rc_drop = D->rc_keep = D->rc_one = 0;
+    X->saved = X->rc_drop = X->rc_keep = X->rc_one = 0;
     for (int i = 0; i < nv; i++) {
         IrValue *v = ir->values.v[i];
-        if (!in_workspace(ir, v)) continue;
+        if (home(A, v) != c) continue;
         int live = first[i] >= 0 && first[i] < nf && last[i] > nf;
         double b = val_bytes(A, i);
-        if (live) D->saved += b;
-        int layer = v->def >= 0 ? ((IrOp *)ir->ops.v[v->def])->stage : -1;
-        if (v->kind == VK_GRAD) layer = -1;
-        if (binput[i] || (live && layer < 0)) D->rc_keep += b;
+        if (live) X->saved += b;
+        int layer = v->kind != VK_GRAD ? ((IrOp *)ir->ops.v[v->def])->stage : -1;
+        if (binput[i] || (live && layer < 0)) X->rc_keep += b;
         else if (live) {
-            D->rc_drop += b;
+            X->rc_drop += b;
             per_layer[layer] += b;
         }
     }
     for (int r = 0; r < R; r++)
-        if (per_layer[r] > D->rc_one) D->rc_one = per_layer[r];
+        if (per_layer[r] > X->rc_one) X->rc_one = per_layer[r];
 }
 
 static void dev_analyze(Ana *A, int d, Dev *D)
@@ -538,13 +561,30 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         D->bf += A->bf[i];
         if (pl->rc && op->stage >= 0) D->rf += A->ff[i];
     }
-    dev_activations(A, d, D);
     /* activations at the peak: the current microbatch's whole workspace plus
-     * what the other microbatches in flight keep for their backward */
+     * what the other microbatches in flight keep for their backward; with v
+     * chunks, per chunk-microbatch: the largest chunk's workspace, the
+     * chunks' mean of the saved values */
     int pp = pl->pp, v = pl->v;
-    double keep = pl->rc ? D->rc_keep : D->saved;
-    double work = pl->rc ? D->work - D->rc_drop + D->rc_one : D->work;
-    if (work < keep) work = keep;
+    double work = 0, keep = 0, bio = 0;
+    for (int c = d; c < A->C; c += pp) {
+        Act X;
+        chunk_activations(A, c, &X);
+        double w = pl->rc ? X.work - X.rc_drop + X.rc_one : X.work, k = pl->rc ? X.rc_keep : X.saved;
+        if (w < k) w = k;
+        if (X.work > D->work) D->work = X.work;
+        if (w > work) work = w;
+        keep += k / v;
+        D->saved += X.saved / v;
+        D->rc_keep += X.rc_keep / v;
+        /* boundary buffers, outside the workspace: the received activation
+         * (kept until its backward) and the gradient sent back; the gradient
+         * received for the sent activation */
+        if (c > 0) bio += A->bnd[c - 1];
+        if (c < A->C - 1) bio += A->bnd[c];
+    }
+    D->work_now = work;
+    D->keep = keep;
     /* in flight, in units of a model chunk's microbatch (interleaved: 1/v of
      * the stage's layers; otherwise v = 1 and a unit is a microbatch) */
     double units = 1;
@@ -556,7 +596,8 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         } else units = m < pp - d ? m : pp - d;
     }
     D->inflight = units / v;
-    D->m_act = (work + (units - 1) * keep) / v;
+    D->m_act = work + (units - 1) * keep;
+    D->m_bound = bio * (D->inflight + 1);
     /* model states, and the same under every ZeRO stage */
     int dp = pl->dp;
     for (int z = 0; z < 4; z++) {
@@ -569,6 +610,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     D->m_opt = D->zs[pl->zero][2];
     D->m_other = 2.0 * pl->B * (double)pl->T * 4.0; /* token ids and targets */
     if (pl->zero == 1 && dp > 1 && !pl->bf16) D->m_other += ceil(D->arena / dp) * 4.0; /* shard buffer */
+    D->m_other += D->m_bound;
     D->total = D->m_params + D->m_grads + D->m_opt + D->m_act + D->m_other;
 
     /* tensor-parallel collectives: ops of the lowered IR (shard_lower), the
@@ -609,36 +651,17 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         }
     }
     /* pipeline: the values that cross each chunk boundary, each way */
-    if (pl->pp > 1) {
-        int C = A->C;
-        double *bnd = sx_alloc(sizeof(double) * (size_t)(C + 1));
-        int *nbnd = sx_alloc(sizeof(int) * (size_t)(C + 1));
-        int *maxc = sx_alloc(sizeof(int) * (size_t)ir->values.n);
-        for (int i = 0; i < ir->values.n; i++) maxc[i] = -1;
-        for (int i = 0; i < ir->ops.n; i++) {
-            IrOp *op = ir->ops.v[i];
-            for (int k = 0; k < op->nin; k++)
-                if (A->chunk[i] > maxc[op->in[k]]) maxc[op->in[k]] = A->chunk[i];
+    for (int c = d; pl->pp > 1 && c < A->C; c += pl->pp) {
+        double *bnd = A->bnd;
+        int *nbnd = A->nbnd;
+        if (c < A->C - 1 && nbnd[c]) {
+            add_coll(D, "activation", G_PIPE, C_SEND, PH_FWD, 2, bnd[c] / nbnd[c], (double)nbnd[c] * m);
+            add_coll(D, "activation grad", G_PIPE, C_RECV, PH_BWD, 2, bnd[c] / nbnd[c], (double)nbnd[c] * m);
         }
-        for (int i = 0; i < ir->values.n; i++) {
-            IrValue *x = ir->values.v[i];
-            if (x->kind != VK_OP || x->def < 0) continue;
-            for (int c = A->chunk[x->def]; c < maxc[i]; c++) {
-                bnd[c] += val_bytes(A, i);
-                nbnd[c]++;
-            }
-        }
-        for (int c = d; c < C; c += pl->pp) {
-            if (c < C - 1 && nbnd[c]) {
-                add_coll(D, "activation", G_PIPE, C_SEND, PH_FWD, 2, bnd[c] / nbnd[c], (double)nbnd[c] * m);
-                add_coll(D, "activation grad", G_PIPE, C_RECV, PH_BWD, 2, bnd[c] / nbnd[c], (double)nbnd[c] * m);
-            }
-            if (c > 0 && nbnd[c - 1]) {
-                add_coll(D, "activation", G_PIPE, C_RECV, PH_FWD, 2, bnd[c - 1] / nbnd[c - 1],
-                         (double)nbnd[c - 1] * m);
-                add_coll(D, "activation grad", G_PIPE, C_SEND, PH_BWD, 2, bnd[c - 1] / nbnd[c - 1],
-                         (double)nbnd[c - 1] * m);
-            }
+        if (c > 0 && nbnd[c - 1]) {
+            add_coll(D, "activation", G_PIPE, C_RECV, PH_FWD, 2, bnd[c - 1] / nbnd[c - 1], (double)nbnd[c - 1] * m);
+            add_coll(D, "activation grad", G_PIPE, C_SEND, PH_BWD, 2, bnd[c - 1] / nbnd[c - 1],
+                     (double)nbnd[c - 1] * m);
         }
     }
     /* data parallel: the gradients of the device's parameters */
@@ -744,7 +767,8 @@ static void cost(const Opts *o, Plan *pl)
     double b = 0;
     if (p > 1) {
         if (!strcmp(pl->sched, "interleaved")) b = (p - 1.0) / ((double)v * m + p - 1);
-        else if (!strcmp(pl->sched, "zb-h1")) b = (p - 1.0) / (3.0 * m + p - 1);
+        else if (!strcmp(pl->sched, "zb-h1")) /* with m < p the first backward comes late */
+            b = m >= p ? (p - 1.0) / (3.0 * m + p - 1) : (2.0 * p - m - 1) / (2.0 * p + 2.0 * m - 1);
         else b = (p - 1.0) / ((double)m + p - 1);
     }
     pl->bubble = b;
@@ -838,21 +862,43 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     A.mf = sx_alloc(sizeof(double) * (size_t)(nops + 1));
     A.mb = sx_alloc(sizeof(double) * (size_t)(nops + 1));
     A.split = sx_alloc((size_t)nops + 1);
-    /* layers to chunks, contiguously; earlier chunks take the extra layers */
+    /* layers to chunks: the compiler's pipeline stages when it cut the model
+     * into pp x v (pipeline.c), else contiguously and evenly, the earlier
+     * chunks taking the extra layers */
     int R = pl->R, C = A.C;
+    A.from_ir = C > 1 && ir->nstages == C && ir->stages;
     int *lchunk = sx_alloc(sizeof(int) * (size_t)(R + 1));
     for (int c = 0, r = 0; c < C && R; c++) {
-        int cnt = R / C + (c < R % C);
-        for (int k = 0; k < cnt; k++) lchunk[r++] = c;
+        int cnt = A.from_ir ? ir->stages[c].nblocks : R / C + (c < R % C);
+        for (int k = 0; k < cnt && r < R; k++) lchunk[r++] = c;
     }
     int seen_rep = 0;
     for (int i = 0; i < nops; i++) {
         IrOp *op = ir->ops.v[i];
         A.bwd_of[i] = -1;
-        if (op->stage >= 0 && op->stage < R) {
+        if (A.from_ir) A.chunk[i] = op->pstage;
+        else if (op->stage >= 0 && op->stage < R) {
             seen_rep = 1;
             A.chunk[i] = lchunk[op->stage];
         } else A.chunk[i] = seen_rep ? C - 1 : 0;
+    }
+    /* what crosses each chunk boundary: values read in a later chunk */
+    A.maxc = sx_alloc(sizeof(int) * (size_t)(ir->values.n + 1));
+    A.bnd = sx_alloc(sizeof(double) * (size_t)(C + 1));
+    A.nbnd = sx_alloc(sizeof(int) * (size_t)(C + 1));
+    for (int i = 0; i < ir->values.n; i++) A.maxc[i] = -1;
+    for (int i = 0; i < nops; i++) {
+        IrOp *op = ir->ops.v[i];
+        for (int k = 0; k < op->nin; k++)
+            if (A.chunk[i] > A.maxc[op->in[k]]) A.maxc[op->in[k]] = A.chunk[i];
+    }
+    for (int i = 0; i < ir->values.n; i++) {
+        IrValue *x = ir->values.v[i];
+        if (x->kind != VK_OP || x->def < 0) continue;
+        for (int c = A.chunk[x->def]; c < A.maxc[i]; c++) {
+            A.bnd[c] += val_bytes(&A, i);
+            A.nbnd[c]++;
+        }
     }
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
@@ -973,7 +1019,7 @@ static void add_stdlib_dirs(Program *P)
     }
 }
 
-static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *sched, int search)
+static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *sched, int v, int search)
 {
     Program *P = sx_alloc(sizeof *P);
     P->ir.output = -1;
@@ -993,7 +1039,22 @@ static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *
     for (int i = 0; i < o->ninc; i++) vec_push(&P->search_dirs, (void *)o->inc[i]);
     add_stdlib_dirs(P);
     sx_set_max_errors(o->max_errors);
-    if (sema_load(P, o->file) || drv_front(P, NULL, stdout) || drv_back(P, NULL, stdout)) return NULL;
+    if (sema_load(P, o->file) || drv_front(P, NULL, stdout)) return NULL;
+    /* virtual stages from the command line, checked here: the back end's
+     * pipeline partition cuts pp x v stages */
+    Layout *L = &P->layout;
+    if (v) L->virtual_stages = v;
+    if (L->virtual_stages > 1 && strcmp(L->schedule, "interleaved")) {
+        sx_error(NULL, "--virtual-stages %d needs the interleaved schedule, not \"%s\"", L->virtual_stages,
+                 L->schedule);
+        return NULL;
+    }
+    if (L->pp > 1 && P->layout_repeats < L->pp * L->virtual_stages) {
+        sx_error(&P->layout_repeat_loc, "%d layers cannot fill pipeline=%d stages x %d virtual stages",
+                 P->layout_repeats, L->pp, L->virtual_stages);
+        return NULL;
+    }
+    if (drv_back(P, NULL, stdout)) return NULL;
     if (P->ir.nsym > 2) {
         sx_error(&P->ir.model_loc, "shardc plan knows two symbolic dims (batch, sequence); %s has %d",
                  P->ir.model_name, P->ir.nsym);
@@ -1092,10 +1153,10 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     ROW("gradients", fmt_bytes(D->m_grads));
     ROW(pl->bf16 ? "optimizer (fp32 master, m, v)" : "optimizer (Adam m, v)", fmt_bytes(D->m_opt));
     ROW("activations (peak)", fmt_bytes(D->m_act));
-    ROW("  workspace per microbatch", fmt_bytes(pl->rc ? D->work - D->rc_drop + D->rc_one : D->work));
-    ROW("  saved per microbatch", fmt_bytes(pl->rc ? D->rc_keep : D->saved));
+    ROW("  workspace per microbatch", fmt_bytes(D->work_now));
+    ROW("  saved per microbatch", fmt_bytes(D->keep));
     ROW("  microbatches in flight", sx_fmt("%g", D->inflight));
-    ROW("other (token buffers)", fmt_bytes(D->m_other));
+    ROW(pl->pp > 1 ? "other (tokens, boundaries)" : "other (token buffers)", fmt_bytes(D->m_other));
     ROW("total", fmt_bytes(D->total));
     ROW("of the budget", pl->budget > 0 ? sx_fmt("%.1f%%%s", 100 * D->total / pl->budget,
                                                  D->total > pl->budget ? " OVER" : "")
@@ -1309,7 +1370,7 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
         j_fields(j, "weights", D->m_params, "gradients", D->m_grads, "optimizer", D->m_opt, "activations",
               D->m_act, "other", D->m_other, "total", D->total, "budget", pl->budget, "workspace_per_microbatch",
               D->work, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
-              "in_flight", D->inflight, NULL);
+              "in_flight", D->inflight, "boundary_buffers", D->m_bound, NULL);
         j_bool(j, "fits", pl->budget <= 0 || D->total <= pl->budget);
         j_open(j, "zero_stages", '[', 0);
         for (int z = 0; z < 4; z++)
@@ -1444,45 +1505,48 @@ static int search(const Opts *o)
         for (int pp = 1; pp <= N / tp; pp++) {
             if ((N / tp) % pp) continue;
             int dp = N / tp / pp;
-            /* the front end per (dp, tp, pp), its diagnostics kept aside */
-            sx_reset();
-            fflush(stderr);
-            FILE *tmp = tmpfile();
-            int saved = dup(2);
-            if (tmp) dup2(fileno(tmp), 2);
-            Program *P = load(o, dp, tp, pp, 1, "1f1b", 1);
-            fflush(stderr);
-            if (tmp) {
-                dup2(saved, 2);
-                close(saved);
-            }
-            Cand c;
-            memset(&c, 0, sizeof c);
-            if (!P) {
-                c.status = 2;
-                c.pl.dp = dp, c.pl.tp = tp, c.pl.pp = pp, c.pl.m = 0, c.pl.v = 1;
-                snprintf(c.pl.sched, sizeof c.pl.sched, "-");
-                if (tmp) first_error(tmp, c.pl.reason, sizeof c.pl.reason);
-                else snprintf(c.pl.reason, sizeof c.pl.reason, "rejected by the compiler");
+            /* the compiler per (dp, tp, pp) and per number of virtual stages
+             * (the pipeline partition depends on it), diagnostics kept aside */
+            for (int v = 1, vmax = 1; v <= vmax; v++) {
+                sx_reset();
+                fflush(stderr);
+                FILE *tmp = tmpfile();
+                int saved = dup(2);
+                if (tmp) dup2(fileno(tmp), 2);
+                Program *P = load(o, dp, tp, pp, 1, v > 1 ? "interleaved" : "1f1b", v, 1);
+                fflush(stderr);
+                if (tmp) {
+                    dup2(saved, 2);
+                    close(saved);
+                }
+                Cand c;
+                memset(&c, 0, sizeof c);
+                if (!P) {
+                    if (v == 1) { /* the layout itself is invalid */
+                        c.status = 2;
+                        c.pl.dp = dp, c.pl.tp = tp, c.pl.pp = pp, c.pl.v = 1;
+                        snprintf(c.pl.sched, sizeof c.pl.sched, "-");
+                        if (tmp) first_error(tmp, c.pl.reason, sizeof c.pl.reason);
+                        else snprintf(c.pl.reason, sizeof c.pl.reason, "rejected by the compiler");
+                        push(&cs, &nc, &cap, &c);
+                    }
+                    if (tmp) fclose(tmp);
+                    continue;
+                }
                 if (tmp) fclose(tmp);
-                push(&cs, &nc, &cap, &c);
-                continue;
-            }
-            if (tmp) fclose(tmp);
-            if (!*model) snprintf(model, sizeof model, "%s", P->ir.model_name);
-            const Const *cb = sema_find_const(&P->train, "batch"), *cq = sema_find_const(&P->train, "seq");
-            G = o->batch ? o->batch : cb ? cb->i : 0;
-            T = o->seq ? o->seq : cq ? cq->i : 0;
-            long long per = G > 0 ? G / dp : 0;
-            for (long long m = 1; m <= per; m++) {
-                if (per % m) continue;
+                if (pp > 1) vmax = P->layout_repeats / pp;
+                if (!*model) snprintf(model, sizeof model, "%s", P->ir.model_name);
+                const Const *cb = sema_find_const(&P->train, "batch"), *cq = sema_find_const(&P->train, "seq");
+                G = o->batch ? o->batch : cb ? cb->i : 0;
+                T = o->seq ? o->seq : cq ? cq->i : 0;
+                long long per = G > 0 ? G / dp : 0;
                 static const char *sch[] = {"gpipe", "1f1b", "zb-h1", "interleaved"};
-                for (int s = 0; s < (pp > 1 ? 4 : 1); s++) {
-                    int vmax = s == 3 ? (P->layout_repeats / pp) : 1;
-                    for (int v = s == 3 ? 2 : 1; v <= vmax; v++) {
-                        if (s == 3 && m % pp) continue; /* interleaving needs m divisible by pp */
+                for (long long m = 1; m <= per; m++) {
+                    if (per % m) continue;
+                    for (int k = v > 1 ? 3 : 0; k < (pp == 1 ? 1 : v > 1 ? 4 : 3); k++) {
+                        if (k == 3 && m % pp) continue; /* interleaving needs m divisible by pp */
                         memset(&c, 0, sizeof c);
-                        evaluate(P, o, (int)m, pp > 1 ? sch[s] : "none", v, &c.pl);
+                        evaluate(P, o, (int)m, pp > 1 ? sch[k] : "none", v, &c.pl);
                         c.status = !c.pl.ok ? 2 : !c.pl.fits ? 1 : 0;
                         if (c.pl.ok) budget = c.pl.budget;
                         free(c.pl.dev); /* the summary is enough here */
@@ -1796,16 +1860,11 @@ int plan_main(int argc, char **argv)
             return uerr("%s", sx_fmt("--gpus %d but data %d x tensor %d x pipeline %d = %d", o.gpus, o.dp, tp, pp,
                                      o.dp * tp * pp));
     }
-    Program *P = load(&o, o.dp, o.tp, o.pp, o.mb, o.sched, 0);
+    Program *P = load(&o, o.dp, o.tp, o.pp, o.mb, o.sched, o.vs, 0);
     int rc = 1;
     if (P) {
         Layout *L = &P->layout;
-        int v = o.vs ? o.vs : L->virtual_stages;
-        if (v > 1 && strcmp(L->schedule, "interleaved"))
-            sx_error(NULL, "--virtual-stages %d needs the interleaved schedule, not \"%s\"", v, L->schedule);
-        else if (L->pp > 1 && P->layout_repeats < L->pp * v)
-            sx_error(&P->layout_repeat_loc, "%d layers cannot fill pipeline=%d stages x %d virtual stages",
-                     P->layout_repeats, L->pp, v);
+        int v = L->virtual_stages;
         if (o.gpus && L->dp * L->tp * L->pp != o.gpus)
             sx_error(NULL, "--gpus %d but the layout has data %d x tensor %d x pipeline %d", o.gpus, L->dp, L->tp,
                      L->pp);

@@ -38,7 +38,8 @@ int shard_layout(Program *P)
     L->tp = layout_int(P, "tensor", 1, L->cli_tp, &L->loc_tp);
     L->pp = layout_int(P, "pipeline", 1, L->cli_pp, &L->loc_pp);
     L->microbatches = layout_int(P, "microbatches", 1, L->cli_mb, &L->loc_mb);
-    L->virtual_stages = layout_int(P, "virtual_stages", 1, 0, &L->loc_sched);
+    sx_loc vl = {0};
+    L->virtual_stages = layout_int(P, "virtual_stages", 1, L->cli_vs, &vl);
     sx_loc wl = {0};
     L->world = layout_int(P, "world", 0, 0, &wl);
     L->loc_world = wl;

@@ -281,7 +281,7 @@ typedef struct Const {
 
 typedef struct Layout {
     int dp, tp, pp;
-    int cli_dp, cli_tp, cli_pp, cli_mb; /* from flags, 0 = not given */
+    int cli_dp, cli_tp, cli_pp, cli_mb, cli_vs; /* from flags, 0 = not given */
     const char *cli_sched;
     int microbatches;
     int world;          /* declared world size, 0 if not declared */

@@ -20,7 +20,7 @@
 
 typedef struct opts {
     const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
-        *dump_grads, *trace, *dump_batches, *comm_stats;
+        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule;
     long steps;
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
         top_k, threads, dp, tp, pp, zero;
@@ -62,6 +62,8 @@ typedef struct run {
     int32_t *h_inputs, *h_targets; /* (B, T) host staging of the token buffers */
     sr_param_desc *full;        /* the parameters in the full layout of checkpoints */
     int64_t n_full;             /* floats of that layout */
+    struct rt_pipe *pipe;       /* the pipeline executor (pipeline.c), NULL without one */
+    char **local_work;          /* pipeline rank 0: a workspace per stage, to run them all */
 } run;
 
 /* train.c */
@@ -74,6 +76,21 @@ void rt_info(run *r, const char *fmt, ...)
     ;
 void *rt_alloc_floats(int64_t n);
 int rt_flag_given(const char *given, const char *name);
+
+void rt_exec_init(run *r, sr_exec *e, int B, float dropout, long step);
+int rt_first_seq(const run *r, int mb);
+
+/* pipeline.c: the pipeline executor */
+sr_status rt_pipe_init(run *r);
+void rt_pipe_free(run *r);
+sr_status rt_pipe_step(run *r, long k, double *loss_sum);
+sr_status rt_pipe_sync_grads(run *r);
+sr_status rt_pipe_sync(run *r, float *arena, int64_t n);
+void rt_pipe_forward_all(run *r, sr_exec *e);
+void rt_pipe_report(run *r);
+size_t rt_pipe_activation_bytes(run *r);
+int rt_pipe_owns(const run *r, int param);
+int rt_pipe_uses(const run *r, int param);
 
 /* state.c: parameters and optimizer state in and out */
 sr_status rt_agree(run *r, sr_status s, const char *what);

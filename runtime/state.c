@@ -634,6 +634,10 @@ sr_status rt_checkpoint(run *r, long step)
         r->m = fm;
         r->v = fv;
     }
+    /* every pipeline rank gets the values of the stages it does not run */
+    if (s == SR_OK && r->pipe) s = rt_pipe_sync(r, r->params, r->n_alloc);
+    if (s == SR_OK && r->pipe) s = rt_pipe_sync(r, r->m, r->n_alloc);
+    if (s == SR_OK && r->pipe) s = rt_pipe_sync(r, r->v, r->n_alloc);
     /* whole tensors on the host: collective over the tensor group */
     float *hp = NULL, *hm = NULL, *hv = NULL;
     if (s == SR_OK) {
@@ -661,6 +665,7 @@ sr_status rt_checkpoint(run *r, long step)
 /* --dump-grads: the first step's gradients, before clipping */
 sr_status rt_dump_grads(run *r, long step)
 {
+    if (r->pipe) SR_CHECK(rt_pipe_sync(r, r->grads, r->n_alloc));
     sr_status s = write_arena(r, r->o.dump_grads, r->grads, "", step);
     if (s == SR_OK) rt_info(r, "wrote the gradients of step %ld to %s", step, r->o.dump_grads);
     return s;

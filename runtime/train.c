@@ -110,6 +110,7 @@ static const flag flags[] = {
     {"trace", F_STR, O(trace), "DIR", "write a Chrome trace per rank to DIR/trace-rankR.json"},
     {"dump-batches", F_STR, O(dump_batches), "DIR", "record which sequences each rank trains on (testing)"},
     {"comm-stats", F_STR, O(comm_stats), "FILE", "write rank 0's collective calls and bytes per group"},
+    {"schedule", F_STR, O(schedule), "S", "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1"},
     {"quiet", F_BOOL, O(quiet), NULL, "print only errors and samples"},
     {"help", F_BOOL, O(help), NULL, "show this help"},
     {"version", F_BOOL, O(version), NULL, "show the model and runtime versions"},
@@ -146,6 +147,7 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->init = "random";
     o->dp = o->tp = o->pp = 1;
     o->bucket_mb = 25.0f; /* PyTorch DDP's default */
+    o->schedule = prog->virtual_stages > 1 ? "interleaved" : "1f1b";
     o->comm_timeout = 60.0f;
 }
 
@@ -243,7 +245,8 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
          o->microbatches);
     NEED(o->tp == prog->tp, "--tp %d: this program was built for tensor=%d; rebuild it with "
          "shardc build --tp %d (the compiler splits the layers)", o->tp, prog->tp, o->tp);
-    NEED(o->pp == 1, "--pp %d: this runtime does not run pipeline parallelism yet (use --pp 1)", o->pp);
+    NEED(o->pp == (prog->pp > 0 ? prog->pp : 1), "--pp %d: this program was built for pipeline=%d; rebuild "
+         "it with shardc build --pp %d (the compiler cuts the stages)", o->pp, prog->pp > 0 ? prog->pp : 1, o->pp);
     NEED(o->zero == 0 || o->zero == 1, "--zero must be 0 or 1 (got %d)", o->zero);
     NEED(o->bucket_mb > 0, "--bucket-mb must be > 0 (got %g)", (double)o->bucket_mb);
     NEED(o->comm_timeout > 0, "--comm-timeout must be > 0 (got %g)", (double)o->comm_timeout);
@@ -402,7 +405,7 @@ static float lr_at(const opts *o, long k)
     return o->lr;
 }
 
-static void exec_init(run *r, sr_exec *e, int B, float dropout, long step)
+void rt_exec_init(run *r, sr_exec *e, int B, float dropout, long step)
 {
     memset(e, 0, sizeof *e);
     e->B = B;
@@ -438,9 +441,17 @@ static void record_batch(run *r, long k, int first)
 
 /* the first sequence of microbatch mb of this data rank in the global batch:
  * data rank d owns sequences [d*G/dp, (d+1)*G/dp), in microbatches of B */
-static int first_seq(const run *r, int mb)
+int rt_first_seq(const run *r, int mb)
 {
     return r->grid.dp_rank * (r->o.batch / r->grid.dp) + mb * r->B;
+}
+
+/* a forward of the whole model on this rank: one program, or (with a
+ * pipeline) every stage in turn on pipeline rank 0 */
+static void forward_whole(run *r, sr_exec *e)
+{
+    if (r->pipe) rt_pipe_forward_all(r, e);
+    else r->prog->forward(e);
 }
 
 static sr_status evaluate(run *r, double *out)
@@ -449,15 +460,16 @@ static sr_status evaluate(run *r, double *out)
     int64_t E = sr_data_batches_per_epoch(&r->val, o->batch, o->seq);
     int64_t nb = o->eval_batches < E ? o->eval_batches : E; /* no batch counted twice */
     double sum = 0;
-    for (int64_t b = 0; b < nb; b++)
+    if (r->pipe) SR_CHECK(rt_pipe_sync(r, r->params, r->n_alloc)); /* rank 0 then has every stage */
+    for (int64_t b = 0; b < nb && r->grid.pp_rank == 0; b++)
         for (int mb = 0; mb < o->microbatches; mb++) {
-            int first = first_seq(r, mb);
+            int first = rt_first_seq(r, mb);
             SR_CHECK(sr_data_batch(&r->val, b, o->batch, o->seq, first, r->B, r->h_inputs, r->h_targets));
             push_tokens(r, r->B);
             sr_exec e;
-            exec_init(r, &e, r->B, 0.0f, b);
+            rt_exec_init(r, &e, r->B, 0.0f, b);
             e.row0 = (int64_t)first * o->seq;
-            r->prog->forward(&e);
+            forward_whole(r, &e);
             sum += e.loss;
         }
     if (r->grid.dp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, &sum, 1));
@@ -512,7 +524,9 @@ static void progress(run *r, long k, float loss, float lr, double norm, double t
  * its shard. The loss is averaged over the ranks too. */
 static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
 {
+    if (r->pipe) SR_CHECK(rt_pipe_sync_grads(r));
     if (r->grid.dp == 1) return SR_OK;
+    if (r->dp && r->pipe) sr_dp_begin(r->dp, 1, k); /* no hooks in a pipeline: reduce everything now */
     if (r->dp) {
         SR_CHECK(sr_dp_finish(r->dp));
         double hidden, total;
@@ -545,8 +559,9 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     for (int i = 0; i < prog->n_params; i++) {
         const sr_param_desc *d = &prog->params[i];
         int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
-        if (b > a) sq[d->split_dim >= 0] += r->be->sumsq(r->grads + a, b - a);
+        if (b > a && rt_pipe_owns(r, i)) sq[d->split_dim >= 0] += r->be->sumsq(r->grads + a, b - a);
     }
+    if (r->pipe) SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, sq, 2)); /* each counted by its owner */
     if (r->shard_n != r->n_alloc) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, sq, 2));
     if (r->grid.tp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.tp_comm, &sq[1], 1));
     double norm = sqrt(sq[0] + sq[1]);
@@ -558,7 +573,7 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     for (int i = 0; i < prog->n_params; i++) {
         const sr_param_desc *d = &prog->params[i];
         int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
-        if (b <= a) continue;
+        if (b <= a || !rt_pipe_uses(r, i)) continue;
         r->be->adamw(r->params + a, r->grads + a, r->m + (a - lo), r->v + (a - lo), b - a, lr,
                      o->beta1, o->beta2, o->eps, d->decay ? o->weight_decay : 0.0f, k + 1);
     }
@@ -611,13 +626,14 @@ static sr_status train(run *r)
         float lr = lr_at(o, k);
         r->be->zero(r->grads, r->n_alloc);
         double loss_sum = 0, t_bwd_end = 0;
-        for (int mb = 0; mb < M; mb++) {
-            int first = first_seq(r, mb);
+        if (r->pipe) SR_CHECK(rt_pipe_step(r, k, &loss_sum));
+        for (int mb = 0; mb < M && !r->pipe; mb++) {
+            int first = rt_first_seq(r, mb);
             SR_CHECK(sr_data_batch(&r->train, k, o->batch, T, first, r->B, r->h_inputs, r->h_targets));
             push_tokens(r, r->B);
             if (r->batches) record_batch(r, k, first);
             sr_exec e;
-            exec_init(r, &e, r->B, o->dropout, k);
+            rt_exec_init(r, &e, r->B, o->dropout, k);
             e.row0 = (int64_t)first * T;
             if (r->dp) {
                 sr_dp_begin(r->dp, mb == M - 1, k);
@@ -666,6 +682,7 @@ static sr_status train(run *r)
     if (r->dp && r->comm_total_us > 0)
         rt_info(r, "gradient all-reduce: %.1f ms in total, %.0f%% of it hidden behind backward",
              r->comm_total_us / 1e3, 100.0 * r->comm_hidden_us / r->comm_total_us);
+    rt_pipe_report(r);
     if (r->have_val && last_eval != end) SR_CHECK(run_eval(r, end));
     int trained = o->steps > r->start_step;
     if (o->save && last_saved != end && (trained || !r->loaded)) SR_CHECK(rt_checkpoint(r, end));
@@ -720,6 +737,10 @@ static sr_status sample(run *r)
     const sr_program *prog = r->prog;
     int V = prog->vocab, T = o->seq;
     int byte_model = V == 256;
+    if (r->pipe) { /* pipeline rank 0 samples with every stage's parameters */
+        SR_CHECK(rt_pipe_sync(r, r->params, r->n_alloc));
+        if (r->grid.pp_rank != 0) return SR_OK;
+    }
     size_t plen = o->prompt ? strlen(o->prompt) : 1;
     if (plen == 0) plen = 1;
     int32_t *toks = malloc((plen + (size_t)o->sample) * sizeof *toks);
@@ -746,8 +767,8 @@ static sr_status sample(run *r)
         memcpy(r->h_inputs, toks + n - w, w * sizeof *toks);
         push_tokens(r, 1);
         sr_exec e;
-        exec_init(r, &e, 1, 0.0f, o->steps);
-        prog->forward(&e);
+        rt_exec_init(r, &e, 1, 0.0f, o->steps);
+        forward_whole(r, &e);
         if (!e.logits) {
             s = sr_seterr(SR_ERR_STATE, "model %s has no logits output; it cannot sample",
                           prog->name ? prog->name : "?");
@@ -852,6 +873,7 @@ static sr_status setup(run *r)
     if (!r->params || !r->grads || !r->m || !r->v)
         return sr_seterr(SR_ERR_NOMEM, "cannot allocate %.1f MB for parameters, gradients and "
                          "optimizer state", (8.0 * (double)r->n_alloc + 8.0 * (double)r->shard_n) / 1e6);
+    if (prog->n_stages > 1) SR_CHECK(rt_pipe_init(r));
     if (dp > 1 && !o->zero)
         SR_CHECK(sr_dp_init(&r->dp, prog, r->grid.dp_comm, r->grads, (int64_t)((double)o->bucket_mb * 1e6),
                             r->trace));
@@ -881,7 +903,8 @@ static sr_status setup(run *r)
         fprintf(stderr, "rank %d (dp %d/%d): parameters %.2f MiB, gradients %.2f MiB, optimizer state "
                 "%.2f MiB, activations %.2f MiB\n", r->grid.rank, r->grid.dp_rank, dp,
                 4.0 * (double)r->n_alloc / 1048576.0, 4.0 * (double)r->n_alloc / 1048576.0,
-                8.0 * (double)r->shard_n / 1048576.0, (double)r->work_size / 1048576.0);
+                8.0 * (double)r->shard_n / 1048576.0,
+                (double)(r->pipe ? rt_pipe_activation_bytes(r) : r->work_size) / 1048576.0);
     }
     if (o->dump_batches) {
         char path[4096];
@@ -918,6 +941,7 @@ static void cleanup(run *r)
     free(r->h_targets);
     free(r->full);
     sr_dp_free(r->dp);
+    rt_pipe_free(r);
     if (r->trace) {
         sr_status s = sr_trace_close(r->trace);
         if (s != SR_OK) fprintf(stderr, "%s: warning: %s\n", r->argv0, sr_errmsg());

@@ -168,10 +168,15 @@ json "1f1b: in flight 4, 3 (worst middle stage), 1; roles first / middle / last"
   "[r['name'] for r in d['roles']] == ['stage 0 (first)', 'stages 1-2', 'stage 3 (last)']" \
   "[s['parameters'] for s in d['stages']][1] == [s['parameters'] for s in d['stages']][2]" \
   "sum(r['layers'] * (r['stages'][1] - r['stages'][0] + 1) for r in d['roles']) == 4"
-plan "$gpt2" --pp 5 --set n_layer=12 --json > "$tmp/u.json" 2>/dev/null
-json "uneven split: 12 layers on 5 stages are 3 3 2 2 2" "$tmp/u.json" \
-  "[r['layers'] for r in d['roles']] == [3, 3, 2, 2]" \
-  "[r['stages'] for r in d['roles']] == [[0, 0], [1, 1], [2, 3], [4, 4]]"
+plan "$gpt2" --pp 5 --json > "$tmp/u.json" 2>/dev/null
+json "pp=5: every layer in one stage, every stage at least one; the head's stage is the last" "$tmp/u.json" \
+  "sum(r['layers'] * (r['stages'][1] - r['stages'][0] + 1) for r in d['roles']) == 12" \
+  "min(r['layers'] for r in d['roles']) >= 1" \
+  "d['roles'][0]['stages'][0] == 0 and d['roles'][-1]['stages'] == [4, 4]" \
+  "print: 'layers per role: %s' % [(r['name'], r['layers']) for r in d['roles']]"
+plan "$tiny" --pp 4 --microbatches 2 --schedule zb-h1 --json > "$tmp/zb.json" 2>/dev/null
+json "zb-h1 with fewer microbatches than stages: (2p-m-1)/(2p+2m-1)" "$tmp/zb.json" \
+  "abs(d['time']['bubble_fraction'] - 5/11) < 1e-12"
 plan "$gpt2" --recompute block --json > "$tmp/rc.json" 2>/dev/null
 plan "$gpt2" --json > "$tmp/norc.json" 2>/dev/null
 python3 - "$tmp/rc.json" "$tmp/norc.json" <<'PY' && ok "recompute=block: less activation memory, one more forward of the blocks" || bad "recompute=block"

@@ -1,0 +1,806 @@
+/* codegen_cuda.c: CUDA source for the cuda backend (CUDA + cuBLASLt + NCCL +
+ * libshardrt), and the nvcc (or emulator) build of it.
+ *
+ * Needs: the forward IR, the backward program and the memory plan, as
+ * cg_host does; its structure is cg_host's, function for function (keep the
+ * two in step).
+ * Guarantees: one .cu file that nvcc compiles for the GPU and any C++20
+ * compiler compiles against the CPU emulator (runtime/cuda/emu), defining the
+ * program's sr_program with .backend = &sr_backend_cuda. Every kernel call is
+ * expanded from ops.def's CUDA templates inside SRK_AT("file:line op", ...),
+ * so a CUDA error names the kernel, the generated line and the .model line.
+ *
+ * Storage: parameters, their gradients, aux buffers (norm statistics, loss
+ * lse, attention lse) and the loss are float. Activations and their
+ * gradients are `act_t`: __nv_bfloat16 in a bf16 program, float in an fp32
+ * one, except the logits (the sampler reads them as float) and the loss.
+ * The kernel wrappers are templates over each operand's type, so a call
+ * picks its instance from the buffer types written here.
+ * Workspace slots are memplan's; their bytes are recomputed from the storage
+ * types (a bf16 slot is half the size), and the attention aux is its lse and
+ * a copy of the output, not the host's (B, NH, T, T) probabilities.
+ * Fusions: matmul -> add(bias parameter) [-> gelu], adjacent and with no
+ * other reader of the intermediate, become one GEMM with a cuBLASLt epilogue.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "codegen_cuda.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { ST_F32 = 0, ST_ACT = 1, ST_I32 = 2 };
+
+typedef struct CGen {
+    Program *P;
+    Ir *ir;
+    FILE *f;
+    int bf16;
+    int64_t *param_off; /* float offset of each parameter */
+    char *zeroed;       /* activation gradients already zeroed in this backward */
+    char *store;        /* ST_* of every value */
+    int *aux_of_attn;   /* value -> the attention op whose aux it is, -1 */
+    int logits;
+} CGen;
+
+static char *cdim(CGen *g, Dim d)
+{
+    char *s = sx_fmt("%lld", (long long)d.c);
+    int syms = 0;
+    for (int i = 0; i < SX_MAXSYM; i++)
+        for (int k = 0; k < d.p[i]; k++) {
+            s = sx_fmt("%s*%s", s, g->ir->symname[i]);
+            syms++;
+        }
+    if (!syms) return s;
+    if (d.c == 1) s += 2; /* drop the "1*" */
+    return sx_fmt("((long)%s)", s);
+}
+
+static const char *src_file(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static const char *elem_type(CGen *g, int id)
+{
+    int s = g->store[id];
+    return s == ST_I32 ? "int32_t" : s == ST_ACT ? "act_t" : "float";
+}
+
+/* the C++ expression of a value's buffer */
+static char *buf(CGen *g, int id)
+{
+    IrValue *v = ir_value(g->ir, id);
+    switch (v->kind) {
+    case VK_INPUT:
+        return v->input == 0 ? "e->inputs" : "e->targets";
+    case VK_PARAM:
+        return sx_fmt("P(%lld)", (long long)g->param_off[v->param]);
+    case VK_GRAD: {
+        IrValue *p = ir_value(g->ir, v->primal);
+        if (p->kind == VK_PARAM) return sx_fmt("G(%lld)", (long long)g->param_off[p->param]);
+        break;
+    }
+    default:
+        break;
+    }
+    if (v->slot < 0) sx_ice("value %%%d has no workspace slot", id);
+    int s = g->store[id];
+    return sx_fmt("%s(%d)", s == ST_I32 ? "I" : s == ST_ACT ? "A" : "F", v->slot);
+}
+
+static char *fmt_float(double x)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%.9g", x);
+    if (!strpbrk(b, ".eEn")) strcat(b, ".0");
+    return sx_fmt("%sf", b);
+}
+
+/* expands a CUDA template of ops.def (operands as in cg_host's expand) */
+static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b)
+{
+    IrValue *out = ir_value(g->ir, op->out);
+    char *r = "";
+    for (const char *p = t; *p;) {
+        if (*p != '$') {
+            const char *q = strchr(p, '$');
+            size_t n = q ? (size_t)(q - p) : strlen(p);
+            r = sx_fmt("%s%.*s", r, (int)n, p);
+            p += n;
+            continue;
+        }
+        p++;
+        char *x = NULL;
+        if (!strncmp(p, "dims", 4) && p[4] >= '0' && p[4] <= '3') {
+            IrValue *v = ir_value(g->ir, op->in[p[4] - '0']);
+            x = "srk_dims6{{";
+            for (int i = 0; i < 6; i++)
+                x = sx_fmt("%s%s%s", x, i ? ", " : "", i < v->shape.nd ? cdim(g, v->shape.d[i]) : "0");
+            x = sx_fmt("%s}}", x);
+            p += 5;
+        } else if (p[0] >= '0' && p[0] <= '3') {
+            x = buf(g, op->in[p[0] - '0']);
+            p++;
+        } else if (p[0] == 'o') {
+            x = buf(g, op->out);
+            p++;
+        } else if (p[0] == 'a' && (p[1] == '0' || p[1] == '1')) {
+            x = buf(g, op->aux[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'd' && p[1] == 'o') {
+            if (!b) sx_ice("$do outside a backward template");
+            x = buf(g, b->dout);
+            p += 2;
+        } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
+            if (!b) sx_ice("$d%c outside a backward template", p[1]);
+            int k = p[1] - '0', dv = b->din[k];
+            /* a typed null: the wrappers are templates */
+            x = dv < 0 ? "(float *)0" : (b->gate >> k) & 1 ? sx_fmt("(e->tp_rank == 0 ? %s : nullptr)", buf(g, dv)) : buf(g, dv);
+            p += 2;
+        } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
+            x = cdim(g, op->sz[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'k' && p[1] >= '0' && p[1] <= '3') {
+            x = fmt_float(op->k[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'n') {
+            x = cdim(g, shape_numel(&out->shape));
+            p++;
+        } else if (p[0] == 'N') {
+            Dim n = shape_numel(&out->shape), rows = n;
+            if (out->shape.nd) {
+                Dim last = out->shape.d[out->shape.nd - 1];
+                rows.c = n.c / last.c;
+                for (int i = 0; i < SX_MAXSYM; i++) rows.p[i] = (uint8_t)(n.p[i] - last.p[i]);
+            }
+            x = cdim(g, rows);
+            p++;
+        } else if (!strncmp(p, "id", 2)) {
+            x = sx_fmt("%du", op->uid); /* the same in every layout */
+            p += 2;
+        } else {
+            sx_ice("bad template operand in '%s'", t);
+        }
+        r = sx_fmt("%s%s", r, x);
+    }
+    return r;
+}
+
+/* ---- storage ------------------------------------------------------------------------ */
+static void plan_storage(CGen *g)
+{
+    Ir *ir = g->ir;
+    int nv = ir->values.n;
+    g->store = sx_alloc((size_t)nv + 1);
+    g->aux_of_attn = sx_alloc(sizeof(int) * (size_t)(nv + 1));
+    for (int i = 0; i < nv; i++) g->aux_of_attn[i] = -1;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (op->kind == OP_ATTENTION) g->aux_of_attn[op->aux[0]] = i;
+    }
+    for (int pass = 0; pass < 2; pass++) /* gradients after their primals */
+        for (int i = 0; i < nv; i++) {
+            IrValue *v = ir->values.v[i];
+            if ((v->kind == VK_GRAD) != pass) continue;
+            int s = ST_F32;
+            if (v->dtype == DT_I32 || v->kind == VK_INPUT) s = ST_I32;
+            else if (v->kind == VK_GRAD) s = ir_value(ir, v->primal)->kind == VK_PARAM ? ST_F32 : g->store[v->primal];
+            else if (v->kind == VK_OP && g->bf16 && i != ir->output && i != g->logits) s = ST_ACT;
+            g->store[i] = (char)s;
+        }
+}
+
+/* bytes of a value in its slot, as a C++ expression over B and T */
+static char *value_bytes(CGen *g, int id)
+{
+    IrValue *v = ir_value(g->ir, id);
+    int a = g->aux_of_attn[id];
+    if (a >= 0) {
+        IrOp *op = g->ir->ops.v[a];
+        return sx_fmt("srk_attention_aux_bytes(%s, %s, %s, %s, sizeof(%s))", cdim(g, op->sz[0]), cdim(g, op->sz[1]),
+                      cdim(g, op->sz[2]), cdim(g, op->sz[3]), elem_type(g, op->out));
+    }
+    return sx_fmt("(size_t)%s * sizeof(%s)", cdim(g, shape_numel(&v->shape)), elem_type(g, id));
+}
+
+/* ---- fusion: matmul -> add(bias) [-> gelu] ------------------------------------------------ */
+/* in the workspace (memplan's rule): op outputs, aux buffers, activation gradients */
+static int in_ws_ir(const Ir *ir, const IrValue *v)
+{
+    if (v->kind == VK_OP || v->kind == VK_AUX) return 1;
+    return v->kind == VK_GRAD && ((const IrValue *)ir->values.v[v->primal])->kind != VK_PARAM;
+}
+
+static int forward_readers(Ir *ir, int v)
+{
+    int n = 0;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        for (int k = 0; k < op->nin; k++) n += op->in[k] == v;
+    }
+    return n;
+}
+
+static int same_slot(Ir *ir, int a, int b)
+{
+    IrValue *x = ir_value(ir, a), *y = ir_value(ir, b);
+    return x->slot >= 0 && y->slot >= 0 && x->slot == y->slot && in_ws_ir(ir, x) && in_ws_ir(ir, y);
+}
+
+/* nonzero: ops i.. (2 or 3 of them) are one fused call, written to *call */
+static int fuse_at(CGen *g, int i, char **call, char **what)
+{
+    Ir *ir = g->ir;
+    IrOp *mm = ir->ops.v[i];
+    if (mm->kind != OP_MATMUL || i + 1 >= ir->ops.n) return 0;
+    IrOp *add = ir->ops.v[i + 1];
+    int vm = mm->out;
+    if (add->kind != OP_ADD || add->in[0] != vm || vm == ir->output || vm == g->logits) return 0;
+    IrValue *bias = ir_value(ir, add->in[1]);
+    Dim N = mm->sz[2];
+    if (bias->kind != VK_PARAM || !dim_eq(shape_numel(&bias->shape), N) || !dim_eq(add->sz[0], N)) return 0;
+    if (forward_readers(ir, vm) != 1 || (ad_template_uses(ir_ops[OP_MATMUL].bwd) & (1u << 4))) return 0;
+    int a = mm->in[0], w = mm->in[1], va = add->out;
+    /* the outputs are written at the matmul: they must not be its inputs' slots */
+    if (same_slot(ir, va, a) || same_slot(ir, va, w)) return 0;
+    char *M = cdim(g, mm->sz[0]), *K = cdim(g, mm->sz[1]), *Ns = cdim(g, N);
+    if (i + 2 < ir->ops.n) {
+        IrOp *ge = ir->ops.v[i + 2];
+        if (ge->kind == OP_GELU && ge->in[0] == va && va != ir->output && va != g->logits &&
+            forward_readers(ir, va) == 1 && !same_slot(ir, ge->out, a) && !same_slot(ir, ge->out, w)) {
+            *call = sx_fmt("srk_matmul_bias_gelu_fwd(%s, %s, %s, %s, %s, %s, %s, %s)", buf(g, ge->out), buf(g, va),
+                           buf(g, a), buf(g, w), buf(g, add->in[1]), M, K, Ns);
+            *what = "matmul+add+gelu";
+            return 3;
+        }
+    }
+    *call = sx_fmt("srk_matmul_bias_fwd(%s, %s, %s, %s, %s, %s, %s)", buf(g, va), buf(g, a), buf(g, w),
+                   buf(g, add->in[1]), M, K, Ns);
+    *what = "matmul+add";
+    return 2;
+}
+
+/* ---- functions per block instance (cg_host's grouping) ---------------------------------- */
+static char *group_of(const IrOp *op)
+{
+    const char *s = op->scope && *op->scope ? op->scope : "model";
+    const char *p = s;
+    int comps = 0;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        int numeric = n > 0;
+        for (size_t i = 0; i < n; i++) numeric &= p[i] >= '0' && p[i] <= '9';
+        comps++;
+        if (numeric || comps == 2 || !dot) return sx_strndup(s, (size_t)(p - s) + n);
+        p = dot + 1;
+    }
+    return sx_strdup(s);
+}
+
+static char *cname(const char *s)
+{
+    char *r = sx_strdup(s);
+    for (char *p = r; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
+    return r;
+}
+
+static char *fn_name(Vec *used, const char *kind, const char *grp)
+{
+    char *base = sx_fmt("%s_%s", kind, cname(grp)), *name = base;
+    for (int k = 2;; k++) {
+        int clash = 0;
+        for (int i = 0; i < used->n; i++) clash |= !strcmp(used->v[i], name);
+        if (!clash) break;
+        name = sx_fmt("%s_%d", base, k);
+    }
+    vec_push(used, name);
+    return name;
+}
+
+static void open_fn(CGen *g, const char *name)
+{
+    fprintf(g->f, "static void %s(sr_exec *e)\n{\n", name);
+    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    const int %s = e->%s;\n", g->ir->symname[i], i == 0 ? "B" : "T");
+    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    (void)%s;\n", g->ir->symname[i]);
+}
+
+/* "file:line what", a C string literal for SRK_AT */
+static char *site(const IrOp *op, const char *what)
+{
+    char *s = sx_fmt("%s:%d %s", src_file(op->loc.file), op->loc.line, what);
+    char *r = "\"";
+    for (const char *p = s; *p; p++) r = sx_fmt(*p == '"' || *p == '\\' ? "%s\\%c" : "%s%c", r, *p);
+    return sx_fmt("%s\"", r);
+}
+
+static void emit_forward(CGen *g, Vec *calls)
+{
+    Ir *ir = g->ir;
+    char *cur = NULL;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        char *grp = group_of(op);
+        if (!cur || strcmp(cur, grp)) {
+            if (cur) fprintf(g->f, "}\n\n");
+            open_fn(g, fn_name(calls, "fwd", grp));
+            cur = grp;
+        }
+        IrValue *o = ir_value(ir, op->out);
+        char *call, *what;
+        int n = fuse_at(g, i, &call, &what);
+        if (n) {
+            IrOp *last = ir->ops.v[i + n - 1];
+            IrValue *lo = ir_value(ir, last->out);
+            fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", src_file(op->loc.file), op->loc.line, what, lo->id,
+                    elem_type(g, lo->id), shape_str(&lo->shape, ir));
+            fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, what), call);
+            i += n - 1;
+            continue;
+        }
+        fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
+                o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, ir_ops[op->kind].name), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
+    }
+    if (cur) fprintf(g->f, "}\n\n");
+}
+
+static void emit_backward(CGen *g, Vec *calls)
+{
+    Ir *ir = g->ir;
+    char *cur = NULL;
+    /* the last backward step that adds to each parameter's gradient */
+    int *last = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
+    for (int i = 0; i < ir->params.n; i++) last[i] = -1;
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        int gs[5] = {b->din[0], b->din[1], b->din[2], b->din[3], b->kind == BWD_ALLREDUCE ? b->dout : -1};
+        for (int k = 0; k < 5; k++) {
+            if (gs[k] < 0) continue;
+            IrValue *pv = ir_value(ir, ir_value(ir, gs[k])->primal);
+            if (pv->kind == VK_PARAM) last[pv->param] = j;
+        }
+    }
+    IrOp *prev = NULL;
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        IrOp *op = b->fwd >= 0 ? ir->ops.v[b->fwd] : prev;
+        if (!op) sx_ice("backward step %d has no op", j);
+        prev = op;
+        char *grp = group_of(op);
+        if (!cur || strcmp(cur, grp)) {
+            if (cur) fprintf(g->f, "}\n\n");
+            open_fn(g, fn_name(calls, "bwd", grp));
+            cur = grp;
+        }
+        if (b->kind == BWD_ALLREDUCE) {
+            IrValue *dv = ir_value(ir, b->dout);
+            fprintf(g->f, "    SRK_AT(%s, srk_tp_allreduce(e, %s, %s, %s)); /* d%%%d summed over the tensor group */\n",
+                    site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cdim(g, shape_numel(&dv->shape)),
+                    dv->primal);
+        } else {
+            const char *tmpl = ir_ops[op->kind].cuda_bwd;
+            if (!*tmpl) sx_ice("op %s has no CUDA backward template", ir_ops[op->kind].name);
+            /* memplan sized lifetimes by the host template: read nothing more */
+            if (ad_template_uses(tmpl) & ~ad_template_uses(ir_ops[op->kind].bwd))
+                sx_ice("the CUDA backward template of %s reads operands the host one does not", ir_ops[op->kind].name);
+            fprintf(g->f, "    /* %s:%d  d %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+            for (int k = 0; k < op->nin; k++) {
+                int d = b->din[k];
+                if (d < 0 || g->zeroed[d]) continue;
+                IrValue *dv = ir_value(ir, d);
+                IrValue *pv = ir_value(ir, dv->primal);
+                g->zeroed[d] = 1;
+                if (pv->kind == VK_PARAM) continue;
+                fprintf(g->f, "    SRK_AT(%s, srk_zero(%s, %s)); /* d%%%d %s */\n", site(op, "zero"), buf(g, d),
+                        cdim(g, shape_numel(&dv->shape)), pv->id, shape_str(&dv->shape, ir));
+            }
+            fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
+                    expand(g, tmpl, op, b));
+        }
+        for (int i = 0; i < ir->params.n; i++)
+            if (last[i] == j)
+                fprintf(g->f, "    if (e->grad_ready) { srk_comm_fence(); e->grad_ready(e, %d); } /* %s complete */\n",
+                        i, ((IrParam *)ir->params.v[i])->name);
+    }
+    if (cur) fprintf(g->f, "}\n\n");
+}
+
+/* ---- the program descriptor (assignments in main: robust to field order) ------------------ */
+static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
+
+static void emit_cstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 32 || c >= 127) fprintf(f, "\\%03o", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static double tnum(Program *P, const char *name, double dflt)
+{
+    const Const *c = sema_find_const(&P->train, name);
+    if (!c || c->is_str) return dflt;
+    return c->is_float ? c->f : (double)c->i;
+}
+
+static void emit_str_field(FILE *f, const char *field, const Const *c, const char *dflt)
+{
+    fprintf(f, "    program.defaults.%s = ", field);
+    if (c && c->is_str) emit_cstr(f, c->s);
+    else if (dflt) emit_cstr(f, dflt);
+    else fprintf(f, "NULL");
+    fprintf(f, ";\n");
+}
+
+static void emit_defaults(CGen *g)
+{
+    Program *P = g->P;
+    FILE *f = g->f;
+    fprintf(f, "    program.defaults.steps = %lld;\n", (long long)tnum(P, "steps", 100));
+    fprintf(f, "    program.defaults.batch = %d;\n", (int)tnum(P, "batch", 8));
+    fprintf(f, "    program.defaults.seq = %d;\n", (int)tnum(P, "seq", 64));
+    fprintf(f, "    program.defaults.lr = %s;\n", fmt_float(tnum(P, "lr", 3e-4)));
+    fprintf(f, "    program.defaults.min_lr = %s;\n", fmt_float(tnum(P, "min_lr", 0.0)));
+    fprintf(f, "    program.defaults.warmup = %d;\n", (int)tnum(P, "warmup", 0));
+    emit_str_field(f, "lr_schedule", sema_find_const(&P->train, "lr_schedule"), "constant");
+    fprintf(f, "    program.defaults.weight_decay = %s;\n", fmt_float(tnum(P, "weight_decay", 0.0)));
+    fprintf(f, "    program.defaults.beta1 = %s;\n", fmt_float(tnum(P, "beta1", 0.9)));
+    fprintf(f, "    program.defaults.beta2 = %s;\n", fmt_float(tnum(P, "beta2", 0.999)));
+    fprintf(f, "    program.defaults.eps = %s;\n", fmt_float(tnum(P, "eps", 1e-8)));
+    fprintf(f, "    program.defaults.grad_clip = %s;\n", fmt_float(tnum(P, "grad_clip", 0.0)));
+    fprintf(f, "    program.defaults.dropout = %s;\n", fmt_float(tnum(P, "dropout", 0.0)));
+    fprintf(f, "    program.defaults.seed = %lluull;\n", (unsigned long long)tnum(P, "seed", 1337));
+    fprintf(f, "    program.defaults.eval_every = %d;\n", (int)tnum(P, "eval_every", 0));
+    fprintf(f, "    program.defaults.save_every = %d;\n", (int)tnum(P, "save_every", 0));
+    fprintf(f, "    program.defaults.microbatches = %d;\n", P->layout.microbatches);
+    emit_str_field(f, "data", sema_find_const(&P->train, "data"), NULL);
+    emit_str_field(f, "val_data", sema_find_const(&P->train, "val_data"), NULL);
+}
+
+static char *config_json(Program *P)
+{
+    char *s = "{";
+    for (int i = 0; i < P->config.n; i++) {
+        Const *c = P->config.v[i];
+        char *v;
+        if (c->is_str) {
+            v = "\"";
+            for (const char *p = c->s; *p; p++) {
+                unsigned char ch = (unsigned char)*p;
+                if (ch == '"' || ch == '\\') v = sx_fmt("%s\\%c", v, ch);
+                else if (ch < 32) v = sx_fmt("%s\\u%04x", v, ch);
+                else v = sx_fmt("%s%c", v, ch);
+            }
+            v = sx_fmt("%s\"", v);
+        } else if (c->is_float) {
+            v = sx_fmt("%.17g", c->f);
+            if (!strpbrk(v, ".eEn")) v = sx_fmt("%s.0", v);
+        } else {
+            v = sx_fmt("%lld", c->i);
+        }
+        s = sx_fmt("%s%s\"%s\": %s", s, i ? ", " : "", c->name, v);
+    }
+    return sx_fmt("%s}", s);
+}
+
+static void emit_plan(CGen *g)
+{
+    Ir *ir = g->ir;
+    FILE *f = g->f;
+    fprintf(f, "static size_t plan(int B, int T)\n{\n    size_t o = 0, b;\n    (void)B;\n    (void)T;\n");
+    for (int s = 0; s < ir->nslots; s++) {
+        Vec seen = {0};
+        for (int i = 0; i < ir->values.n; i++) {
+            IrValue *v = ir->values.v[i];
+            if (v->slot != s || !in_ws_ir(ir, v)) continue;
+            char *e = value_bytes(g, i);
+            int dup = 0;
+            for (int k = 0; k < seen.n; k++) dup |= !strcmp(seen.v[k], e);
+            if (!dup) vec_push(&seen, e);
+        }
+        fprintf(f, "    slot_off[%d] = o; b = %s;", s, seen.n ? (char *)seen.v[0] : "0");
+        for (int k = 1; k < seen.n; k++) fprintf(f, " b = srk_max_size(b, %s);", (char *)seen.v[k]);
+        fprintf(f, " o += (b + 255) & ~(size_t)255;\n");
+    }
+    fprintf(f, "    slot_off[NSLOTS] = o;\n    return o;\n}\n\n");
+}
+
+int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
+{
+    CGen g;
+    memset(&g, 0, sizeof g);
+    g.P = P;
+    g.ir = &P->ir;
+    g.f = f;
+    g.bf16 = precision_bf16 != 0;
+    Ir *ir = &P->ir;
+    if (ir->nstages > 1) {
+        sx_error(&ir->model_loc, "--backend cuda does not run pipeline parallelism yet (%d stages); build with "
+                 "--backend host or --pp 1", ir->nstages);
+        return 1;
+    }
+    g.param_off = sx_alloc(sizeof(int64_t) * (size_t)(ir->params.n + 1));
+    g.zeroed = sx_alloc((size_t)ir->values.n + 1);
+    int64_t off = 0;
+    for (int i = 0; i < ir->params.n; i++) {
+        IrParam *p = ir->params.v[i];
+        g.param_off[i] = off;
+        off += shape_numel(&ir_value(ir, p->value)->shape).c; /* this rank's shard */
+        off = (off + 63) & ~(int64_t)63; /* 256-byte aligned tensors (cuBLASLt, vector loads) */
+    }
+    int vocab = 0, max_seq = 0, logits = -1;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) && op->out == ir->output) {
+            vocab = (int)op->sz[1].c * (op->kind == OP_CROSS_ENTROPY_VP ? P->layout.tp : 1);
+            logits = op->in[0];
+        }
+        if (op->kind == OP_EMBEDDING) {
+            IrValue *idx = ir_value(ir, op->in[1]);
+            if (idx->def >= 0 && ir_op(ir, idx->def)->kind == OP_ARANGE) {
+                int rows = (int)ir_value(ir, op->in[0])->shape.d[0].c;
+                if (!max_seq || rows < max_seq) max_seq = rows;
+            }
+        }
+    }
+    if (ir->ninputs != 2 || ir_value(ir, ir->inputs[0])->dtype != DT_I32 ||
+        ir_value(ir, ir->inputs[1])->dtype != DT_I32 || ir->nsym != 2) {
+        sx_error(&ir->model_loc, "to build a training program, the model takes two i32[B, T] inputs "
+                 "(tokens and next-token targets)");
+        return 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        IrValue *in = ir_value(ir, ir->inputs[k]);
+        if (in->shape.nd != 2 || in->shape.d[0].p[0] != 1 || in->shape.d[1].p[1] != 1 ||
+            in->shape.d[0].c != 1 || in->shape.d[1].c != 1 || in->shape.d[0].p[1] || in->shape.d[1].p[0]) {
+            sx_error(&ir->model_loc, "model input %d must have the shape [%s, %s] (batch, sequence)", k + 1,
+                     ir->symname[0], ir->symname[1]);
+            return 1;
+        }
+    }
+    if (logits < 0) {
+        sx_error(&ir->model_loc, "to build a training program, the model must return cross_entropy(logits, targets)");
+        return 1;
+    }
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (!*ir_ops[op->kind].cuda_fwd) sx_ice("op %s has no CUDA template in ops.def", ir_ops[op->kind].name);
+    }
+    g.logits = logits;
+    plan_storage(&g);
+
+    fprintf(f, "/* Generated by shardc %s from %s for --backend cuda, %s. Do not edit: edit the .model file.\n",
+            SHARDC_VERSION, source_path, g.bf16 ? "bf16 compute with fp32 master weights" : "fp32");
+    fprintf(f, " * Model %s: %d parameter tensors, %lld parameters; %d ops forward, %d backward;\n",
+            ir->model_name, ir->params.n, (long long)ir_param_count(ir), ir->ops.n, ir->bwd.n);
+    fprintf(f, " * workspace of %d slots planned at compile time (sizes in %s, %s).\n", ir->nslots, ir->symname[0],
+            ir->symname[1]);
+    fprintf(f, " * Builds with nvcc, or with a C++20 compiler against runtime/cuda/emu (CPU emulation). */\n");
+    fprintf(f, "#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n\n");
+    fprintf(f, "#include \"sr_cuda.h\"\n#include \"sr_program.h\"\n#include \"srk.cuh\"\n\n");
+    fprintf(f, "typedef %s act_t; /* activations and their gradients */\n", g.bf16 ? "__nv_bfloat16" : "float");
+    fprintf(f, "#define NSLOTS %d\n", ir->nslots);
+    fprintf(f, "#define N_PARAM_FLOATS %lldLL\n", (long long)off);
+    fprintf(f, "static size_t slot_off[NSLOTS + 1];\n");
+    fprintf(f, "#define F(s) ((float *)(e->work + slot_off[s]))\n");
+    fprintf(f, "#define A(s) ((act_t *)(e->work + slot_off[s]))\n");
+    fprintf(f, "#define I(s) ((int32_t *)(e->work + slot_off[s]))\n");
+    fprintf(f, "#define P(o) (e->params + (o))\n#define G(o) (e->grads + (o))\n\n");
+    fprintf(f, "static inline size_t srk_max_size(size_t a, size_t b) { return a > b ? a : b; }\n\n");
+    emit_plan(&g);
+    fprintf(f, "static int planned_B = -1, planned_T = -1;\n");
+    fprintf(f, "static void replan(int B, int T)\n{\n    if (B != planned_B || T != planned_T) {\n"
+               "        plan(B, T);\n        planned_B = B;\n        planned_T = T;\n    }\n}\n\n");
+    fprintf(f, "static size_t work_bytes(int B, int T)\n{\n    size_t n = plan(B, T);\n"
+               "    planned_B = B;\n    planned_T = T;\n    return n;\n}\n\n");
+
+    Vec fcalls = {0}, bcalls = {0};
+    emit_forward(&g, &fcalls);
+    emit_backward(&g, &bcalls);
+    fprintf(f, "static void forward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
+    fprintf(f, "    srk_site(__FILE__, __LINE__, \"forward\");\n");
+    fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
+    for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
+    fprintf(f, "    srk_site(__FILE__, __LINE__, \"loss\");\n");
+    fprintf(f, "    e->loss = srk_get_scalar(%s);\n", buf(&g, ir->output));
+    fprintf(f, "    e->logits = %s; /* device memory */\n}\n\n", buf(&g, logits));
+    fprintf(f, "static void backward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
+    fprintf(f, "    srk_site(__FILE__, __LINE__, \"d loss\");\n");
+    fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
+    fprintf(f, "    srk_set_scalar(%s, e->dloss);\n", buf(&g, ir->seed));
+    for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
+    fprintf(f, "}\n\n");
+
+    fprintf(f, "static const sr_param_desc params[%d] = {\n", ir->params.n);
+    for (int i = 0; i < ir->params.n; i++) {
+        IrParam *p = ir->params.v[i];
+        const Shape *ls = &ir_value(ir, p->value)->shape; /* local: split dim / tp */
+        int split = p->sh.kind == SH_SPLIT && P->layout.tp > 1;
+        fprintf(f, "    {");
+        emit_cstr(f, p->name);
+        fprintf(f, ", %d, {", ls->nd);
+        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
+        fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.param_off[i],
+                init_name(p->init), fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
+                split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
+        emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
+        fprintf(f, ", {");
+        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
+        fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
+    }
+    fprintf(f, "};\n\n");
+    fprintf(f, "static sr_program program;\n\n");
+    fprintf(f, "int main(int argc, char **argv)\n{\n");
+    fprintf(f, "    srk_configure(%d); /* %s */\n", g.bf16, g.bf16 ? "bf16 compute" : "fp32");
+    fprintf(f, "    program.name = ");
+    emit_cstr(f, ir->model_name);
+    fprintf(f, ";\n    program.source = ");
+    emit_cstr(f, source_path);
+    fprintf(f, ";\n    program.n_params = %d;\n    program.params = params;\n", ir->params.n);
+    fprintf(f, "    program.n_param_floats = N_PARAM_FLOATS;\n");
+    fprintf(f, "    program.vocab = %d;\n    program.max_seq = %d;\n    program.tp = %d;\n", vocab, max_seq, P->layout.tp);
+    fprintf(f, "    program.work_bytes = work_bytes;\n    program.forward = forward;\n    program.backward = backward;\n");
+    emit_defaults(&g);
+    fprintf(f, "    program.config_json = ");
+    emit_cstr(f, config_json(P));
+    fprintf(f, ";\n    program.backend = &sr_backend_cuda;\n");
+    fprintf(f, "#ifdef SR_NO_MAIN /* tests: hand the program over instead of running it */\n");
+    fprintf(f, "    (void)argc;\n    *(const sr_program **)argv = &program;\n    return 0;\n#else\n");
+    fprintf(f, "    return sr_main(&program, argc, argv);\n#endif\n}\n");
+    return 0;
+}
+
+/* ---- the build: nvcc, or the host C++ compiler against the emulator ---------------------- */
+#ifndef SHARDC_CUDA_RUNTIME_INCLUDE
+#define SHARDC_CUDA_RUNTIME_INCLUDE ""
+#endif
+#ifndef SHARDC_CUDA_KERNEL_INCLUDE
+#define SHARDC_CUDA_KERNEL_INCLUDE ""
+#endif
+#ifndef SHARDC_CUDA_SHARDRT_LIB
+#define SHARDC_CUDA_SHARDRT_LIB ""
+#endif
+#ifndef SHARDC_CUDA_LIB
+#define SHARDC_CUDA_LIB ""
+#endif
+#ifndef SHARDC_CUDA_EMU_LIB
+#define SHARDC_CUDA_EMU_LIB ""
+#endif
+#ifndef SHARDC_NVCC
+#define SHARDC_NVCC "nvcc"
+#endif
+#ifndef SHARDC_CXX
+#define SHARDC_CXX "c++"
+#endif
+#ifndef SHARDC_CUDA_LIBDIR
+#define SHARDC_CUDA_LIBDIR ""
+#endif
+#ifndef SHARDC_CUDA_LINK_EXTRA
+#define SHARDC_CUDA_LINK_EXTRA ""
+#endif
+
+/* a setting: the environment variable, else the configured default */
+static const char *setting(const char *env, const char *dflt)
+{
+    const char *v = getenv(env);
+    return v && *v ? v : dflt;
+}
+
+static int run_argv(char **argv)
+{
+    if (getenv("SHARDC_VERBOSE")) {
+        for (char **a = argv; *a; a++) fprintf(stderr, "%s%s", a == argv ? "" : " ", *a);
+        fputc('\n', stderr);
+    }
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "shardc: error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* splits a space-separated list onto argv */
+static void push_words(Vec *v, const char *s)
+{
+    while (s && *s) {
+        while (*s == ' ') s++;
+        const char *e = s;
+        while (*e && *e != ' ') e++;
+        if (e > s) vec_push(v, sx_strndup(s, (size_t)(e - s)));
+        s = e;
+    }
+}
+
+static int need_file(const char *what, const char *path, const char *env)
+{
+    if (path && *path && access(path, R_OK) == 0) return 0;
+    fprintf(stderr, "shardc: error: %s %s is missing (build it, or set %s)\n", what, path && *path ? path : "(not configured)",
+            env);
+    return 1;
+}
+
+int drv_build_cuda(Program *P, const char *src, const char *out_bin, const char *archs, int emulate)
+{
+    (void)P;
+    const char *inc = setting("SHARDC_RUNTIME_INCLUDE", SHARDC_CUDA_RUNTIME_INCLUDE);
+    const char *kinc = setting("SHARDC_CUDA_INCLUDE", SHARDC_CUDA_KERNEL_INCLUDE);
+    const char *rt = setting("SHARDC_RUNTIME_LIB", SHARDC_CUDA_SHARDRT_LIB);
+    const char *klib = emulate ? setting("SHARDC_CUDA_EMU_LIB", SHARDC_CUDA_EMU_LIB) : setting("SHARDC_CUDA_LIB", SHARDC_CUDA_LIB);
+    const char *libdir = setting("SHARDC_CUDA_LIBDIR", SHARDC_CUDA_LIBDIR);
+    if (need_file("the runtime library", rt, "SHARDC_RUNTIME_LIB") ||
+        need_file(emulate ? "the emulated CUDA runtime library" : "the CUDA runtime library", klib,
+                  emulate ? "SHARDC_CUDA_EMU_LIB" : "SHARDC_CUDA_LIB"))
+        return 1;
+    Vec a = {0};
+    if (emulate) {
+        vec_push(&a, (void *)setting("CXX", SHARDC_CXX));
+        push_words(&a, "-std=c++20 -O2 -fopenmp -Wall -Wextra -Werror -x c++");
+    } else {
+        vec_push(&a, (void *)setting("SHARDC_NVCC", SHARDC_NVCC));
+        push_words(&a, "-std=c++20 -O3 -lineinfo -x cu -Xcompiler -fopenmp,-Wall,-Wextra");
+        const char *as = archs && *archs ? archs : "80,90";
+        const char *last = NULL;
+        for (const char *p = as; *p;) {
+            const char *e = strchr(p, ',');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            char *arch = sx_strndup(p, n);
+            int ok = n >= 2 && n <= 4;
+            for (size_t i = 0; i < n; i++) ok &= (arch[i] >= '0' && arch[i] <= '9') || (i == n - 1 && arch[i] == 'a');
+            if (!ok) {
+                fprintf(stderr, "shardc: error: bad --cuda-arch '%s' (expected compute capabilities like 80,90)\n", arch);
+                return 1;
+            }
+            vec_push(&a, "-gencode");
+            vec_push(&a, sx_fmt("arch=compute_%s,code=sm_%s", arch, arch));
+            last = arch;
+            p += n;
+            if (*p == ',') p++;
+        }
+        if (last) { /* and PTX of the newest, for newer GPUs */
+            vec_push(&a, "-gencode");
+            vec_push(&a, sx_fmt("arch=compute_%s,code=compute_%s", last, last));
+        }
+        const char *ccbin = getenv("SHARDC_NVCC_CCBIN");
+        if (ccbin && *ccbin) {
+            vec_push(&a, "-ccbin");
+            vec_push(&a, (void *)ccbin);
+        }
+    }
+    vec_push(&a, sx_fmt("-I%s", inc));
+    vec_push(&a, sx_fmt("-I%s", kinc));
+    vec_push(&a, (void *)src);
+    if (emulate) push_words(&a, "-x none");
+    vec_push(&a, (void *)klib);
+    vec_push(&a, (void *)rt);
+    if (*libdir) vec_push(&a, sx_fmt("-L%s", libdir));
+    if (!emulate) push_words(&a, "-lcublasLt -lcublas -lnccl -lgomp");
+    push_words(&a, setting("SHARDC_CUDA_LINK_EXTRA", SHARDC_CUDA_LINK_EXTRA));
+    push_words(&a, "-lopenblas -lm");
+    vec_push(&a, "-o");
+    vec_push(&a, (void *)out_bin);
+    vec_push(&a, NULL);
+    int st = run_argv((char **)a.v);
+    if (st != 0) {
+        fprintf(stderr, "shardc: error: %s failed on %s (exit %d)\n", emulate ? "the C++ compiler (emulated CUDA)" : "nvcc",
+                src, st);
+        return 1;
+    }
+    return 0;
+}

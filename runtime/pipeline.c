@@ -1,0 +1,417 @@
+/* pipeline.c: the pipeline executor. Each rank runs its instruction list
+ * (sr_schedule.h) for a step: receive an activation, run a stage's forward,
+ * send its output on; receive a gradient, run the backward (or zb-h1's two
+ * halves), send the input's gradient back. Sends are asynchronous and
+ * receives wait, as the schedule checker assumes, so a checked schedule
+ * cannot deadlock. Every in-flight microbatch of a stage has its own
+ * workspace from a pool sized by the schedule's peak, which is what the run
+ * reports as the stage's activation memory.
+ *
+ * Parameters: every pipeline rank keeps the whole parameter arena but
+ * computes gradients and updates only the parameters its stages use; a
+ * parameter used on several ranks (the tied embedding) has its gradient
+ * summed over the pipeline group, so its copies stay equal. Before an
+ * evaluation or a checkpoint the owners' values are copied to every rank
+ * (rt_pipe_sync), after which pipeline rank 0 can run the whole model alone.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run.h"
+#include "sr_schedule.h"
+
+typedef struct slot {
+    int mb;              /* microbatch using it, -1 when free */
+    char *work;          /* the stage's workspace */
+    float *act_in, *act_in_grad, *act_out_grad;
+    float *act_out;      /* inside work, set by forward */
+    int32_t *inputs, *targets;
+    sr_req *send[2];     /* sends from this slot still in flight: activation, gradient */
+} slot;
+
+typedef struct chunk {
+    int stage;
+    const sr_stage *st;
+    slot *slots;
+    int nslots, in_use, peak;
+} chunk;
+
+struct rt_pipe {
+    sr_schedule sched;
+    int p, v, m, S, rank;
+    chunk *chunks;
+    size_t act_bytes;    /* one slot's workspace + boundary buffers */
+    double t_step0, busy_us, step_us; /* bubble measurement over the steps */
+    char *owner;         /* owner[i]: this rank owns parameter i (the first rank using it) */
+    char *uses;          /* uses[i]: one of this rank's stages uses parameter i */
+    char *tied;          /* tied[i]: parameter i is used on more than one pipeline rank */
+};
+
+static int tag_of(const struct rt_pipe *pp, int mb, int stage, int grad)
+{
+    return (mb * pp->S + stage) * 2 + grad;
+}
+
+static int64_t rows(run *r) { return (int64_t)r->B * r->o.seq; }
+
+static sr_status alloc_slot(run *r, chunk *c, slot *s)
+{
+    const sr_backend *be = r->be;
+    size_t n = (size_t)rows(r);
+    s->mb = -1;
+    s->work = be->alloc(c->st->work_bytes(r->B, r->o.seq));
+    s->inputs = be->alloc(n * sizeof(int32_t));
+    s->targets = be->alloc(n * sizeof(int32_t));
+    int ok = s->work && s->inputs && s->targets;
+    if (c->st->act_in_row) {
+        s->act_in = be->alloc(n * (size_t)c->st->act_in_row * sizeof(float));
+        s->act_in_grad = be->alloc(n * (size_t)c->st->act_in_row * sizeof(float));
+        ok = ok && s->act_in && s->act_in_grad;
+    }
+    if (c->st->act_out_row) {
+        s->act_out_grad = be->alloc(n * (size_t)c->st->act_out_row * sizeof(float));
+        ok = ok && s->act_out_grad;
+    }
+    return ok ? SR_OK : sr_seterr(SR_ERR_NOMEM, "cannot allocate the activations of pipeline stage %d "
+                                  "(lower --batch or raise --microbatches)", c->stage);
+}
+
+static void free_slot(run *r, slot *s)
+{
+    void *b[] = {s->work, s->inputs, s->targets, s->act_in, s->act_in_grad, s->act_out_grad};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        if (b[i]) r->be->free(b[i]);
+}
+
+sr_status rt_pipe_init(run *r)
+{
+    const sr_program *prog = r->prog;
+    struct rt_pipe *pp = calloc(1, sizeof *pp);
+    if (!pp) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    r->pipe = pp;
+    pp->p = r->grid.pp;
+    pp->v = prog->virtual_stages;
+    pp->m = r->o.microbatches;
+    pp->S = prog->n_stages;
+    pp->rank = r->grid.pp_rank;
+    int kind = sr_sched_parse(r->o.schedule);
+    if (kind < 0)
+        return sr_seterr(SR_ERR_USAGE, "--schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved, zb-h1)",
+                         r->o.schedule);
+    if ((kind == SR_SCHED_INTERLEAVED) != (pp->v > 1))
+        return sr_seterr(SR_ERR_USAGE, "--schedule %s: this program was built with %d virtual stage%s per "
+                         "rank; %s", r->o.schedule, pp->v, pp->v == 1 ? "" : "s",
+                         pp->v > 1 ? "use --schedule interleaved" : "rebuild with --virtual-stages for interleaved");
+    SR_CHECK(sr_sched_build(&pp->sched, (sr_sched_kind)kind, pp->p, pp->m, pp->v));
+    SR_CHECK(sr_sched_check(&pp->sched)); /* never a hang: a bad schedule stops here */
+    int *peak = calloc((size_t)pp->p, sizeof(int));
+    if (!peak) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    sr_sched_simulate(&pp->sched, 1.0, 2.0, peak);
+    int pool = peak[pp->rank] > 0 ? peak[pp->rank] : 1;
+    free(peak);
+    pp->chunks = calloc((size_t)pp->v, sizeof(chunk));
+    pp->owner = calloc((size_t)prog->n_params + 1, 1);
+    pp->uses = calloc((size_t)prog->n_params + 1, 1);
+    pp->tied = calloc((size_t)prog->n_params + 1, 1);
+    if (!pp->chunks || !pp->owner || !pp->uses || !pp->tied) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    /* which ranks use each parameter: owner = the lowest */
+    int *first_rank = malloc(sizeof(int) * ((size_t)prog->n_params + 1));
+    int *nranks = calloc((size_t)prog->n_params + 1, sizeof(int));
+    if (!first_rank || !nranks) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < prog->n_params; i++) first_rank[i] = -1;
+    for (int rk = 0; rk < pp->p; rk++) {
+        char *seen = calloc((size_t)prog->n_params + 1, 1);
+        if (!seen) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+        for (int c = 0; c < pp->v; c++) {
+            const sr_stage *st = &prog->stages[c * pp->p + rk];
+            for (int k = 0; k < st->n_params; k++) seen[st->params[k]] = 1;
+        }
+        for (int i = 0; i < prog->n_params; i++)
+            if (seen[i]) {
+                if (first_rank[i] < 0) first_rank[i] = rk;
+                nranks[i]++;
+                if (rk == pp->rank) pp->uses[i] = 1;
+            }
+        free(seen);
+    }
+    for (int i = 0; i < prog->n_params; i++) {
+        pp->owner[i] = first_rank[i] == pp->rank || (first_rank[i] < 0 && pp->rank == 0);
+        pp->tied[i] = nranks[i] > 1;
+    }
+    free(first_rank);
+    free(nranks);
+    for (int c = 0; c < pp->v; c++) {
+        chunk *ch = &pp->chunks[c];
+        ch->stage = c * pp->p + pp->rank;
+        ch->st = &prog->stages[ch->stage];
+        ch->nslots = pool;
+        ch->slots = calloc((size_t)pool, sizeof(slot));
+        if (!ch->slots) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < pool; k++) SR_CHECK(alloc_slot(r, ch, &ch->slots[k]));
+        pp->act_bytes += (size_t)pool * (ch->st->work_bytes(r->B, r->o.seq) +
+                                         (size_t)rows(r) * sizeof(float) *
+                                             (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row));
+    }
+    /* pipeline rank 0 can run the whole model alone (evaluation, sampling) */
+    r->local_work = calloc((size_t)prog->n_stages, sizeof(char *));
+    if (!r->local_work) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    if (pp->rank == 0)
+        for (int s = 0; s < prog->n_stages; s++) {
+            r->local_work[s] = r->be->alloc(prog->stages[s].work_bytes(r->B, r->o.seq));
+            if (!r->local_work[s]) return sr_seterr(SR_ERR_NOMEM, "out of memory for pipeline stage %d", s);
+        }
+    return SR_OK;
+}
+
+size_t rt_pipe_activation_bytes(run *r) { return r->pipe ? r->pipe->act_bytes : 0; }
+
+void rt_pipe_free(run *r)
+{
+    struct rt_pipe *pp = r->pipe;
+    if (!pp) return;
+    for (int c = 0; pp->chunks && c < pp->v; c++) {
+        for (int k = 0; pp->chunks[c].slots && k < pp->chunks[c].nslots; k++) free_slot(r, &pp->chunks[c].slots[k]);
+        free(pp->chunks[c].slots);
+    }
+    free(pp->chunks);
+    for (int s = 0; r->local_work && s < r->prog->n_stages; s++)
+        if (r->local_work[s]) r->be->free(r->local_work[s]);
+    free(r->local_work);
+    r->local_work = NULL;
+    free(pp->owner);
+    free(pp->uses);
+    free(pp->tied);
+    sr_sched_free(&pp->sched);
+    free(pp);
+    r->pipe = NULL;
+}
+
+int rt_pipe_owns(const run *r, int param) { return !r->pipe || r->pipe->owner[param]; }
+int rt_pipe_uses(const run *r, int param) { return !r->pipe || r->pipe->uses[param]; }
+
+/* the slot of (mb, chunk): found, or taken from the free ones */
+static slot *slot_for(chunk *c, int mb, int take)
+{
+    for (int k = 0; k < c->nslots; k++)
+        if (c->slots[k].mb == mb) return &c->slots[k];
+    if (!take) return NULL;
+    for (int k = 0; k < c->nslots; k++)
+        if (c->slots[k].mb < 0) {
+            c->slots[k].mb = mb;
+            if (++c->in_use > c->peak) c->peak = c->in_use;
+            return &c->slots[k];
+        }
+    return NULL;
+}
+
+/* a slot's buffers may be reused once its sends have completed */
+static sr_status drain(slot *s)
+{
+    sr_status st = SR_OK;
+    for (int k = 0; k < 2; k++)
+        if (s->send[k]) {
+            sr_status x = sr_comm_wait(s->send[k]);
+            s->send[k] = NULL;
+            if (st == SR_OK) st = x;
+        }
+    return st;
+}
+
+static void release(chunk *c, slot *s)
+{
+    s->mb = -1;
+    c->in_use--;
+}
+
+static void exec_for(run *r, chunk *c, slot *s, sr_exec *e, long step, float dropout)
+{
+    rt_exec_init(r, e, r->B, dropout, step);
+    e->work = s->work;
+    e->inputs = s->inputs;
+    e->targets = s->targets;
+    e->row0 = (int64_t)rt_first_seq(r, s->mb) * r->o.seq;
+    e->act_in = s->act_in;
+    e->act_in_grad = s->act_in_grad;
+    e->act_out = s->act_out;
+    e->act_out_grad = s->act_out_grad;
+    (void)c;
+}
+
+static sr_status fill_tokens(run *r, sr_data *d, int64_t batch, slot *s)
+{
+    SR_CHECK(sr_data_batch(d, batch, r->o.batch, r->o.seq, rt_first_seq(r, s->mb), r->B, r->h_inputs, r->h_targets));
+    size_t bytes = (size_t)rows(r) * sizeof(int32_t);
+    r->be->h2d(s->inputs, r->h_inputs, bytes);
+    r->be->h2d(s->targets, r->h_targets, bytes);
+    return SR_OK;
+}
+
+static void span(run *r, int track, const char *name, double t0, int mb, int c)
+{
+    char info[32];
+    if (r->pipe->v > 1) snprintf(info, sizeof info, "mb %d chunk %d", mb, c);
+    else snprintf(info, sizeof info, "mb %d", mb);
+    sr_trace_span(r->trace, track, name, t0, sr_trace_now_us(), info);
+}
+
+/* one step's forwards and backwards on this rank, as the schedule says;
+ * loss_sum gets the last stage's microbatch losses */
+sr_status rt_pipe_step(run *r, long k, double *loss_sum)
+{
+    struct rt_pipe *pp = r->pipe;
+    const sr_schedule *sc = &pp->sched;
+    sr_comm *comm = r->grid.pp_comm;
+    sr_comm_set_step(comm, k);
+    double t_step = sr_trace_now_us(), busy = 0;
+    for (int i = 0; i < sc->n[pp->rank]; i++) {
+        const sr_instr *in = &sc->ins[pp->rank][i];
+        if (in->op == SR_I_REDUCE || in->op == SR_I_STEP) continue; /* train.c does these */
+        chunk *c = &pp->chunks[in->chunk];
+        int s = c->stage, mb = in->mb;
+        slot *sl = slot_for(c, mb, in->op == SR_I_RECV_ACT || in->op == SR_I_FWD);
+        if (!sl)
+            return sr_seterr(SR_ERR_STATE, "pipeline stage %d: no activation slot for microbatch %d at "
+                             "instruction %d (%s)", s, mb, i, sr_op_name(in->op));
+        if (in->op == SR_I_RECV_ACT || (in->op == SR_I_FWD && s == 0)) SR_CHECK(drain(sl));
+        int64_t n = rows(r);
+        double t0 = sr_trace_now_us();
+        sr_exec e;
+        switch (in->op) {
+        case SR_I_RECV_ACT:
+            SR_CHECK(sr_comm_recv(comm, sl->act_in, n * c->st->act_in_row, (s - 1) % pp->p,
+                                  tag_of(pp, mb, s, 0), "activation", NULL));
+            span(r, SR_TRACK_P2P, "recv", t0, mb, in->chunk);
+            break;
+        case SR_I_FWD:
+            SR_CHECK(fill_tokens(r, &r->train, k, sl));
+            exec_for(r, c, sl, &e, k, r->o.dropout);
+            c->st->forward(&e);
+            sl->act_out = e.act_out;
+            if (s == pp->S - 1) *loss_sum += e.loss;
+            busy += sr_trace_now_us() - t0;
+            span(r, SR_TRACK_COMPUTE, "forward", t0, mb, in->chunk);
+            break;
+        case SR_I_SEND_ACT:
+            SR_CHECK(sr_comm_send(comm, sl->act_out, n * c->st->act_out_row, (s + 1) % pp->p,
+                                  tag_of(pp, mb, s + 1, 0), "activation", &sl->send[0]));
+            span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
+            break;
+        case SR_I_RECV_GRAD:
+            SR_CHECK(sr_comm_recv(comm, sl->act_out_grad, n * c->st->act_out_row, (s + 1) % pp->p,
+                                  tag_of(pp, mb, s, 1), "activation gradient", NULL));
+            span(r, SR_TRACK_P2P, "recv", t0, mb, in->chunk);
+            break;
+        case SR_I_BWD:
+        case SR_I_BWD_INPUT:
+        case SR_I_BWD_WEIGHT: {
+            exec_for(r, c, sl, &e, k, r->o.dropout);
+            const char *name = in->op == SR_I_BWD ? "backward" : in->op == SR_I_BWD_INPUT ? "backward-input"
+                                                                                           : "backward-weight";
+            if (in->op == SR_I_BWD) c->st->backward(&e);
+            else if (in->op == SR_I_BWD_INPUT) c->st->backward_input(&e);
+            else c->st->backward_weight(&e);
+            busy += sr_trace_now_us() - t0;
+            span(r, SR_TRACK_COMPUTE, name, t0, mb, in->chunk);
+            /* the slot is free once nothing of this microbatch remains to
+             * run: after W (zb-h1), else after the backward on the first
+             * stage or the gradient's send on the others */
+            if (in->op == SR_I_BWD_WEIGHT || (in->op == SR_I_BWD && s == 0)) release(c, sl);
+            break;
+        }
+        case SR_I_SEND_GRAD:
+            SR_CHECK(sr_comm_send(comm, sl->act_in_grad, n * c->st->act_in_row, (s - 1) % pp->p,
+                                  tag_of(pp, mb, s - 1, 1), "activation gradient", &sl->send[1]));
+            span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
+            if (sc->kind != SR_SCHED_ZBH1) release(c, sl);
+            break;
+        default:
+            break;
+        }
+    }
+    for (int c = 0; c < pp->v; c++)
+        for (int q = 0; q < pp->chunks[c].nslots; q++) {
+            slot *sl = &pp->chunks[c].slots[q];
+            SR_CHECK(drain(sl));
+            if (sl->mb >= 0)
+                return sr_seterr(SR_ERR_STATE, "pipeline stage %d: microbatch %d never finished its backward",
+                                 pp->chunks[c].stage, sl->mb);
+        }
+    pp->busy_us += busy;
+    pp->step_us += sr_trace_now_us() - t_step;
+    /* the loss lives on the last stage: every pipeline rank learns it */
+    return sr_comm_allreduce_double(comm, loss_sum, 1);
+}
+
+/* gradients of parameters used on several pipeline ranks, summed there */
+sr_status rt_pipe_sync_grads(run *r)
+{
+    struct rt_pipe *pp = r->pipe;
+    for (int i = 0; i < r->prog->n_params; i++) {
+        if (!pp->tied[i]) continue;
+        const sr_param_desc *d = &r->prog->params[i];
+        SR_CHECK(sr_comm_allreduce(r->grid.pp_comm, r->grads + d->offset, d->numel, "tied parameter gradient", NULL));
+    }
+    return SR_OK;
+}
+
+/* every rank gets the owners' values of `arena` (parameters or AdamW moments) */
+sr_status rt_pipe_sync(run *r, float *arena, int64_t n)
+{
+    struct rt_pipe *pp = r->pipe;
+    if (!pp || pp->p == 1) return SR_OK;
+    float *h = rt_host_view(r, arena, n);
+    if (!h) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < r->prog->n_params; i++)
+        if (!pp->owner[i]) {
+            const sr_param_desc *d = &r->prog->params[i];
+            memset(h + d->offset, 0, sizeof(float) * (size_t)d->numel);
+        }
+    sr_status s = sr_comm_allreduce(r->grid.pp_comm, h, r->prog->n_param_floats, "parameters", NULL);
+    rt_host_done(r, h, arena, n, s == SR_OK);
+    return s;
+}
+
+/* the model's whole forward on this rank, stage after stage (pipeline rank
+ * 0 after rt_pipe_sync): evaluation and sampling */
+void rt_pipe_forward_all(run *r, sr_exec *e)
+{
+    struct rt_pipe *pp = r->pipe;
+    const sr_program *prog = r->prog;
+    (void)pp;
+    const float *prev = NULL;
+    for (int s = 0; s < prog->n_stages; s++) {
+        const sr_stage *st = &prog->stages[s];
+        sr_exec x = *e;
+        x.work = r->local_work[s];
+        x.act_in = prev;
+        st->forward(&x);
+        prev = x.act_out;
+        if (s == prog->n_stages - 1) {
+            e->loss = x.loss;
+            e->logits = x.logits;
+        }
+    }
+}
+
+void rt_pipe_report(run *r)
+{
+    struct rt_pipe *pp = r->pipe;
+    if (!pp || pp->step_us <= 0) return;
+    /* measured bubble per pipeline rank: idle over the steps' duration */
+    double *b = calloc((size_t)pp->p, sizeof(double));
+    if (!b) return;
+    b[pp->rank] = 1.0 - pp->busy_us / pp->step_us;
+    if (sr_comm_allreduce_double(r->grid.pp_comm, b, pp->p) == SR_OK)
+        for (int k = 0; k < pp->p; k++)
+            rt_info(r, "pipeline rank %d: measured bubble %.1f%% (theory %.1f%% for %s, p=%d, m=%d%s)", k,
+                    100.0 * b[k], 100.0 * sr_sched_bubble_theory(pp->sched.kind, pp->p, pp->m, pp->v),
+                    sr_sched_name(pp->sched.kind), pp->p, pp->m, pp->v > 1 ? ", interleaved" : "");
+    for (int c = 0; c < pp->v; c++)
+        rt_info(r, "pipeline stage %d: peak %d microbatch%s in flight, activations %.2f MiB", pp->chunks[c].stage,
+                pp->chunks[c].peak, pp->chunks[c].peak == 1 ? "" : "es",
+                (double)pp->chunks[c].peak * (double)pp->act_bytes / pp->v / pp->chunks[c].nslots / 1048576.0);
+    free(b);
+}
