@@ -754,7 +754,14 @@ int drv_build_cuda(Program *P, const char *src, const char *out_bin, const char 
         push_words(&a, "-std=c++20 -O2 -fopenmp -Wall -Wextra -Werror -x c++");
     } else {
         vec_push(&a, (void *)setting("SHARDC_NVCC", SHARDC_NVCC));
-        push_words(&a, "-std=c++20 -O3 -lineinfo -x cu -Xcompiler -fopenmp,-Wall,-Wextra");
+        /* one CUDA runtime in the binary: libshardrt's NCCL backend links the shared one */
+        push_words(&a, "-std=c++20 -O3 -lineinfo -cudart shared -Xcompiler -fopenmp,-Wall,-Wextra");
+        /* nvcc knows CUDA sources by their suffix (its -x applies to every input) */
+        size_t sl = strlen(src);
+        if (sl < 3 || strcmp(src + sl - 3, ".cu")) {
+            fprintf(stderr, "shardc: error: nvcc needs the CUDA source to end in .cu (got %s)\n", src);
+            return 1;
+        }
         const char *as = archs && *archs ? archs : "80,90";
         const char *last = NULL;
         for (const char *p = as; *p;) {
@@ -790,7 +797,7 @@ int drv_build_cuda(Program *P, const char *src, const char *out_bin, const char 
     vec_push(&a, (void *)klib);
     vec_push(&a, (void *)rt);
     if (*libdir) vec_push(&a, sx_fmt("-L%s", libdir));
-    if (!emulate) push_words(&a, "-lcublasLt -lcublas -lnccl -lgomp");
+    if (!emulate) push_words(&a, "-lcublasLt -lcublas -lnccl -lcudart -lgomp");
     push_words(&a, setting("SHARDC_CUDA_LINK_EXTRA", SHARDC_CUDA_LINK_EXTRA));
     push_words(&a, "-lopenblas -lm");
     vec_push(&a, "-o");

@@ -94,7 +94,7 @@ typedef struct Dev {
     int ntensors, layers;
     double work, saved, rc_keep; /* bytes per microbatch: workspace, saved for backward, kept
                                   * with recomputation (largest chunk's, chunks' mean) */
-    double work_now, keep;     /* the same under the chosen recomputation */
+    double work_now;           /* the workspace under the chosen recomputation */
     double m_bound;            /* pipeline boundary buffers */
     double inflight;           /* microbatches of saved activations held at the peak */
     double ff, bf, rf;         /* FLOPs per microbatch on a rank: forward, backward, recompute */
@@ -561,32 +561,26 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         D->bf += A->bf[i];
         if (pl->rc && op->stage >= 0) D->rf += A->ff[i];
     }
-    /* activations at the peak: the current microbatch's whole workspace plus
-     * what the other microbatches in flight keep for their backward; with v
-     * chunks, per chunk-microbatch: the largest chunk's workspace, the
-     * chunks' mean of the saved values */
+    /* activations at the peak: the workspace plan is static per stage, so
+     * every microbatch in flight holds a whole workspace of its own (the
+     * runtime's pool), with its boundary buffers (the received activation
+     * and the gradient sent back, the gradient received for the sent one)
+     * and its token ids; with v chunks, units of one chunk's microbatch */
     int pp = pl->pp, v = pl->v;
-    double work = 0, keep = 0, bio = 0;
+    double work = 0, bio = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;
     for (int c = d; c < A->C; c += pp) {
         Act X;
         chunk_activations(A, c, &X);
-        double w = pl->rc ? X.work - X.rc_drop + X.rc_one : X.work, k = pl->rc ? X.rc_keep : X.saved;
-        if (w < k) w = k;
-        if (X.work > D->work) D->work = X.work;
-        if (w > work) work = w;
-        keep += k / v;
+        double w = pl->rc ? X.work - X.rc_drop + X.rc_one : X.work;
+        if (w < X.rc_keep) w = X.rc_keep;
+        D->work += X.work / v;
         D->saved += X.saved / v;
         D->rc_keep += X.rc_keep / v;
-        /* boundary buffers, outside the workspace: the received activation
-         * (kept until its backward) and the gradient sent back; the gradient
-         * received for the sent activation */
-        if (c > 0) bio += A->bnd[c - 1];
-        if (c < A->C - 1) bio += A->bnd[c];
+        work += w / v;
+        if (c > 0) bio += 2 * A->bnd[c - 1] / v;
+        if (c < A->C - 1) bio += A->bnd[c] / v;
     }
     D->work_now = work;
-    D->keep = keep;
-    /* in flight, in units of a model chunk's microbatch (interleaved: 1/v of
-     * the stage's layers; otherwise v = 1 and a unit is a microbatch) */
     double units = 1;
     if (pp > 1) {
         if (!strcmp(pl->sched, "gpipe")) units = m;
@@ -596,8 +590,9 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         } else units = m < pp - d ? m : pp - d;
     }
     D->inflight = units / v;
-    D->m_act = work + (units - 1) * keep;
-    D->m_bound = bio * (D->inflight + 1);
+    D->m_act = units * work;
+    D->m_bound = units * bio;
+    D->m_other = units * tok + D->m_bound;
     /* model states, and the same under every ZeRO stage */
     int dp = pl->dp;
     for (int z = 0; z < 4; z++) {
@@ -608,9 +603,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     D->m_params = D->zs[pl->zero][0];
     D->m_grads = D->zs[pl->zero][1];
     D->m_opt = D->zs[pl->zero][2];
-    D->m_other = 2.0 * pl->B * (double)pl->T * 4.0; /* token ids and targets */
     if (pl->zero == 1 && dp > 1 && !pl->bf16) D->m_other += ceil(D->arena / dp) * 4.0; /* shard buffer */
-    D->m_other += D->m_bound;
     D->total = D->m_params + D->m_grads + D->m_opt + D->m_act + D->m_other;
 
     /* tensor-parallel collectives: ops of the lowered IR (shard_lower), the
@@ -1154,7 +1147,7 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     ROW(pl->bf16 ? "optimizer (fp32 master, m, v)" : "optimizer (Adam m, v)", fmt_bytes(D->m_opt));
     ROW("activations (peak)", fmt_bytes(D->m_act));
     ROW("  workspace per microbatch", fmt_bytes(D->work_now));
-    ROW("  saved per microbatch", fmt_bytes(D->keep));
+    ROW("  saved for the backward", fmt_bytes(pl->rc ? D->rc_keep : D->saved));
     ROW("  microbatches in flight", sx_fmt("%g", D->inflight));
     ROW(pl->pp > 1 ? "other (tokens, boundaries)" : "other (token buffers)", fmt_bytes(D->m_other));
     ROW("total", fmt_bytes(D->total));

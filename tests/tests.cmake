@@ -41,3 +41,6 @@ set_tests_properties(e2e_data_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV
 add_test(NAME e2e_tensor_parallel COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/tp.sh
   $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(e2e_tensor_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 900)
+add_test(NAME e2e_pipeline_parallel COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/pp.sh
+  $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(e2e_pipeline_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 900)
