@@ -597,7 +597,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, "#define A(s) ((act_t *)(e->work + slot_off[s]))\n");
     fprintf(f, "#define I(s) ((int32_t *)(e->work + slot_off[s]))\n");
     fprintf(f, "#define P(o) (e->params + (o))\n#define G(o) (e->grads + (o))\n\n");
-    fprintf(f, "static inline size_t srk_max_size(size_t a, size_t b) { return a > b ? a : b; }\n\n");
+    fprintf(f, "[[maybe_unused]] static inline size_t srk_max_size(size_t a, size_t b) { return a > b ? a : b; }\n\n");
     emit_plan(&g);
     fprintf(f, "static int planned_B = -1, planned_T = -1;\n");
     fprintf(f, "static void replan(int B, int T)\n{\n    if (B != planned_B || T != planned_T) {\n"

@@ -9,7 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "plan.h"
 #include "sr_json.h"
+
+int timeline_main(int argc, char **argv);
 
 #ifndef SHARDC_STDLIB_DIR
 #define SHARDC_STDLIB_DIR ""
@@ -39,8 +42,10 @@ static void usage_main(FILE *f)
             "shardc compiles a model and its parallel layout into a training program.\n"
             "\n"
             "commands:\n"
-            "  check   parse, resolve, infer every shape and check the parallel layout\n"
-            "  build   compile to a training program (C + libshardrt)\n"
+            "  check     parse, resolve, infer every shape and check the parallel layout\n"
+            "  build     compile to a training program (C + libshardrt)\n"
+            "  plan      memory, FLOPs, communication and bubble per rank; --search for layouts\n"
+            "  timeline  draw a run's pipeline traces (--trace DIR) as an SVG Gantt chart\n"
             "\n"
             "options:\n"
             "  -h, --help      show this help (shardc COMMAND --help for a command's options)\n"
@@ -273,6 +278,8 @@ int main(int argc, char **argv)
         printf("shardc %s\n", SHARDC_VERSION);
         return 0;
     }
+    if (!strcmp(a1, "plan")) return plan_main(argc - 1, argv + 1);
+    if (!strcmp(a1, "timeline")) return timeline_main(argc - 1, argv + 1);
     if (strcmp(a1, "check") && strcmp(a1, "build"))
         return usage_error(a1[0] == '-' ? "unknown option '%s'" : "unknown command '%s'", a1);
     o.cmd = a1;

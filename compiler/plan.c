@@ -96,6 +96,7 @@ typedef struct Dev {
                                   * with recomputation (largest chunk's, chunks' mean) */
     double work_now;           /* the workspace under the chosen recomputation */
     double m_bound;            /* pipeline boundary buffers */
+    double m_act_saved;        /* activations if waiting microbatches kept only saved values */
     double inflight;           /* microbatches of saved activations held at the peak */
     double ff, bf, rf;         /* FLOPs per microbatch on a rank: forward, backward, recompute */
     double m_params, m_grads, m_opt, m_act, m_other, total;
@@ -567,7 +568,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
      * and the gradient sent back, the gradient received for the sent one)
      * and its token ids; with v chunks, units of one chunk's microbatch */
     int pp = pl->pp, v = pl->v;
-    double work = 0, bio = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;
+    double work = 0, keep = 0, bio = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;
     for (int c = d; c < A->C; c += pp) {
         Act X;
         chunk_activations(A, c, &X);
@@ -577,6 +578,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         D->saved += X.saved / v;
         D->rc_keep += X.rc_keep / v;
         work += w / v;
+        keep += (pl->rc ? X.rc_keep : X.saved) / v;
         if (c > 0) bio += 2 * A->bnd[c - 1] / v;
         if (c < A->C - 1) bio += A->bnd[c] / v;
     }
@@ -593,6 +595,9 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     D->m_act = units * work;
     D->m_bound = units * bio;
     D->m_other = units * tok + D->m_bound;
+    /* what a runtime that keeps only the saved values of the waiting
+     * microbatches would hold (Megatron's; the static plan's is above) */
+    D->m_act_saved = work + (units - 1) * keep;
     /* model states, and the same under every ZeRO stage */
     int dp = pl->dp;
     for (int z = 0; z < 4; z++) {
@@ -1149,6 +1154,7 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     ROW("  workspace per microbatch", fmt_bytes(D->work_now));
     ROW("  saved for the backward", fmt_bytes(pl->rc ? D->rc_keep : D->saved));
     ROW("  microbatches in flight", sx_fmt("%g", D->inflight));
+    if (pl->pp > 1) ROW("  (only saved values waiting)", fmt_bytes(D->m_act_saved));
     ROW(pl->pp > 1 ? "other (tokens, boundaries)" : "other (token buffers)", fmt_bytes(D->m_other));
     ROW("total", fmt_bytes(D->total));
     ROW("of the budget", pl->budget > 0 ? sx_fmt("%.1f%%%s", 100 * D->total / pl->budget,
@@ -1363,7 +1369,8 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
         j_fields(j, "weights", D->m_params, "gradients", D->m_grads, "optimizer", D->m_opt, "activations",
               D->m_act, "other", D->m_other, "total", D->total, "budget", pl->budget, "workspace_per_microbatch",
               D->work, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
-              "in_flight", D->inflight, "boundary_buffers", D->m_bound, NULL);
+              "in_flight", D->inflight, "boundary_buffers", D->m_bound, "activations_saved_only", D->m_act_saved,
+              "total_saved_only", D->total - D->m_act + D->m_act_saved, NULL);
         j_bool(j, "fits", pl->budget <= 0 || D->total <= pl->budget);
         j_open(j, "zero_stages", '[', 0);
         for (int z = 0; z < 4; z++)

@@ -44,3 +44,12 @@ set_tests_properties(e2e_tensor_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_E
 add_test(NAME e2e_pipeline_parallel COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/pp.sh
   $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(e2e_pipeline_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 900)
+
+# pipeline schedules: property tests of the generator and checker
+add_executable(test_schedule tests/unit/test_schedule.c)
+target_link_libraries(test_schedule PRIVATE shardrt)
+target_compile_options(test_schedule PRIVATE ${SHARDC_WARN})
+target_compile_definitions(test_schedule PRIVATE _POSIX_C_SOURCE=200809L)
+add_test(NAME unit_test_schedule COMMAND test_schedule)
+add_test(NAME plan COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/plan/run.sh $<TARGET_FILE:shardc>
+  ${CMAKE_CURRENT_SOURCE_DIR})

@@ -275,13 +275,12 @@ template <class TO, class TX>
 void srk_copy(TO *out, const TX *x, long n)
 {
     if (n <= 0 || (const void *)out == (const void *)x) return;
-    if (srk_dt<TO>::value == srk_dt<TX>::value) {
+    if constexpr (srk_dt<TO>::value == srk_dt<TX>::value)
         srk_check_cuda(cudaMemcpyAsync(out, x, (size_t)n * sizeof(TO), cudaMemcpyDeviceToDevice, srk_ctx.stream),
                        "srk_copy");
-        return;
-    }
-    SR_LAUNCH((act_fwd_kernel<ACT_COPY, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-              out, x, n);
+    else
+        SR_LAUNCH((act_fwd_kernel<ACT_COPY, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                  srk_ctx.stream, out, x, n);
 }
 template <class T>
 void srk_zero(T *x, long n)
