@@ -343,14 +343,14 @@ static double tnum(Program *P, const char *name, double dflt)
     return c->is_float ? c->f : (double)c->i;
 }
 
-static void emit_defaults(Gen *g)
+static void emit_defaults(Gen *g, int max_seq)
 {
     Program *P = g->P;
     FILE *f = g->f;
     const Const *sched = tconst(P, "lr_schedule"), *data = tconst(P, "data"), *val = tconst(P, "val_data");
     fprintf(f, "    .defaults = {\n");
     fprintf(f, "        .steps = %lld, .batch = %d, .seq = %d,\n", (long long)tnum(P, "steps", 100),
-            (int)tnum(P, "batch", 8), (int)tnum(P, "seq", 64));
+            (int)tnum(P, "batch", 8), (int)tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
     fprintf(f, "        .lr = %s, .min_lr = %s, .warmup = %d,\n", fmt_float(tnum(P, "lr", 3e-4)),
             fmt_float(tnum(P, "min_lr", 0.0)), (int)tnum(P, "warmup", 0));
     fprintf(f, "        .lr_schedule = ");
@@ -577,7 +577,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, "    .work_bytes = work_bytes0,\n    .forward = stage0_forward,\n    .backward = stage0_backward,\n");
     fprintf(f, "    .pp = %d,\n    .virtual_stages = %d,\n    .n_stages = %d,\n    .stages = stages,\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
-    emit_defaults(&g);
+    emit_defaults(&g, max_seq);
     fprintf(f, "    .config_json = ");
     emit_cstr(f, config_json(P));
     fprintf(f, ",\n};\n\nint main(int argc, char **argv) { return sr_main(&program, argc, argv); }\n");

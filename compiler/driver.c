@@ -356,6 +356,8 @@ int main(int argc, char **argv)
 #undef TAKE
     }
     if (!o.file) return usage_error("%s: no .model file given", o.cmd);
+    if (!strcmp(o.cmd, "check") && o.dump && strcmp(o.dump, "shape") && strcmp(o.dump, "shard"))
+        return usage_error("--dump=%s is a pass of build: use shardc build --dump=...", o.dump);
     sx_set_max_errors(o.max_errors);
     add_stdlib_dirs(P);
     int rc = sema_load(P, o.file) || drv_front(P, o.dump, stdout);
@@ -364,5 +366,5 @@ int main(int argc, char **argv)
     int nerr = sx_error_count();
     if (nerr > 1) fprintf(stderr, "%d errors\n", nerr);
     sx_arena_free();
-    return rc ? 1 : 0;
+    return rc == 2 ? 2 : rc ? 1 : 0;
 }

@@ -2,7 +2,8 @@
  *
  * Needs: a program through drv_front and drv_back: the forward IR with its
  * shardings, lowered for tensor parallelism (collectives as ops, local
- * shapes), the backward program with its gradient sums, the memory plan.
+ * shapes), the backward program with its gradient sums, the pipeline
+ * partition (op->pstage) and the memory plan of every stage.
  * Gives, for every distinct rank role (pipeline stages that differ): bytes
  * of weights, gradients and optimizer state (ZeRO stages 0-3) and of peak
  * activations under the schedule and recomputation; FLOPs of a step (model

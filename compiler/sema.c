@@ -339,8 +339,17 @@ static int parse_override(const char *v, Const *c)
     return 0;
 }
 
-static Override *find_override(Program *P, const char *name)
+/* an override of `name` in section `sec`: written "sec.name", or plain
+ * "name" when no earlier section (config, parallel, train) has that name */
+static Override *find_override(Program *P, const char *sec, const char *name, const Vec *earlier[2])
 {
+    for (int i = P->overrides.n - 1; i >= 0; i--) {
+        Override *o = P->overrides.v[i];
+        size_t sl = strlen(sec);
+        if (!strncmp(o->name, sec, sl) && o->name[sl] == '.' && !strcmp(o->name + sl + 1, name)) return o;
+    }
+    for (int k = 0; k < 2; k++)
+        if (earlier[k] && sema_find_const(earlier[k], name)) return NULL;
     for (int i = P->overrides.n - 1; i >= 0; i--) {
         Override *o = P->overrides.v[i];
         if (strcmp(o->name, name) == 0) return o;
@@ -353,7 +362,9 @@ static const char *parallel_keys[] = {"data", "tensor", "pipeline", "microbatche
 static const char *train_keys[] = {"optimizer", "lr", "min_lr", "warmup", "lr_schedule",
                                    "weight_decay", "beta1", "beta2", "eps", "grad_clip",
                                    "dropout", "batch", "seq", "steps", "seed", "data",
-                                   "val_data", "eval_every", "save_every", "microbatches", NULL};
+                                   "val_data", "eval_every", "save_every", NULL};
+/* train settings that are strings; the others are numbers */
+static const char *train_strings[] = {"optimizer", "lr_schedule", "data", "val_data", NULL};
 
 static int in_list(const char **list, const char *s)
 {
@@ -386,7 +397,13 @@ static void eval_section(Program *P, Node *sec, Vec *out)
         Const *c = sx_alloc(sizeof *c);
         c->name = a->name;
         c->loc = a->loc;
-        Override *o = find_override(P, a->name);
+        const Vec *earlier[2] = {NULL, NULL};
+        if (out == &P->parallel) earlier[0] = &P->config;
+        if (out == &P->train) {
+            earlier[0] = &P->config;
+            earlier[1] = &P->parallel;
+        }
+        Override *o = find_override(P, sec->name, a->name, earlier);
         if (o) {
             o->used = 1;
             c->overridden = 1;
@@ -395,8 +412,14 @@ static void eval_section(Program *P, Node *sec, Vec *out)
             if (s.kind == TY_FLOAT && !c->is_float && !c->is_str) {
                 c->is_float = 1;
                 c->f = (double)c->i;
-            } else if (s.kind == TY_INT && c->is_float) {
-                sx_error(NULL, "%s: '%s' is an integer in %s, got %s", o->origin, a->name,
+            } else if (s.kind == TY_INT && (c->is_float || c->is_str)) {
+                sx_error(NULL, "%s: '%s' is an integer in %s, got '%s'", o->origin, a->name,
+                         a->loc.file, o->value);
+            } else if (s.kind == TY_STR && !c->is_str) {
+                c->is_str = 1;
+                c->s = o->value; /* a string setting given digits stays a string */
+            } else if (s.kind == TY_FLOAT && c->is_str) {
+                sx_error(NULL, "%s: '%s' is a number in %s, got '%s'", o->origin, a->name,
                          a->loc.file, o->value);
             }
         } else {
@@ -407,6 +430,15 @@ static void eval_section(Program *P, Node *sec, Vec *out)
             c->i = s.i;
             c->f = s.kind == TY_FLOAT ? s.f : (double)s.i;
             c->s = s.s;
+        }
+        if (out == &P->train) {
+            int want_str = in_list(train_strings, a->name);
+            if (want_str != c->is_str)
+                sx_error(&a->loc, "train setting '%s' must be %s", a->name, want_str ? "a string" : "a number");
+            else if (!strcmp(a->name, "optimizer") && strcmp(c->s, "adamw"))
+                sx_error(&a->loc, "unknown optimizer \"%s\" (shardc trains with \"adamw\")", c->s);
+            else if (!strcmp(a->name, "lr_schedule") && strcmp(c->s, "constant") && strcmp(c->s, "cosine"))
+                sx_error(&a->loc, "unknown lr_schedule \"%s\" (use \"constant\" or \"cosine\")", c->s);
         }
         vec_push(out, c);
     }
@@ -529,7 +561,7 @@ static void check_expr_node(Program *P, Scope *s, Node *n)
     case N_DOTS:
         return;
     case N_NAME: {
-        if (scope_has(s, n->name) || lookup_any(P, n->name)) return;
+        if (scope_has(s, n->name) || sema_find_const(&P->config, n->name)) return;
         const char *dot = strchr(n->name, '.');
         if (dot) {
             /* a parameter of an instance, checked when the model is elaborated;

@@ -806,7 +806,7 @@ static Val eval_binop(Elab *E, Frame *f, Node *n)
 static Val lookup_name(Elab *E, Frame *f, Node *n)
 {
     Bind *b = frame_find(f, n->name);
-    if (b) return b->v;
+    if (b) return b->v; /* a poisoned name (its definition failed) is verr, silently */
     const Const *c = sema_find_const(&E->P->config, n->name);
     if (c) {
         if (c->is_str) { Val v = verr(); v.k = V_STR; v.s = c->s; return v; }
@@ -1092,7 +1092,16 @@ static void param_annots(Elab *E, Frame *f, Node *st, IrParam *p)
     }
 }
 
+static void declare_param_body(Elab *E, Frame *f, Node *st);
+
 static void declare_param(Elab *E, Frame *f, Node *st)
+{
+    int before = sx_error_count();
+    declare_param_body(E, f, st);
+    if (sx_error_count() > before && !frame_find(f, st->name)) frame_set(f, st->name, verr());
+}
+
+static void declare_param_body(Elab *E, Frame *f, Node *st)
 {
     IrParam *p = sx_alloc(sizeof *p);
     p->name = *f->prefix ? sx_fmt("%s.%s", f->prefix, st->name) : st->name;
@@ -1181,6 +1190,15 @@ static Val run_body(Elab *E, Frame *f, Node *blk)
         case N_RETURN: {
             Val v = eval(E, f, st->init);
             if (!v.k) return verr();
+            if (blk->type && blk->type->ival != TY_TENSOR) {
+                const char *t = blk->type->name;
+                int okk = (!strcmp(t, "int") && v.k == V_INT) || (!strcmp(t, "float") && (v.k == V_FLOAT || v.k == V_INT)) ||
+                          (!strcmp(t, "str") && v.k == V_STR) || (!strcmp(t, "dim") && (v.k == V_DIM || v.k == V_INT));
+                if (!okk) {
+                    sx_error(&st->loc, "'%s' is declared to return %s, returns %s", blk->name, t, val_kind_name(v.k));
+                    return verr();
+                }
+            }
             if (blk->type) {
                 if (blk->type->ival == TY_TENSOR) {
                     if (v.k != V_TENSOR) {

@@ -640,10 +640,10 @@ int timeline_main(int argc, char **argv)
 
     char title[512];
     if (nsteps > 0)
-        snprintf(title, sizeof title, "%s: step %ld, %d rank%s, %.3f %s", dir, step, t.n,
+        snprintf(title, sizeof title, "%s: step %ld, %d rank%s, %.4g %s", dir, step, t.n,
                  t.n == 1 ? "" : "s", len / g.unit, g.uname);
     else
-        snprintf(title, sizeof title, "%s: whole trace, %d rank%s, %.3f %s", dir, t.n,
+        snprintf(title, sizeof title, "%s: whole trace, %d rank%s, %.4g %s", dir, t.n,
                  t.n == 1 ? "" : "s", len / g.unit, g.uname);
     draw(&b, &t, &g, title, bubble, mean, present);
     if (sr_buf_status(&b) != SR_OK) {

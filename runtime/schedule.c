@@ -208,11 +208,17 @@ sr_status sr_sched_build(sr_schedule *s, sr_sched_kind kind, int p, int m, int v
         return sr_seterr(SR_ERR_ARG,
                          "%d model chunks per rank need the interleaved schedule, not %s",
                          v, kind_names[kind]);
-    if (kind == SR_SCHED_INTERLEAVED && m % p != 0)
+    if (kind == SR_SCHED_INTERLEAVED && m % p != 0) {
+        if (m < p)
+            return sr_seterr(SR_ERR_ARG,
+                             "the interleaved schedule needs microbatches a multiple of pp: %d "
+                             "microbatches over pp %d (use %d)",
+                             m, p, p);
         return sr_seterr(SR_ERR_ARG,
                          "the interleaved schedule needs microbatches a multiple of pp: %d "
                          "microbatches over pp %d (use %d or %d)",
-                         m, p, m / p * p > 0 ? m / p * p : p, (m / p + 1) * p);
+                         m, p, m / p * p, (m / p + 1) * p);
+    }
     /* per rank at most 7 instructions per (mb, chunk) (RECV, F, SEND,
      * RECV, B, SEND, W) plus REDUCE and STEP */
     long long cap = 7LL * m * v + 2;

@@ -4,7 +4,9 @@
 #                      project's C compiler and -fsanitize=address,undefined
 #   ctest front_asan   replays tests/fuzz/corpus/*, examples/*.model,
 #                      stdlib/*.model, tests/diag/*.model and
-#                      tests/diag/modules/*.model with leak checking on
+#                      tests/diag/modules/*.model with leak checking on, each
+#                      input in its own process with a 5 s timeout, and lists
+#                      every input that fails
 #   fuzz_front         a libFuzzer binary (clang -fsanitize=fuzzer,address,
 #                      undefined) over the same sources, when clang has libFuzzer
 #   ctest fuzz_front_60s

@@ -235,7 +235,7 @@ if command -v mpirun >/dev/null && "$shardc" build "$tiny" --set n_layer=2 --set
      --tp 2 -o "$tmp/tg2" >/dev/null 2>&1; then
   head -c 300000 "$src/docs/language.md" "$src/compiler/shape.c" "$src/compiler/sema.c" > "$tmp/text.txt"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-  for lay in "1 2 2 0 1" "2 1 2 0 1" "4 2 2 0 1" "2 1 2 1 2"; do
+  for lay in "2 2 1 0 1" "2 1 2 0 1" "4 2 2 0 1" "2 1 2 1 2"; do
     set -- $lay; np=$1; t=$2; d=$3; z=$4; mb=$5
     (cd "$tmp" && mpirun --oversubscribe --bind-to none -np $np ./tg$t --data text.txt --batch 8 --seq 32 \
        --steps 2 --threads 1 --tp $t --dp $d --zero $z --microbatches $mb --comm-stats comm.txt) > /dev/null 2> "$tmp/run.err"

@@ -1,0 +1,114 @@
+# tests/cuda/cuda.cmake: tests of the CUDA backend. Included by
+# tests/tests.cmake (after runtime/cuda/cuda.cmake ran from the top
+# CMakeLists.txt). Without a GPU everything runs on the CPU emulator; with
+# nvcc the examples' CUDA binaries and the GPU kernel test are built too
+# (scripts/gpu-check.sh runs them on a GPU).
+#
+# ctest names:
+#   cuda_kernels_emu           every CUDA kernel vs its host kernel (fp32, bf16, odd sizes)
+#   cuda_step_emu_fp32         tinygpt: 3 steps of the CUDA program vs the host program, fp32
+#   cuda_step_emu_fp32_dropout the same with dropout 0.1 (same random masks)
+#   cuda_step_emu_bf16         the bf16 program vs the host program (2e-2)
+#   cuda_train_emu             the emulated CUDA binary under the runtime's training
+#                              driver: losses vs the host binary, tp=2 over MPI, no-GPU error
+#   cuda_nvcc_examples         (nvcc only) every example's CUDA binary was built and, on a
+#                              machine without a GPU, says so in one line and exits non-zero
+
+set(_tc ${CMAKE_CURRENT_LIST_DIR})
+set(_root ${_tc}/../..)
+
+# the compiler's passes + cg_cuda/cg_host/drv_build_cuda, without the driver
+add_executable(gen_cuda ${_tc}/gen_cuda.c)
+target_link_libraries(gen_cuda PRIVATE shardc_front m)
+target_include_directories(gen_cuda PRIVATE ${_root}/compiler)
+target_compile_options(gen_cuda PRIVATE ${SHARDC_WARN})
+target_compile_definitions(gen_cuda PRIVATE _POSIX_C_SOURCE=200809L GEN_STDLIB_DIR="${_root}/stdlib")
+
+if(TARGET shardrt_cuda_emu)
+  # ---- kernels --------------------------------------------------------------------
+  add_executable(test_kernels_emu ${_tc}/test_kernels_emu.cpp)
+  set_target_properties(test_kernels_emu PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+  target_link_libraries(test_kernels_emu PRIVATE shardrt_cuda_emu shardrt)
+  target_compile_options(test_kernels_emu PRIVATE ${SHARDC_WARN})
+  add_test(NAME cuda_kernels_emu COMMAND test_kernels_emu)
+
+  # ---- whole steps: the host and CUDA programs of tinygpt side by side ---------------
+  # generated at build time of these (test-only) targets, built by a ctest fixture so
+  # that a code generator bug fails a test, not everybody's build
+  set(_gen ${CMAKE_CURRENT_BINARY_DIR}/cuda_gen)
+  file(MAKE_DIRECTORY ${_gen})
+  add_custom_command(OUTPUT ${_gen}/tinygpt_host.c ${_gen}/tinygpt_fp32.cu
+    COMMAND gen_cuda ${_root}/examples/tinygpt.model --host ${_gen}/tinygpt_host.c --cuda ${_gen}/tinygpt_fp32.cu
+    DEPENDS gen_cuda ${_root}/examples/tinygpt.model ${_root}/stdlib/nn.model VERBATIM)
+  add_custom_command(OUTPUT ${_gen}/tinygpt_bf16.cu
+    COMMAND gen_cuda ${_root}/examples/tinygpt.model --bf16 --cuda ${_gen}/tinygpt_bf16.cu
+    DEPENDS gen_cuda ${_root}/examples/tinygpt.model ${_root}/stdlib/nn.model VERBATIM)
+  set_source_files_properties(${_gen}/tinygpt_host.c PROPERTIES
+    COMPILE_DEFINITIONS "main=host_main;sr_main=host_capture" GENERATED ON)
+  set_source_files_properties(${_gen}/tinygpt_fp32.cu ${_gen}/tinygpt_bf16.cu PROPERTIES
+    LANGUAGE CXX COMPILE_OPTIONS "-x;c++" COMPILE_DEFINITIONS "SR_NO_MAIN;main=cuda_main" GENERATED ON)
+  foreach(_p fp32 bf16)
+    add_executable(step_compare_${_p} EXCLUDE_FROM_ALL ${_tc}/step_compare.cpp ${_gen}/tinygpt_host.c
+      ${_gen}/tinygpt_${_p}.cu)
+    set_target_properties(step_compare_${_p} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+    target_link_libraries(step_compare_${_p} PRIVATE shardrt_cuda_emu shardrt)
+  endforeach()
+  add_test(NAME cuda_step_emu_build
+    COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target step_compare_fp32 step_compare_bf16)
+  set_tests_properties(cuda_step_emu_build PROPERTIES FIXTURES_SETUP cuda_step)
+  add_test(NAME cuda_step_emu_fp32 COMMAND step_compare_fp32 --steps 3 --batch 4 --seq 32)
+  add_test(NAME cuda_step_emu_fp32_dropout COMMAND step_compare_fp32 --steps 2 --batch 2 --seq 48 --dropout 0.1)
+  add_test(NAME cuda_step_emu_bf16 COMMAND step_compare_bf16 --bf16 --steps 3 --batch 4 --seq 32)
+  set_tests_properties(cuda_step_emu_fp32 cuda_step_emu_fp32_dropout cuda_step_emu_bf16 PROPERTIES
+    FIXTURES_REQUIRED cuda_step ENVIRONMENT "OMP_NUM_THREADS=1")
+
+  # ---- the emulated binary under the training driver ----------------------------------
+  add_test(NAME cuda_train_emu COMMAND bash ${_tc}/train_emu.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>
+    ${_root})
+  set_tests_properties(cuda_train_emu PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}")
+endif()
+
+# ---- nvcc: every example's CUDA binary, and the kernel test for the GPU -------------
+if(SHARDC_CUDA_LIBRARY)
+  option(SHARDC_CUDA_EXAMPLES "build every example's CUDA binary with nvcc" ON)
+  if(SHARDC_CUDA_EXAMPLES)
+    set(_ex ${CMAKE_BINARY_DIR}/cuda_examples)
+    file(MAKE_DIRECTORY ${_ex})
+    set(_bins "")
+    foreach(_m tinygpt mlp gpt2)
+      foreach(_p bf16 fp32)
+        set(_flag "")
+        if(_p STREQUAL "bf16")
+          set(_flag --bf16)
+        endif()
+        add_custom_command(OUTPUT ${_ex}/${_m}_${_p}
+          COMMAND gen_cuda ${_root}/examples/${_m}.model ${_flag} --cuda ${_ex}/${_m}_${_p}.cu
+            --build ${_ex}/${_m}_${_p} --arch "$<JOIN:${SHARDC_CUDA_ARCHS},$<COMMA>>"
+          DEPENDS gen_cuda shardrt shardrt_cuda ${_root}/examples/${_m}.model ${_root}/stdlib/nn.model
+          COMMENT "nvcc: examples/${_m}.model (${_p})"
+          VERBATIM)
+        list(APPEND _bins ${_ex}/${_m}_${_p})
+      endforeach()
+    endforeach()
+    add_custom_target(cuda_examples ALL DEPENDS ${_bins})
+    add_test(NAME cuda_nvcc_examples COMMAND bash ${_tc}/nvcc_examples.sh ${_ex})
+  endif()
+  # the kernel test compiled for the GPU (gpu-check.sh runs it)
+  set(_tk ${CMAKE_BINARY_DIR}/test_kernels_cuda)
+  # nvcc takes CUDA sources by their suffix
+  configure_file(${_tc}/test_kernels_emu.cpp ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu COPYONLY)
+  string(REPLACE ";" "," _archs "${SHARDC_CUDA_ARCHS}")
+  set(_gencode "")
+  foreach(_a ${SHARDC_CUDA_ARCHS})
+    list(APPEND _gencode -gencode arch=compute_${_a},code=sm_${_a})
+  endforeach()
+  add_custom_command(OUTPUT ${_tk}
+    COMMAND ${SHARDC_NVCC_EXECUTABLE} -ccbin ${CMAKE_CXX_COMPILER} -std=c++20 -O3 -lineinfo -cudart shared
+      ${_gencode} ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu -I${_root}/runtime/include -I${_root}/runtime/cuda
+      ${SHARDC_CUDA_LIBRARY} $<TARGET_FILE:shardrt> -lcublasLt -lcublas -lcudart -Xcompiler -fopenmp
+      ${_srk_link} -lopenblas -lm -o ${_tk}
+    DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu shardrt shardrt_cuda ${_srk_headers}
+    COMMENT "nvcc: test_kernels_cuda"
+    VERBATIM)
+  add_custom_target(test_kernels_cuda ALL DEPENDS ${_tk})
+endif()
