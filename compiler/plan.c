@@ -75,10 +75,10 @@ typedef struct Opts {
 
 /* ---- results (malloc'd: they outlive the arena) ---------------------------- */
 
-enum { G_DATA, G_TENSOR, G_PIPE, G_EMBED };
+enum { G_DATA, G_TENSOR, G_PIPE };
 enum { C_AR, C_RS, C_AG, C_SEND, C_RECV };
 enum { PH_FWD, PH_BWD, PH_RC, PH_STEP };
-static const char *group_name[] = {"data", "tensor", "pipeline", "embedding"};
+static const char *group_name[] = {"data", "tensor", "pipeline"};
 static const char *coll_name[] = {"all-reduce", "reduce-scatter", "all-gather", "send", "recv"};
 static const char *phase_name[] = {"forward", "backward", "recompute", "step"};
 
@@ -326,7 +326,6 @@ typedef struct Ana {
     int C;                 /* chunks: pp * virtual stages */
     int *chunk;            /* op -> chunk */
     int *lchunk;           /* layer (repetition of the @pipeline repeat) -> chunk */
-    int from_ir;           /* chunks are the compiler's pipeline stages (pipeline.c) */
     int *maxc;             /* value -> the last chunk that reads it, -1 */
     double *bnd;           /* chunk boundary c -> bytes passed from chunk c to c + 1 */
     int *nbnd;             /* ... and how many values */
@@ -404,11 +403,10 @@ static void add_coll(Dev *D, const char *what, int group, int kind, int phase, i
     c->calls = calls;
 }
 
-/* activations of chunk c, per microbatch: lifetimes over its forward ops
- * then its backward steps (memplan.c's timeline); the workspace is the
- * compiler's plan of that stage, or without one the same greedy packing into
- * slots of one element count; what is saved for the backward (live across
- * the forward/backward boundary); what block recomputation drops */
+/* activations of chunk c, per microbatch: the workspace of the compiler's
+ * plan of that stage; from lifetimes over its forward ops then its backward
+ * steps (memplan.c's timeline), what is saved for the backward (live across
+ * the forward/backward boundary) and what block recomputation drops */
 typedef struct Act {
     double work, saved, rc_drop, rc_keep, rc_one;
 } Act;
@@ -455,45 +453,12 @@ static void chunk_activations(Ana *A, int c, Act *X)
             if (b->din[k] >= 0) touch(first, last, b->din[k], t);
         t++;
     }
+    /* the workspace: the compiler's plan of this stage (slots of 4-byte elements) */
+    const IrStage *st = &ir->stages[c];
     X->work = 0;
-    if (A->from_ir) { /* the compiler's plan of this stage: slots of 4-byte elements */
-        const IrStage *st = &ir->stages[c];
-        for (int k = 0; k < st->nslots; k++) {
-            double b = dim_val(st->slot_elems[k], A->sym) * A->eb;
-            X->work += (double)(((int64_t)ceil(b) + 63) & ~(int64_t)63);
-        }
-    } else { /* greedy: values by start; a free slot of the same logical size */
-        int *order = sx_alloc(sizeof(int) * (size_t)(nv + 1));
-        int n = 0;
-        for (int i = 0; i < nv; i++)
-            if (home(A, ir->values.v[i]) == c && first[i] >= 0) order[n++] = i;
-        for (int i = 1; i < n; i++) {
-            int x = order[i], j = i - 1;
-            while (j >= 0 && first[order[j]] > first[x]) {
-                order[j + 1] = order[j];
-                j--;
-            }
-            order[j + 1] = x;
-        }
-        Dim *size = sx_alloc(sizeof(Dim) * (size_t)(n + 1));
-        double *bytes = sx_alloc(sizeof(double) * (size_t)(n + 1));
-        int *busy = sx_alloc(sizeof(int) * (size_t)(n + 1));
-        int ns = 0;
-        for (int i = 0; i < n; i++) {
-            IrValue *v = ir->values.v[order[i]];
-            Dim el = shape_numel(&v->shape);
-            int s = -1;
-            for (int k = 0; k < ns && s < 0; k++)
-                if (busy[k] < first[v->id] && dim_eq(size[k], el)) s = k;
-            if (s < 0) {
-                s = ns++;
-                size[s] = el;
-            }
-            busy[s] = last[v->id];
-            double b = val_bytes(A, v->id);
-            if (b > bytes[s]) bytes[s] = b;
-        }
-        for (int s = 0; s < ns; s++) X->work += (double)(((int64_t)ceil(bytes[s]) + 63) & ~(int64_t)63);
+    for (int k = 0; k < st->nslots; k++) {
+        double b = dim_val(st->slot_elems[k], A->sym) * A->eb;
+        X->work += (double)(((int64_t)ceil(b) + 63) & ~(int64_t)63);
     }
     /* saved for the backward, and what recomputation keeps: values made
      * outside the repeat, and the inputs of each repetition */
@@ -546,11 +511,16 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         np++;
         D->arena += ceil(n / 16.0) * 16.0; /* the runtime aligns each tensor to 64 bytes */
         D->ntensors++;
-        /* a parameter on several stages (a tied embedding): its gradient is summed between them */
+    }
+    /* a parameter read on several pipeline ranks (a tied embedding): its
+     * gradient is summed over the pipeline group, every rank taking part
+     * (runtime/pipeline.c; Megatron sums over the holders only) */
+    for (int i = 0; i < ir->params.n && pl->pp > 1; i++) {
         int holders = 0;
         for (int s = 0; s < pl->pp; s++) holders += A->pdev[(size_t)i * pl->pp + s];
-        if (holders > 1) add_coll(D, "tied parameter gradients", G_EMBED, C_AR, PH_STEP, holders,
-                                        n * A->gb, 1);
+        IrParam *p = ir->params.v[i];
+        if (holders > 1)
+            add_coll(D, "tied parameter gradients", G_PIPE, C_AR, PH_STEP, pl->pp, val_elems(A, p->value) * A->gb, 1);
     }
     arena_lo[np] = D->arena;
     for (int r = 0; r < pl->R; r++)
@@ -737,8 +707,8 @@ static void cost(const Opts *o, Plan *pl)
             Coll *c = &D->coll[i];
             double per_mb = c->calls / pl->m;
             if (c->group == G_TENSOR) D->t_tp += coll_time(o, pl, c, per_mb);
+            else if (c->group == G_PIPE && c->phase == PH_STEP) D->t_embed += coll_time(o, pl, c, c->calls);
             else if (c->group == G_PIPE) D->t_p2p += coll_time(o, pl, c, per_mb);
-            else if (c->group == G_EMBED) D->t_embed += coll_time(o, pl, c, c->calls);
             else if (c->kind == C_AG) t_ag += coll_time(o, pl, c, c->calls);
             else {
                 t_dp += coll_time(o, pl, c, c->calls);
@@ -861,25 +831,16 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     A.mf = sx_alloc(sizeof(double) * (size_t)(nops + 1));
     A.mb = sx_alloc(sizeof(double) * (size_t)(nops + 1));
     A.split = sx_alloc((size_t)nops + 1);
-    /* layers to chunks: the compiler's pipeline stages when it cut the model
-     * into pp x v (pipeline.c), else contiguously and evenly, the earlier
-     * chunks taking the extra layers */
+    /* chunks: the compiler's pipeline stages (pipeline.c cut pp x v) */
     int R = pl->R, C = A.C;
-    A.from_ir = C > 1 && ir->nstages == C && ir->stages;
+    if (ir->nstages != C || !ir->stages)
+        sx_ice("the back end cut %d pipeline stages, the layout has %d", ir->nstages, C);
     int *lchunk = sx_alloc(sizeof(int) * (size_t)(R + 1));
-    for (int c = 0, r = 0; c < C && R; c++) {
-        int cnt = A.from_ir ? ir->stages[c].nblocks : R / C + (c < R % C);
-        for (int k = 0; k < cnt && r < R; k++) lchunk[r++] = c;
-    }
-    int seen_rep = 0;
+    for (int c = 0, r = 0; c < C && R; c++)
+        for (int k = 0; k < ir->stages[c].nblocks && r < R; k++) lchunk[r++] = c;
     for (int i = 0; i < nops; i++) {
-        IrOp *op = ir->ops.v[i];
         A.bwd_of[i] = -1;
-        if (A.from_ir) A.chunk[i] = op->pstage;
-        else if (op->stage >= 0 && op->stage < R) {
-            seen_rep = 1;
-            A.chunk[i] = lchunk[op->stage];
-        } else A.chunk[i] = seen_rep ? C - 1 : 0;
+        A.chunk[i] = ((IrOp *)ir->ops.v[i])->pstage;
     }
     /* what crosses each chunk boundary: values read in a later chunk */
     A.maxc = sx_alloc(sizeof(int) * (size_t)(ir->values.n + 1));
@@ -1384,7 +1345,7 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
               "send_recv", D->t_p2p, "per_microbatch", D->t_mb, "data_comm", D->t_dp, "data_comm_exposed",
               D->t_dp_exposed, NULL);
         j_open(j, "collectives", '[', 1);
-        double calls[4][5], bytes[4][5], sent = 0;
+        double calls[3][5], bytes[3][5], sent = 0;
         memset(calls, 0, sizeof calls);
         memset(bytes, 0, sizeof bytes);
         for (int i = 0; i < D->ncoll; i++) {
@@ -1411,7 +1372,7 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
         j_open(j, "ops", '[', 0);
         for (int k = 0; k < 6; k++) j_str(j, NULL, ops6[k]);
         j_close(j, ']');
-        for (int g = 0; g < 4; g++) {
+        for (int g = 0; g < 3; g++) {
             j_open(j, group_name[g], '{', 0);
             for (int w = 0; w < 2; w++) {
                 j_open(j, w ? "bytes" : "calls", '[', 0);

@@ -7,6 +7,7 @@
  * overrides applied); every name used in a block body refers to something
  * visible there; every call has a callee of the right kind and arity.
  */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "shardc.h"
 
 #include <math.h>
@@ -25,7 +26,7 @@ static Module *find_module(Program *P, const char *path)
 {
     for (int i = 0; i < P->modules.n; i++) {
         Module *m = P->modules.v[i];
-        if (strcmp(m->path, path) == 0) return m;
+        if (strcmp(m->path, path) == 0 || (m->canon && strcmp(m->canon, path) == 0)) return m;
     }
     return NULL;
 }
@@ -50,16 +51,23 @@ static void load_uses(Program *P, Module *m)
         vec_push(&cands, sx_fmt("%s/%s", dir_of(m->path), file));
         for (int d = 0; d < P->search_dirs.n; d++)
             vec_push(&cands, sx_fmt("%s/%s", (char *)P->search_dirs.v[d], file));
-        const char *found = NULL;
+        const char *found = NULL, *ident = NULL;
         for (int c = 0; c < cands.n && !found; c++)
-            if (access(cands.v[c], R_OK) == 0) found = cands.v[c];
+            if (access(cands.v[c], R_OK) == 0) {
+                /* shown as found; known by its canonical path, so a module is
+                 * loaded once however it is named and cycles are caught */
+                found = cands.v[c];
+                char *canon = realpath(found, NULL);
+                ident = canon ? sx_strdup(canon) : found;
+                free(canon);
+            }
         if (!found) {
             sx_error(&it->loc, "cannot find module \"%s\" (looked for %s next to %s and in the "
                      "stdlib directory %s)", want, file, m->path,
                      P->search_dirs.n ? (char *)P->search_dirs.v[0] : "(none)");
             continue;
         }
-        Module *dep = find_module(P, found);
+        Module *dep = find_module(P, ident);
         if (dep && dep->state == 1) {
             sx_error(&it->loc, "import cycle: \"%s\" is already being imported (%s uses it, "
                      "directly or through other modules)", want, m->path);
@@ -95,6 +103,9 @@ static Module *parse_module(Program *P, const char *path, const char *name, char
     }
     Module *m = sx_alloc(sizeof *m);
     m->path = sx_strdup(path);
+    char *canon = realpath(path, NULL);
+    m->canon = canon ? sx_strdup(canon) : NULL;
+    free(canon);
     m->name = name;
     m->state = 1;
     vec_push(&P->modules, m);
@@ -507,6 +518,14 @@ static void check_block_args(Node *call, Node *blk)
                 sx_error(&a->loc, "block '%s' has no argument named '%s'", blk->name, a->name);
             else if (found < npos)
                 sx_error(&a->loc, "argument '%s' of '%s' is given twice", a->name, blk->name);
+            else
+                for (int j = 0; j < i; j++) {
+                    Node *b = call->args.v[j];
+                    if (b->kind == N_KWARG && !strcmp(b->name, a->name)) {
+                        sx_error(&a->loc, "argument '%s' of '%s' is given twice", a->name, blk->name);
+                        break;
+                    }
+                }
         } else {
             if (seen_kw) sx_error(&a->loc, "positional argument after a keyword argument");
             npos++;
@@ -657,6 +676,7 @@ static void check_expr_node(Program *P, Scope *s, Node *n)
 static void check_block(Program *P, Node *b)
 {
     Scope s = {0};
+    if (b->args.n > 64) sx_error(&b->loc, "'%s' has %d arguments; a block takes at most 64", b->name, b->args.n);
     for (int i = 0; i < b->args.n; i++) {
         Node *a = b->args.v[i];
         for (int j = 0; j < i; j++)

@@ -834,7 +834,7 @@ static Val eval_node(Elab *E, Frame *f, Node *n);
 static Val eval(Elab *E, Frame *f, Node *n)
 {
     if (E->expr_depth >= MAX_EXPR_DEPTH) {
-        if (!E->too_deep++)
+        if (!E->too_deep++ && !sx_error_count())
             sx_error(&n->loc, "expression nested more than %d levels deep; split it with assignments",
                      MAX_EXPR_DEPTH);
         return verr();
@@ -1007,6 +1007,12 @@ static const char *axis_name(int axis) { return axis == 0 ? "data" : axis == 1 ?
 
 static void param_annots(Elab *E, Frame *f, Node *st, IrParam *p)
 {
+    if (st->annots.n > 1) {
+        Node *second = st->annots.v[1];
+        sx_error(&second->loc, "%s has more than one sharding annotation; a parameter is split one way",
+                 p->name);
+        return;
+    }
     for (int i = 0; i < st->annots.n; i++) {
         Node *an = st->annots.v[i];
         int dim = -1, axis = 1;
@@ -1116,6 +1122,10 @@ static void declare_param_body(Elab *E, Frame *f, Node *st)
         sx_error(&st->type->loc, "a parameter must be a float tensor (f32 or bf16)");
         return;
     }
+    if (shape_numel(&p->shape).c < 0 || shape_numel(&p->shape).c > ((int64_t)1 << 40)) {
+        sx_error(&st->type->loc, "parameter %s is too large (%s elements)", p->name, shape_str(&p->shape, E->ir));
+        return;
+    }
     for (int i = 0; i < p->shape.nd; i++)
         if (!dim_is_const(p->shape.d[i])) {
             sx_error(&st->type->loc, "parameter %s has a symbolic dimension %s; parameter shapes "
@@ -1142,7 +1152,7 @@ static void declare_param_body(Elab *E, Frame *f, Node *st)
             return;
         }
         p->std = s.k == V_INT ? (double)s.i : s.f;
-        if (!(p->std >= 0)) {
+        if (!(p->std >= 0) || !isfinite(p->std)) {
             sx_error(&in->loc, "normal(std): std must be >= 0, got %g", p->std);
             return;
         }
@@ -1282,7 +1292,8 @@ static Val call_block(Elab *E, Frame *caller, Node *inst, Node *blk, const char 
     Val vals[64];
     int have[64];
     const sx_loc *locs[64];
-    int nf = blk->args.n < 64 ? blk->args.n : 64;
+    if (blk->args.n > 64) return verr(); /* reported by sema */
+    int nf = blk->args.n;
     memset(have, 0, sizeof have);
     int npos = 0;
     for (int i = 0; i < inst->args.n; i++) {
@@ -1373,6 +1384,15 @@ static Val instantiate(Elab *E, Frame *caller, Node *inst)
         return verr();
     }
     if (pipeline) {
+        if (E->P->layout_repeats) {
+            sx_error(&inst->loc, "a second repeat marked @pipeline; the pipeline cuts one repeat");
+            sx_note(&E->P->layout_repeat_loc, "the first is here");
+            return verr();
+        }
+        if (caller->stage >= 0) {
+            sx_error(&inst->loc, "@pipeline inside a repeat that is already cut into stages");
+            return verr();
+        }
         E->P->layout_repeats = (int)n.i;
         E->P->layout_repeat_loc = inst->loc;
     }

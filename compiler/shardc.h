@@ -105,6 +105,7 @@ struct Node {
 
 typedef struct Module {
     const char *path;    /* file path as opened */
+    const char *canon;   /* its canonical path (realpath), NULL if unknown */
     const char *name;    /* use-name ("nn") or the file's base name */
     Vec items;           /* Node*: top-level items */
     Vec uses;            /* struct Module*: imported modules, in order */

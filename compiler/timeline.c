@@ -13,9 +13,12 @@
  * (the definition sr_sched_simulate uses).
  *
  * A step on a rank ends where its "optimizer" span ends; traces without one
- * are drawn whole. The ranks' clocks are their own (each trace counts from
- * its own start), so boxes line up across rows only as well as the ranks
- * started together.
+ * are drawn whole. Each trace counts time from its own start, so the rows are
+ * put on one clock with the origins a trace may record in its top-level
+ * "otherData": clock_origin_monotonic_us (CLOCK_MONOTONIC, exact between
+ * ranks of one host, named by "host") or else clock_origin_realtime_us (the
+ * wall clock, as good as the hosts' time sync). Without them the rows line up
+ * only as well as the ranks started together, and the picture says so.
  *
  * One entry point, timeline_main; everything else is static. Exit 0 with the
  * picture written, 1 for missing or malformed traces, 2 on a usage error.
@@ -69,6 +72,9 @@ typedef struct trank {
     double *opt_end; /* ends of the optimizer spans, ascending */
     int nopt;
     double lo, hi;   /* the chosen step's window on this rank */
+    int has_mono, has_real;
+    double mono, real; /* the trace's time 0 on the shared clocks (us) */
+    char host[128];
 } trank;
 
 typedef struct tl {
@@ -162,6 +168,11 @@ static int read_trace(trank *r, char *err, size_t errn)
         sr_json_free(root);
         return 1;
     }
+    const sr_json *od = sr_json_get(root, "otherData");
+    r->has_mono = num(sr_json_get(od, "clock_origin_monotonic_us"), &r->mono);
+    r->has_real = num(sr_json_get(od, "clock_origin_realtime_us"), &r->real);
+    const char *host = sr_json_string(sr_json_get(od, "host"));
+    snprintf(r->host, sizeof r->host, "%s", host ? host : "");
     int bad = 0;
     for (int i = 0; i < ev->n && !bad; i++) {
         const sr_json *e = &ev->items[i];
@@ -318,6 +329,35 @@ static void tl_free(tl *t)
     free(t->r);
 }
 
+/* Puts every rank on one clock when the traces say where their time 0 was;
+ * returns a phrase for the picture. */
+static const char *align_clocks(tl *t)
+{
+    int mono = 1, real = 1;
+    for (int i = 0; i < t->n; i++) {
+        mono &= t->r[i].has_mono && t->r[i].host[0] && !strcmp(t->r[i].host, t->r[0].host);
+        real &= t->r[i].has_real;
+    }
+    if (t->n == 1) return "";
+    if (!mono && !real) return "; rank clocks not aligned (traces without clock origins)";
+    double base = INFINITY;
+    for (int i = 0; i < t->n; i++) {
+        double o = mono ? t->r[i].mono : t->r[i].real;
+        if (o < base) base = o;
+    }
+    for (int i = 0; i < t->n; i++) {
+        trank *r = &t->r[i];
+        double d = (mono ? r->mono : r->real) - base;
+        for (int k = 0; k < r->n; k++) {
+            r->s[k].t0 += d;
+            r->s[k].t1 += d;
+        }
+        for (int k = 0; k < r->nopt; k++) r->opt_end[k] += d;
+    }
+    return mono ? "; ranks on one clock (monotonic, one host)"
+                : "; ranks on one clock (wall clock: as good as the hosts' time sync)";
+}
+
 /* ---- measuring ----------------------------------------------------------- */
 
 static int in_step(const trank *r, const tspan *s) { return s->t0 >= r->lo && s->t0 < r->hi; }
@@ -424,7 +464,7 @@ static void draw_box(sr_buf *b, const geom *g, const tspan *s, double y, double 
 }
 
 static void draw(sr_buf *b, const tl *t, const geom *g, const char *title, const double *bubble,
-                 double mean_bubble, const int *present)
+                 double mean_bubble, const int *present, const char *clocks)
 {
     int nr = t->n;
     double rows_h = nr * g->stride;
@@ -445,8 +485,8 @@ static void draw(sr_buf *b, const tl *t, const geom *g, const char *title, const
     xml_text(b, title);
     sr_buf_printf(b, "</text>\n<text class=\"subtitle\" x=\"%.0f\" y=\"38\" font-size=\"11\" "
                      "fill=\"#555555\">mean bubble %.1f%% (idle / pipeline makespan, first forward "
-                     "to last backward over all ranks)</text>\n",
-                  g->left, 100 * mean_bubble);
+                     "to last backward over all ranks)%s</text>\n",
+                  g->left, 100 * mean_bubble, clocks);
 
     /* grid and time axis */
     double span = (g->T1 - g->T0) / g->unit;
@@ -575,6 +615,7 @@ int timeline_main(int argc, char **argv)
     if (find_traces(&t, dir, err, sizeof err)) goto done;
     for (int i = 0; i < t.n; i++)
         if (read_trace(&t.r[i], err, sizeof err)) goto done;
+    const char *clocks = align_clocks(&t);
 
     /* the step: bounded by optimizer spans where every rank has them */
     int nsteps = t.r[0].nopt;
@@ -645,7 +686,7 @@ int timeline_main(int argc, char **argv)
     else
         snprintf(title, sizeof title, "%s: whole trace, %d rank%s, %.4g %s", dir, t.n,
                  t.n == 1 ? "" : "s", len / g.unit, g.uname);
-    draw(&b, &t, &g, title, bubble, mean, present);
+    draw(&b, &t, &g, title, bubble, mean, present, clocks);
     if (sr_buf_status(&b) != SR_OK) {
         snprintf(err, sizeof err, "out of memory drawing the timeline");
         goto done;

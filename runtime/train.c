@@ -919,7 +919,7 @@ static sr_status setup(run *r)
     if (r->have_train)
         rt_info(r, "%s: %lld parameters; batch %d x %d over %d data rank%s in %d microbatch%s; steps "
              "%ld..%ld; %s has %lld tokens (%lld batches per pass)",
-             prog->name ? prog->name : "model", (long long)n, o->batch, o->seq, dp, dp == 1 ? "" : "s",
+             prog->name ? prog->name : "model", (long long)r->n_full, o->batch, o->seq, dp, dp == 1 ? "" : "s",
              o->microbatches, o->microbatches == 1 ? "" : "es", r->start_step, o->steps, o->data,
              (long long)r->train.n_tokens,
              (long long)sr_data_batches_per_epoch(&r->train, o->batch, o->seq));

@@ -25,7 +25,7 @@ echo "== data: $(stat -c %s "$out/train.txt") bytes of training text, $(stat -c 
 layout="--tp 2 --pp 2"
 np=4
 echo "== the layout: tensor=2 x pipeline=2 on $np ranks, 1F1B over 4 microbatches (shardc plan)"
-./build/shardc plan examples/tinygpt.model $layout --microbatches 4 --gpu cpu | sed -n '1,40p'
+./build/shardc plan examples/tinygpt.model $layout --microbatches 4 --gpu cpu | sed -n '1,70p'
 echo "== shardc build examples/tinygpt.model $layout -o $out/tinygpt"
 ./build/shardc build examples/tinygpt.model $layout -o "$out/tinygpt"
 

@@ -58,9 +58,9 @@ int srk_check_cuda(cudaError_t e, const char *what)
     return 0;
 }
 
-void srk_configure(int bf16)
+void srk_configure(int use_bf16)
 {
-    srk_ctx.bf16 = bf16 != 0;
+    srk_ctx.bf16 = use_bf16 != 0;
     const char *s = getenv("SHARDC_CUDA_SYNC");
     srk_ctx.sync_each = s && *s && strcmp(s, "0") != 0;
 }

@@ -82,10 +82,10 @@ static double rel_err(const float *a, const float *b, long n)
 
 int main(int argc, char **argv)
 {
-    int steps = 3, B = 4, T = 32, bf16 = 0;
+    int steps = 3, B = 4, T = 32, use_bf16 = 0;
     float dropout = 0.0f;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--bf16")) bf16 = 1;
+        if (!strcmp(argv[i], "--bf16")) use_bf16 = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--batch")) B = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--seq")) T = atoi(argv[++i]);
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
         printf("FAIL backend init: %s\n", sr_errmsg());
         return 1;
     }
-    printf("# %s, %s, B=%d T=%d, %d steps, dropout %g\n", C->name, bf16 ? "bf16" : "fp32", B, T, steps, dropout);
+    printf("# %s, %s, B=%d T=%d, %d steps, dropout %g\n", C->name, use_bf16 ? "bf16" : "fp32", B, T, steps, dropout);
 
     /* parameters: the same values at each program's offsets */
     long hn = (long)H->n_param_floats, cn = (long)C->n_param_floats;
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
     int32_t *ctok = (int32_t *)be->alloc(sizeof(int32_t) * tok.size()), *ctgt = (int32_t *)be->alloc(sizeof(int32_t) * tok.size());
     check(cp && cg && cm && cv && cwork && ctok && ctgt, "device memory for parameters, state and workspace");
 
-    double tol_loss = bf16 ? 2e-2 : 1e-5, tol_grad = bf16 ? 1e-1 : 1e-4;
+    double tol_loss = use_bf16 ? 2e-2 : 1e-5, tol_grad = use_bf16 ? 1e-1 : 1e-4;
     std::vector<float> cgrad_h((size_t)cn), logits_c;
     for (int s = 1; s <= steps; s++) {
         for (auto &t : tok) t = (int32_t)(urand() * H->vocab);
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
             sum += d;
             cnt++;
         }
-    double bound = 2.0 * 1e-3 * steps, mean_bound = bf16 ? 1e-3 : 1e-6;
+    double bound = 2.0 * 1e-3 * steps, mean_bound = use_bf16 ? 1e-3 : 1e-6;
     check(worst <= bound && sum / cnt <= mean_bound,
           "parameters after %d AdamW steps: max |diff| %.2g (bound %.2g), mean %.2g (bound %.0g)", steps, worst,
           bound, sum / cnt, mean_bound);

@@ -22,53 +22,63 @@ mkdir -p "$T/tr"
 # rank 0 runs 1F1B with full backwards, rank 1 the split backward (B and W),
 # so every kind has a box; the pipeline makespan is 1000..1705 = 705 us.
 # rank 0 busy 600 us -> bubble 105/705 = 14.9%; rank 1 busy 590 -> 16.3%.
+# SHIFT moves a rank's clock (integer us); ORIGIN, when set, is the trace's
+# time 0 on the shared monotonic clock (otherData, as runtime/trace.c can
+# record it).
+SHIFT=0
+ORIGIN=
 ev() { # name tid ts dur [info]
     local info=""
     [ -n "${5:-}" ] && info=",\"args\":{\"info\":\"$5\"}"
-    printf ',\n{"name":"%s","ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s%s}' "$1" "$R" "$2" "$3" "$4" "$info"
+    printf ',\n{"name":"%s","ph":"X","pid":%d,"tid":%d,"ts":%d.000,"dur":%s%s}' "$1" "$R" "$2" \
+        $(($3 + SHIFT)) "$4" "$info"
 }
 head_() {
-    printf '{"displayTimeUnit":"ms","traceEvents":[\n'
+    local other=""
+    [ -n "$ORIGIN" ] && other="\"otherData\":{\"host\":\"node1\",\"clock_origin_monotonic_us\":$ORIGIN.000,\"clock_origin_realtime_us\":1.7e15},"
+    printf '{"displayTimeUnit":"ms",%s"traceEvents":[\n' "$other"
     printf '{"name":"process_name","ph":"M","pid":%d,"args":{"name":"rank %d"}}' "$R" "$R"
     printf ',\n{"name":"thread_name","ph":"M","pid":%d,"tid":0,"args":{"name":"compute"}}' "$R"
     printf ',\n{"name":"mark","ph":"i","pid":%d,"tid":0,"ts":5.000}' "$R"
 }
-R=0
-{
+rank0() {
+    R=0
     head_
-    ev forward 0 0.000 100.000 "mb 0"
-    ev optimizer 0 900.000 50.000
-    ev forward 0 1000.000 100.000 "mb 0"
-    ev send 2 1100.000 5.000 "mb 0"
-    ev forward 0 1105.000 100.000 "mb 1"
-    ev send 2 1205.000 5.000 "mb 1"
-    ev recv 2 1210.000 90.000 "mb 0"
-    ev backward 0 1300.000 200.000 "mb 0"
-    ev recv 2 1500.000 5.000 "mb 1"
-    ev backward 0 1505.000 200.000 "mb 1"
-    ev all-reduce 1 1705.000 45.000 "gradients"
-    ev optimizer 0 1750.000 50.000
+    ev forward 0 0 100 "mb 0"
+    ev optimizer 0 900 50.000
+    ev forward 0 1000 100 "mb 0"
+    ev send 2 1100 5 "mb 0"
+    ev forward 0 1105 100 "mb 1"
+    ev send 2 1205 5 "mb 1"
+    ev recv 2 1210 90 "mb 0"
+    ev backward 0 1300 200 "mb 0"
+    ev recv 2 1500 5 "mb 1"
+    ev backward 0 1505 200 "mb 1"
+    ev all-reduce 1 1705 45 "gradients"
+    ev optimizer 0 1750 50.000
     printf '\n]}\n'
-} >"$T/tr/trace-rank0.json"
-R=1
-{
+}
+rank1() {
+    R=1
     head_
-    ev forward 0 100.000 100.000 "mb 0"
-    ev optimizer 0 900.000 50.000
-    ev recv 2 1000.000 100.000 "mb 0"
-    ev forward 0 1100.000 100.000 "mb 0"
-    ev backward-input 0 1200.000 100.000 "mb 0"
-    ev send 2 1300.000 2.000 "mb 0"
-    ev recv 2 1302.000 1.000 "mb 1"
-    ev forward 0 1303.000 100.000 "mb 1"
-    ev backward-input 0 1403.000 100.000 "mb 1"
-    ev send 2 1503.000 2.000 "mb 1"
-    ev backward-weight 0 1505.000 100.000 "mb 0"
-    ev backward-weight 0 1605.000 90.000 "mb 1"
-    ev all-reduce 1 1705.000 45.000 "gradients"
-    ev optimizer 0 1750.000 50.000
+    ev forward 0 100 100 "mb 0"
+    ev optimizer 0 900 50.000
+    ev recv 2 1000 100 "mb 0"
+    ev forward 0 1100 100 "mb 0"
+    ev backward-input 0 1200 100 "mb 0"
+    ev send 2 1300 2 "mb 0"
+    ev recv 2 1302 1 "mb 1"
+    ev forward 0 1303 100 "mb 1"
+    ev backward-input 0 1403 100 "mb 1"
+    ev send 2 1503 2 "mb 1"
+    ev backward-weight 0 1505 100 "mb 0"
+    ev backward-weight 0 1605 90 "mb 1"
+    ev all-reduce 1 1705 45 "gradients"
+    ev optimizer 0 1750 50.000
     printf '\n]}\n'
-} >"$T/tr/trace-rank1.json"
+}
+rank0 >"$T/tr/trace-rank0.json"
+rank1 >"$T/tr/trace-rank1.json"
 echo "not a trace" >"$T/tr/notes.txt" # other files in DIR are ignored
 
 "$SHARDC" timeline "$T/tr" -o "$T/step1.svg" >"$T/out" 2>"$T/err"
@@ -100,6 +110,7 @@ print("bubbles=%s" % "|".join(bubbles))
 print("legend=%s" % "|".join(legend))
 print("root=%s %s" % (root.tagName, root.getAttribute("xmlns")))
 print("ticks=%d" % len([t for t in texts if "tick" in cls(t)]))
+print("subtitle=%s" % "".join(text(t) for t in texts if "subtitle" in cls(t)))
 EOF
 }
 if command -v python3 >/dev/null; then
@@ -133,6 +144,27 @@ if command -v python3 >/dev/null; then
     rc=$?
     svg_facts "$T/one.svg" >"$T/facts" 2>/dev/null
     check "a single trace file to stdout (rc $rc, $(fact ranks))" "[ $rc -eq 0 ] && [ '$(fact ranks)' = 'rank 1' ]"
+
+    # rank 1's trace started 400 us after rank 0's, so its times read 400 us
+    # lower; with the clock origins recorded the picture is the one above
+    mkdir -p "$T/clk" "$T/noclk"
+    ORIGIN=5000 SHIFT=0
+    rank0 >"$T/clk/trace-rank0.json"
+    ORIGIN=5400 SHIFT=-400
+    rank1 >"$T/clk/trace-rank1.json"
+    ORIGIN=
+    rank1 >"$T/noclk/trace-rank1.json"
+    SHIFT=0
+    rank0 >"$T/noclk/trace-rank0.json"
+    "$SHARDC" timeline "$T/clk" -o "$T/clk.svg" >/dev/null 2>"$T/err"
+    svg_facts "$T/clk.svg" >"$T/facts" 2>/dev/null
+    check "clock origins align the ranks ($(fact bubbles))" \
+        "[ '$(fact bubbles)' = 'bubble 14.9%|bubble 16.3%' ] && [ '$(fact boxes)' = 22 ]"
+    check "the picture says the clocks are aligned" "grep -q 'one clock (monotonic' <<<'$(fact subtitle)'"
+    "$SHARDC" timeline "$T/noclk" -o "$T/noclk.svg" >/dev/null 2>"$T/err"
+    svg_facts "$T/noclk.svg" >"$T/facts" 2>/dev/null
+    check "without origins the picture says the clocks are not aligned ($(fact bubbles))" \
+        "grep -q 'not aligned' <<<'$(fact subtitle)' && [ '$(fact bubbles)' != 'bubble 14.9%|bubble 16.3%' ]"
 else
     echo "skip - python3 not found: XML checks skipped"
     check "the SVG starts like one" "head -c 200 '$T/step1.svg' | grep -q '<svg'"
