@@ -165,6 +165,11 @@ void ad_dump(const Ir *ir, FILE *f)
             fprintf(f, "  all-reduce(tensor) %%%d %s  (d%%%d)\n", g->id, shape_str(&g->shape, ir), g->primal);
             continue;
         }
+        if (b->kind == BWD_FORWARD) {
+            fprintf(f, "  recompute %%%d = %s (as %%%d)\n", b->op->out, ir_ops[b->op->kind].name,
+                    ir_op(m, b->fwd)->out);
+            continue;
+        }
         IrOp *op = ir_op(m, b->fwd);
         fprintf(f, "  %s.grad(%%%d)", ir_ops[op->kind].name, b->dout);
         const char *sep = " -> ";

@@ -225,7 +225,7 @@ static void emit_forward(Gen *g, Vec *calls)
     char *cur = NULL;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (op->pstage != g->stage) continue;
+        if (op->pstage != g->stage || op->recomp) continue;
         char *grp = group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
@@ -260,13 +260,15 @@ static void emit_backward(Gen *g, Vec *calls)
     const char *kind = g->mode == BW_INPUT ? "bwdi" : g->mode == BW_WEIGHT ? "bwdw" : "bwd";
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
-        IrOp *op = b->fwd >= 0 ? ir->ops.v[b->fwd] : prev;
+        IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
         if (!op) sx_ice("backward step %d has no op", j);
         prev = op;
         if (b->pstage != g->stage) continue;
         /* what this pass does of the step */
         int any_param = 0, any_act = 0;
-        if (b->kind == BWD_ALLREDUCE) {
+        if (b->kind == BWD_FORWARD) {
+            any_act = 1;
+        } else if (b->kind == BWD_ALLREDUCE) {
             any_param = is_param_grad(g, b->dout);
             any_act = !any_param;
         } else {
@@ -284,7 +286,11 @@ static void emit_backward(Gen *g, Vec *calls)
             open_fn(g, fn);
             cur = grp;
         }
-        if (b->kind == BWD_ALLREDUCE) {
+        if (b->kind == BWD_FORWARD) {
+            fprintf(g->f, "    /* %s:%d  recompute %s */\n", src_file(op->loc.file), op->loc.line,
+                    ir_ops[op->kind].name);
+            fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
+        } else if (b->kind == BWD_ALLREDUCE) {
             IrValue *dv = ir_value(ir, b->dout);
             fprintf(g->f, "    sr_tp_allreduce(e, %s, %s, %s); /* d%%%d summed over the tensor group */\n",
                     buf(g, b->dout), buf(g, b->dout), cdim(g, shape_numel(&dv->shape)), dv->primal);
@@ -575,6 +581,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
             (long long)off);
     fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n    .tp = %d,\n", vocab, max_seq, P->layout.tp);
     fprintf(f, "    .work_bytes = work_bytes0,\n    .forward = stage0_forward,\n    .backward = stage0_backward,\n");
+    fprintf(f, "    .recompute = %d,\n", P->layout.recompute);
     fprintf(f, "    .pp = %d,\n    .virtual_stages = %d,\n    .n_stages = %d,\n    .stages = stages,\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     emit_defaults(&g, max_seq);

@@ -81,6 +81,7 @@ static void usage_cmd(FILE *f, const char *cmd)
             "  --dp N, --tp N, --pp N, --microbatches M, --schedule S, --virtual-stages V\n"
             "                       the layout, instead of the file's parallel section (build\n"
             "                       compiles tensor and pipeline splits into the program)\n"
+            "  --recompute block|none  build: recompute each block's activations in the backward\n"
             "  --dump=PASS          print the IR after PASS (shape, shard; build: autodiff, pipeline,\n"
             "                       memplan)\n"
             "  -I DIR               also look for imported modules in DIR\n"
@@ -265,6 +266,7 @@ int main(int argc, char **argv)
     o.max_errors = 50;
     Program *P = sx_alloc(sizeof *P);
     P->ir.output = -1;
+    P->layout.cli_recompute = -1;
     if (argc < 2) {
         usage_main(stderr);
         return 2;
@@ -336,6 +338,11 @@ int main(int argc, char **argv)
         } else if ((t = TAKE("--schedule"))) {
             if (t < 0) return 2;
             P->layout.cli_sched = val;
+        } else if ((t = TAKE("--recompute"))) {
+            if (t < 0) return 2;
+            if (strcmp(val, "block") && strcmp(val, "none"))
+                return usage_error("--recompute takes block or none, got '%s'", val);
+            P->layout.cli_recompute = !strcmp(val, "block");
         } else if (!strcmp(o.cmd, "build") && (t = TAKE("-o"))) {
             if (t < 0) return 2;
             o.out = val;

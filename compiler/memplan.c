@@ -41,7 +41,7 @@ static int timeline(Ir *ir, int s, int *first, int *last)
     int t = 0;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (op->pstage != s) continue;
+        if (op->pstage != s || op->recomp) continue;
         for (int k = 0; k < op->nin; k++) touch(first, last, op->in[k], t);
         touch(first, last, op->out, t);
         for (int a = 0; a < ir_ops[op->kind].naux; a++) touch(first, last, op->aux[a], t);
@@ -68,7 +68,14 @@ static int timeline(Ir *ir, int s, int *first, int *last)
                 touch(first, last, b->dout, t);
                 continue;
             }
-            IrOp *op = ir->ops.v[b->fwd];
+            IrOp *op = BWD_OP(ir, b);
+            if (b->kind == BWD_FORWARD) {
+                if (pass) continue; /* the W pass reads what B recomputed */
+                for (int k = 0; k < op->nin; k++) touch(first, last, op->in[k], t);
+                touch(first, last, op->out, t);
+                for (int a = 0; a < ir_ops[op->kind].naux; a++) touch(first, last, op->aux[a], t);
+                continue;
+            }
             unsigned u = ad_template_uses(ir_ops[op->kind].bwd);
             for (int k = 0; k < op->nin; k++)
                 if (u & (1u << k)) touch(first, last, op->in[k], t);

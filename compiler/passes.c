@@ -31,6 +31,8 @@ int drv_back(Program *P, const char *dump, FILE *out)
         ir_dump(&P->ir, out);
         ad_dump(&P->ir, out);
     }
+    if (rc_recompute(P)) return 1;
+    ir_verify(&P->ir, "recompute");
     if (pp_partition(P)) return 1;
     if (dump && !strcmp(dump, "pipeline")) pp_dump(P, out);
     if (mp_plan(P)) return 1;

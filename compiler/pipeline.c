@@ -91,6 +91,7 @@ int pp_partition(Program *P)
     if (seq && !seq->is_float && !seq->is_str && seq->i > 0) T = (long)seq->i;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
+        if (op->recomp) continue;
         double f = ir_op_flops(ir, op, 0, 1, T) + ir_op_flops(ir, op, 1, 1, T);
         if (op->stage >= 0) {
             c[op->stage] += f;

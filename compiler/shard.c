@@ -43,6 +43,13 @@ int shard_layout(Program *P)
     sx_loc wl = {0};
     L->world = layout_int(P, "world", 0, 0, &wl);
     L->loc_world = wl;
+    const Const *rc = sema_find_const(&P->parallel, "recompute");
+    L->recompute = 0;
+    if (rc && (!rc->is_str || (strcmp(rc->s, "block") && strcmp(rc->s, "none"))))
+        sx_error(&rc->loc, "parallel recompute must be \"block\" or \"none\"");
+    else if (rc)
+        L->recompute = !strcmp(rc->s, "block");
+    if (L->cli_recompute >= 0) L->recompute = L->cli_recompute;
     const Const *s = sema_find_const(&P->parallel, "schedule");
     L->schedule = L->cli_sched ? L->cli_sched : "1f1b";
     if (s) {

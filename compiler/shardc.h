@@ -212,6 +212,7 @@ typedef struct IrOp {
     sx_loc user_loc;   /* the outermost instance call in the main file, for notes */
     int stage;         /* repeat index for pipeline cuts, -1 outside repeats */
     int pstage;        /* pipeline stage this op runs in (pipeline.c), 0 without one */
+    int recomp;        /* a clone that recomputes a block's forward in the backward */
 } IrOp;
 
 /* one step of the backward program: the gradient rule of forward op `fwd`
@@ -224,8 +225,16 @@ typedef struct IrBwd {
     unsigned gate; /* bit k: din[k] is added on tensor rank 0 only (a replicated
                     * contribution to a gradient that is summed over the group) */
     int pstage;    /* pipeline stage (pipeline.c) */
+    struct IrOp *op; /* recompute.c: the op the step runs (a clone, or fwd's with clones as
+                      * operands); NULL: ops[fwd] */
 } IrBwd;
-enum { BWD_RULE = 0, BWD_ALLREDUCE = 1 };
+enum {
+    BWD_RULE = 0,      /* the gradient rule of op fwd */
+    BWD_ALLREDUCE = 1, /* sum dout over the tensor group */
+    BWD_FORWARD = 2    /* recompute: run op (a clone of fwd) forward again */
+};
+/* the op a backward step works with */
+#define BWD_OP(ir, b) ((b)->op ? (b)->op : (IrOp *)(ir)->ops.v[(b)->fwd])
 
 /* one pipeline stage: its workspace plan and its boundary with the next */
 typedef struct IrStage {
@@ -288,6 +297,8 @@ typedef struct Layout {
     int world;          /* declared world size, 0 if not declared */
     const char *schedule;
     int virtual_stages;
+    int recompute;      /* 1: recompute each block's activations in the backward */
+    int cli_recompute;  /* --recompute: -1 not given, 0 none, 1 block */
     sx_loc loc_dp, loc_tp, loc_pp, loc_mb, loc_world, loc_sched;
 } Layout;
 
@@ -369,6 +380,9 @@ int cg_host(Program *P, FILE *out, const char *source_path);
 /* passes.c: the pass list */
 int drv_front(Program *P, const char *dump, FILE *out);
 int drv_back(Program *P, const char *dump, FILE *out);
+
+/* recompute.c: activation recomputation per block */
+int rc_recompute(Program *P);
 
 /* ir.c */
 IrValue *ir_value(Ir *ir, int id);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sr_json.h"
 
@@ -30,6 +31,7 @@ struct sr_trace {
 };
 
 static double t_origin = -1;
+static double t_origin_real; /* the same instant on the wall clock */
 
 static double mono_us(void)
 {
@@ -40,7 +42,12 @@ static double mono_us(void)
 
 double sr_trace_now_us(void)
 {
-    if (t_origin < 0) t_origin = mono_us();
+    if (t_origin < 0) {
+        struct timespec ts;
+        t_origin = mono_us();
+        clock_gettime(CLOCK_REALTIME, &ts);
+        t_origin_real = (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+    }
     return mono_us() - t_origin;
 }
 
@@ -151,7 +158,14 @@ sr_status sr_trace_close(sr_trace *t)
     if (!f) {
         st = sr_seterr(SR_ERR_IO, "--trace: cannot write %s", t->path);
     } else {
-        fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        /* where time 0 was on clocks the ranks share, so that `shardc
+         * timeline` can put all ranks on one clock */
+        char host[256] = "";
+        gethostname(host, sizeof host - 1);
+        fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"host\":");
+        sr_json_write_string(f, host);
+        fprintf(f, ",\"clock_origin_monotonic_us\":%.3f,\"clock_origin_realtime_us\":%.3f},"
+                   "\"traceEvents\":[\n", t_origin, t_origin_real);
         fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
                 t->rank, t->rank);
         for (int k = 0; k < NTRACKS; k++)

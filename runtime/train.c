@@ -111,6 +111,7 @@ static const flag flags[] = {
     {"dump-batches", F_STR, O(dump_batches), "DIR", "record which sequences each rank trains on (testing)"},
     {"comm-stats", F_STR, O(comm_stats), "FILE", "write rank 0's collective calls and bytes per group"},
     {"schedule", F_STR, O(schedule), "S", "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1"},
+    {"recompute", F_STR, O(recompute), "block|none", "activation recomputation (compiled in: shardc build --recompute)"},
     {"quiet", F_BOOL, O(quiet), NULL, "print only errors and samples"},
     {"help", F_BOOL, O(help), NULL, "show this help"},
     {"version", F_BOOL, O(version), NULL, "show the model and runtime versions"},
@@ -148,6 +149,7 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->dp = o->tp = o->pp = 1;
     o->bucket_mb = 25.0f; /* PyTorch DDP's default */
     o->schedule = prog->virtual_stages > 1 ? "interleaved" : "1f1b";
+    o->recompute = prog->recompute ? "block" : "none";
     o->comm_timeout = 60.0f;
 }
 
@@ -248,6 +250,12 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(o->pp == (prog->pp > 0 ? prog->pp : 1), "--pp %d: this program was built for pipeline=%d; rebuild "
          "it with shardc build --pp %d (the compiler cuts the stages)", o->pp, prog->pp > 0 ? prog->pp : 1, o->pp);
     NEED(o->zero == 0 || o->zero == 1, "--zero must be 0 or 1 (got %d)", o->zero);
+    NEED(!strcmp(o->recompute, "block") || !strcmp(o->recompute, "none"),
+         "--recompute must be block or none (got '%s')", o->recompute);
+    NEED(!strcmp(o->recompute, prog->recompute ? "block" : "none"),
+         "--recompute %s: this program was built with recompute=%s; rebuild it with shardc build "
+         "--recompute %s (the compiler plans the memory)", o->recompute, prog->recompute ? "block" : "none",
+         o->recompute);
     NEED(o->bucket_mb > 0, "--bucket-mb must be > 0 (got %g)", (double)o->bucket_mb);
     NEED(o->comm_timeout > 0, "--comm-timeout must be > 0 (got %g)", (double)o->comm_timeout);
     NEED(!(o->zero && o->dump_grads), "--dump-grads is not available with --zero 1");
@@ -597,6 +605,7 @@ static sr_status write_comm_stats(run *r, long steps)
     FILE *f = fopen(r->o.comm_stats, "w");
     if (!f) return sr_seterr(SR_ERR_IO, "--comm-stats: cannot write %s: %s", r->o.comm_stats, strerror(errno));
     fprintf(f, "steps %ld\n", steps);
+    if (r->be->peak_bytes) fprintf(f, "peak_bytes %lld\n", (long long)r->be->peak_bytes());
     for (int g = 0; g < 3; g++) {
         if (!groups[g]) continue;
         const sr_comm_stats *st = sr_comm_get_stats(groups[g]);

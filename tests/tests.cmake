@@ -53,3 +53,5 @@ target_compile_definitions(test_schedule PRIVATE _POSIX_C_SOURCE=200809L)
 add_test(NAME unit_test_schedule COMMAND test_schedule)
 add_test(NAME plan COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/plan/run.sh $<TARGET_FILE:shardc>
   ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(plan PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 300)
+add_test(NAME unit_timeline COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/test_timeline.sh $<TARGET_FILE:shardc>)

@@ -19,7 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
-#define SR_EXTERN_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#define SR_EXTERN_SHARED(type, name) extern __shared__ __align__(128) type name[]
 #else
 #include "emu/cuda_emu.h"
 #endif

@@ -14,15 +14,30 @@ static sr_status host_init(int local_rank)
 
 static void host_shutdown(void) {}
 
+/* every block carries its size in a 256-byte header, for the peak count */
+#define HDR 256
+static int64_t cur_bytes, peak;
+
 static void *host_alloc(size_t bytes)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return NULL;
-    memset(p, 0, bytes ? bytes : 1);
-    return p;
+    if (posix_memalign(&p, 256, bytes + HDR) != 0) return NULL;
+    memset(p, 0, bytes + HDR);
+    *(size_t *)p = bytes;
+    cur_bytes += (int64_t)bytes;
+    if (cur_bytes > peak) peak = cur_bytes;
+    return (char *)p + HDR;
 }
 
-static void host_free(void *p) { free(p); }
+static void host_free(void *p)
+{
+    if (!p) return;
+    char *base = (char *)p - HDR;
+    cur_bytes -= (int64_t)*(size_t *)base;
+    free(base);
+}
+
+static int64_t host_peak(void) { return peak; }
 
 static void host_copy(void *dst, const void *src, size_t bytes)
 {
@@ -56,4 +71,5 @@ const sr_backend sr_backend_host = {
     .scale = host_scale,
     .adamw = host_adamw,
     .sync = host_sync,
+    .peak_bytes = host_peak,
 };

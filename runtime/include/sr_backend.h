@@ -42,6 +42,8 @@ typedef struct sr_backend {
                   float beta2, float eps, float wd, long t);
     /* waits for all queued device work; reports the first asynchronous error */
     sr_status (*sync)(void);
+    /* the most bytes this backend had allocated at once (the run's peak) */
+    int64_t (*peak_bytes)(void);
 } sr_backend;
 
 extern const sr_backend sr_backend_host;

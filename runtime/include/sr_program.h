@@ -137,6 +137,7 @@ typedef struct sr_program {
     int tp;                  /* the tensor-parallel degree the program was compiled for */
     int pp, virtual_stages;  /* the pipeline it was compiled for (1, 1: none) */
     int n_stages;            /* pp * virtual_stages */
+    int recompute;           /* 1: built with --recompute block */
     const sr_stage *stages;  /* stage s runs on pipeline rank s % pp */
 } sr_program;
 

@@ -11,8 +11,10 @@
  * driver.
  *
  *   step_compare [--steps N] [--batch B] [--seq T] [--dropout P] [--bf16]
- * fp32: losses to 1e-5 relative, gradients to 1e-4 of each tensor's largest.
- * bf16: losses to 2e-2 relative, gradients to 1e-1 (bf16 activations).
+ * fp32: losses to 1e-5 relative, step 1's gradients to 1e-4 of each
+ * tensor's largest (later steps 1e-3: the parameters have drifted apart by
+ * round-off amplified by Adam). bf16: losses to 2e-2, gradients to 1e-1
+ * (bf16 activations).
  * Prints one line per check and "N passed, M failed".
  */
 #include <math.h>
@@ -183,8 +185,11 @@ int main(int argc, char **argv)
                 wname = hd->name;
             }
         }
-        check(worst <= tol_grad, "step %d gradients of all %d parameters: worst rel err %.2g (%s)", s, H->n_params,
-              worst, wname);
+        /* from step 2 on the two programs start from parameters that differ (Adam's sign-like first steps,
+         * see the end), so their gradients are compared 10x looser than step 1's */
+        double tg = s == 1 || use_bf16 ? tol_grad : 10 * tol_grad;
+        check(worst <= tg, "step %d gradients of all %d parameters: worst rel err %.2g (%s; tolerance %.0g)", s,
+              H->n_params, worst, wname, tg);
         /* AdamW on both */
         for (int i = 0; i < H->n_params; i++) {
             const sr_param_desc *hd = &H->params[i], *cd = &C->params[i];

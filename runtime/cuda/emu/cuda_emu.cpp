@@ -424,8 +424,10 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
         b.n = (int)nt;
         b.fn = fn;
         b.arg = arg;
-        if (pool.smem.size() < smem + 16) pool.smem.resize(smem + 16);
-        b.smem = smem ? pool.smem.data() : nullptr;
+        /* dynamic shared memory starts 128-byte aligned, as on the GPU */
+        if (pool.smem.size() < smem + 128) pool.smem.resize(smem + 128);
+        uintptr_t base = ((uintptr_t)pool.smem.data() + 127) & ~(uintptr_t)127;
+        b.smem = smem ? (char *)base : nullptr;
         uint3 bidx{(unsigned)(bi % grid.x), (unsigned)(bi / grid.x % grid.y), (unsigned)(bi / ((long)grid.x * grid.y))};
         if (!fail && !run_block(b, bidx, blk, grid)) {
             /* the fibers still waiting are abandoned: their stacks are reused */

@@ -77,6 +77,9 @@ struct int2 {
 struct int4 {
     int x, y, z, w;
 };
+struct alignas(16) uint4 {
+    unsigned int x, y, z, w;
+};
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
@@ -446,11 +449,23 @@ inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, S v)
     for (int i = 0; i < f.num_elements; i++) f.x[i] = wmma_to<T>((float)v);
 }
 
+/* the hardware's rules: 256-bit aligned pointers, ldm a multiple of 16 bytes */
+template <class P>
+inline void wmma_check(const P *p, unsigned ldm, const char *what)
+{
+    if (((uintptr_t)p & 31u) || (ldm * sizeof(P)) % 16u) {
+        fprintf(stderr, "cuda_emu: %s: pointer %p must be 32-byte aligned and ldm %u a multiple of 16 bytes\n", what,
+                (const void *)p, ldm);
+        abort();
+    }
+}
+
 /* a and b fragments carry their layout in the type */
 template <class Use, int M, int N, int K, class T, class L, class P>
 inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ldm)
 {
     typedef fragment<Use, M, N, K, T, L> Frag;
+    wmma_check(p, ldm, "wmma::load_matrix_sync");
     emu::sync_warp();
     for (int r = 0; r < Frag::rows; r++)
         for (int c = 0; c < Frag::cols; c++)
@@ -462,6 +477,7 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsign
 template <int M, int N, int K, class T, class P>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void> &f, const P *p, unsigned ldm, layout_t l)
 {
+    wmma_check(p, ldm, "wmma::load_matrix_sync");
     emu::sync_warp();
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++) f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
@@ -471,6 +487,7 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void> &f, const P
 template <int M, int N, int K, class T, class P>
 inline void store_matrix_sync(P *p, const fragment<accumulator, M, N, K, T, void> &f, unsigned ldm, layout_t l)
 {
+    wmma_check(p, ldm, "wmma::store_matrix_sync");
     emu::sync_warp();
     if (emu::lane_id() == __builtin_ctz(emu::warp_active_mask()))
         for (int r = 0; r < M; r++)
