@@ -43,7 +43,18 @@ typedef struct CGen {
     char *store;        /* ST_* of every value */
     int *aux_of_attn;   /* value -> the attention op whose aux it is, -1 */
     int logits;
+    int stage;          /* the pipeline stage being emitted */
+    int mode;           /* backward: BW_FULL, BW_INPUT (zb-h1 B) or BW_WEIGHT (zb-h1 W) */
+    Vec fnames;         /* char*: every function name used in the file */
 } CGen;
+
+enum { BW_FULL = 0, BW_INPUT = 1, BW_WEIGHT = 2 };
+
+static int is_param_grad(CGen *g, int gv)
+{
+    IrValue *v = ir_value(g->ir, gv);
+    return v->kind == VK_GRAD && ir_value(g->ir, v->primal)->kind == VK_PARAM;
+}
 
 static char *cdim(CGen *g, Dim d)
 {
@@ -87,6 +98,12 @@ static char *buf(CGen *g, int id)
     }
     default:
         break;
+    }
+    if (g->ir->nstages > 1) { /* pipeline boundaries are the runtime's (float) buffers */
+        const IrStage *st = &g->ir->stages[g->stage];
+        if (id == st->act_in) return "e->act_in";
+        if (v->kind == VK_GRAD && v->primal == st->act_in) return "e->act_in_grad";
+        if (v->kind == VK_GRAD && v->primal == st->act_out) return "e->act_out_grad";
     }
     if (v->slot < 0) sx_ice("value %%%d has no workspace slot", id);
     int s = g->store[id];
@@ -139,6 +156,10 @@ static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b)
         } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
             if (!b) sx_ice("$d%c outside a backward template", p[1]);
             int k = p[1] - '0', dv = b->din[k];
+            /* zb-h1 splits the backward: B computes activation gradients, W parameter ones */
+            if (dv >= 0 && ((g->mode == BW_INPUT && is_param_grad(g, dv)) ||
+                            (g->mode == BW_WEIGHT && !is_param_grad(g, dv))))
+                dv = -1;
             /* a typed null: the wrappers are templates */
             x = dv < 0 ? "(float *)0" : (b->gate >> k) & 1 ? sx_fmt("(e->tp_rank == 0 ? %s : nullptr)", buf(g, dv)) : buf(g, dv);
             p += 2;
@@ -172,6 +193,26 @@ static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b)
 }
 
 /* ---- storage ------------------------------------------------------------------------ */
+/* a pipeline boundary activation: the runtime sends and receives it as float */
+static int boundary(const Ir *ir, int id)
+{
+    for (int s = 0; ir->nstages > 1 && s < ir->nstages; s++)
+        if (ir->stages[s].act_out == id || ir->stages[s].act_in == id) return 1;
+    return 0;
+}
+
+/* the stage whose workspace holds a value (memplan's rule), -1 outside */
+static int home(const Ir *ir, const IrValue *v)
+{
+    if (v->kind == VK_OP || v->kind == VK_AUX) return ((IrOp *)ir->ops.v[v->def])->pstage;
+    if (v->kind != VK_GRAD) return -1;
+    const IrValue *p = ir->values.v[v->primal];
+    if (p->kind == VK_PARAM || p->kind == VK_INPUT) return -1;
+    int s = ((IrOp *)ir->ops.v[p->def])->pstage;
+    if (ir->nstages > 1 && ir->stages[s].act_out == p->id) return -1; /* a runtime buffer */
+    return s;
+}
+
 static void plan_storage(CGen *g)
 {
     Ir *ir = g->ir;
@@ -190,7 +231,7 @@ static void plan_storage(CGen *g)
             int s = ST_F32;
             if (v->dtype == DT_I32 || v->kind == VK_INPUT) s = ST_I32;
             else if (v->kind == VK_GRAD) s = ir_value(ir, v->primal)->kind == VK_PARAM ? ST_F32 : g->store[v->primal];
-            else if (v->kind == VK_OP && g->bf16 && i != ir->output && i != g->logits) s = ST_ACT;
+            else if (v->kind == VK_OP && g->bf16 && i != ir->output && i != g->logits && !boundary(ir, i)) s = ST_ACT;
             g->store[i] = (char)s;
         }
 }
@@ -210,11 +251,7 @@ static char *value_bytes(CGen *g, int id)
 
 /* ---- fusion: matmul -> add(bias) [-> gelu] ------------------------------------------------ */
 /* in the workspace (memplan's rule): op outputs, aux buffers, activation gradients */
-static int in_ws_ir(const Ir *ir, const IrValue *v)
-{
-    if (v->kind == VK_OP || v->kind == VK_AUX) return 1;
-    return v->kind == VK_GRAD && ((const IrValue *)ir->values.v[v->primal])->kind != VK_PARAM;
-}
+static int in_ws_ir(const Ir *ir, const IrValue *v) { return home(ir, v) >= 0; }
 
 static int forward_readers(Ir *ir, int v)
 {
@@ -223,14 +260,24 @@ static int forward_readers(Ir *ir, int v)
         IrOp *op = ir->ops.v[i];
         for (int k = 0; k < op->nin; k++) n += op->in[k] == v;
     }
+    for (int j = 0; j < ir->bwd.n; j++) { /* recomputation reads forward values too */
+        IrBwd *b = ir->bwd.v[j];
+        if (b->kind != BWD_FORWARD) continue;
+        IrOp *op = BWD_OP(ir, b);
+        for (int k = 0; k < op->nin; k++) n += op->in[k] == v;
+    }
     return n;
 }
 
 static int same_slot(Ir *ir, int a, int b)
 {
     IrValue *x = ir_value(ir, a), *y = ir_value(ir, b);
-    return x->slot >= 0 && y->slot >= 0 && x->slot == y->slot && in_ws_ir(ir, x) && in_ws_ir(ir, y);
+    return x->slot >= 0 && y->slot >= 0 && x->slot == y->slot && in_ws_ir(ir, x) && in_ws_ir(ir, y) &&
+           home(ir, x) == home(ir, y);
 }
+
+/* an op the fused call can swallow: the next one in the same stage's forward */
+static int fusable(const IrOp *first, const IrOp *op) { return op->pstage == first->pstage && !op->recomp; }
 
 /* nonzero: ops i.. (2 or 3 of them) are one fused call, written to *call */
 static int fuse_at(CGen *g, int i, char **call, char **what)
@@ -240,18 +287,20 @@ static int fuse_at(CGen *g, int i, char **call, char **what)
     if (mm->kind != OP_MATMUL || i + 1 >= ir->ops.n) return 0;
     IrOp *add = ir->ops.v[i + 1];
     int vm = mm->out;
-    if (add->kind != OP_ADD || add->in[0] != vm || vm == ir->output || vm == g->logits) return 0;
+    if (add->kind != OP_ADD || !fusable(mm, add) || add->in[0] != vm || vm == ir->output || vm == g->logits ||
+        boundary(ir, vm))
+        return 0;
     IrValue *bias = ir_value(ir, add->in[1]);
     Dim N = mm->sz[2];
     if (bias->kind != VK_PARAM || !dim_eq(shape_numel(&bias->shape), N) || !dim_eq(add->sz[0], N)) return 0;
     if (forward_readers(ir, vm) != 1 || (ad_template_uses(ir_ops[OP_MATMUL].bwd) & (1u << 4))) return 0;
     int a = mm->in[0], w = mm->in[1], va = add->out;
     /* the outputs are written at the matmul: they must not be its inputs' slots */
-    if (same_slot(ir, va, a) || same_slot(ir, va, w)) return 0;
+    if (same_slot(ir, va, a) || same_slot(ir, va, w) || boundary(ir, va)) return 0;
     char *M = cdim(g, mm->sz[0]), *K = cdim(g, mm->sz[1]), *Ns = cdim(g, N);
     if (i + 2 < ir->ops.n) {
         IrOp *ge = ir->ops.v[i + 2];
-        if (ge->kind == OP_GELU && ge->in[0] == va && va != ir->output && va != g->logits &&
+        if (ge->kind == OP_GELU && fusable(mm, ge) && ge->in[0] == va && va != ir->output && va != g->logits &&
             forward_readers(ir, va) == 1 && !same_slot(ir, ge->out, a) && !same_slot(ir, ge->out, w)) {
             *call = sx_fmt("srk_matmul_bias_gelu_fwd(%s, %s, %s, %s, %s, %s, %s, %s)", buf(g, ge->out), buf(g, va),
                            buf(g, a), buf(g, w), buf(g, add->in[1]), M, K, Ns);
@@ -291,16 +340,18 @@ static char *cname(const char *s)
     return r;
 }
 
-static char *fn_name(Vec *used, const char *kind, const char *grp)
+/* a function name for a group; a group that recurs gets a numbered name */
+static char *fn_name(CGen *g, Vec *calls, const char *kind, const char *grp)
 {
     char *base = sx_fmt("%s_%s", kind, cname(grp)), *name = base;
     for (int k = 2;; k++) {
         int clash = 0;
-        for (int i = 0; i < used->n; i++) clash |= !strcmp(used->v[i], name);
+        for (int i = 0; i < g->fnames.n; i++) clash |= !strcmp(g->fnames.v[i], name);
         if (!clash) break;
         name = sx_fmt("%s_%d", base, k);
     }
-    vec_push(used, name);
+    vec_push(&g->fnames, name);
+    vec_push(calls, name);
     return name;
 }
 
@@ -326,10 +377,11 @@ static void emit_forward(CGen *g, Vec *calls)
     char *cur = NULL;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
+        if (op->pstage != g->stage || op->recomp) continue;
         char *grp = group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            open_fn(g, fn_name(calls, "fwd", grp));
+            open_fn(g, fn_name(g, calls, "fwd", grp));
             cur = grp;
         }
         IrValue *o = ir_value(ir, op->out);
@@ -368,18 +420,40 @@ static void emit_backward(CGen *g, Vec *calls)
         }
     }
     IrOp *prev = NULL;
+    memset(g->zeroed, 0, (size_t)ir->values.n + 1);
+    const char *kind = g->mode == BW_INPUT ? "bwdi" : g->mode == BW_WEIGHT ? "bwdw" : "bwd";
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
-        IrOp *op = b->fwd >= 0 ? ir->ops.v[b->fwd] : prev;
+        IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
         if (!op) sx_ice("backward step %d has no op", j);
         prev = op;
+        if (b->pstage != g->stage) continue;
+        /* what this pass does of the step */
+        int any_param = 0, any_act = 0;
+        if (b->kind == BWD_FORWARD) {
+            any_act = 1;
+        } else if (b->kind == BWD_ALLREDUCE) {
+            any_param = is_param_grad(g, b->dout);
+            any_act = !any_param;
+        } else {
+            for (int k = 0; k < 4; k++)
+                if (b->din[k] >= 0) {
+                    if (is_param_grad(g, b->din[k])) any_param = 1;
+                    else any_act = 1;
+                }
+        }
+        if ((g->mode == BW_INPUT && !any_act) || (g->mode == BW_WEIGHT && !any_param)) continue;
         char *grp = group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            open_fn(g, fn_name(calls, "bwd", grp));
+            open_fn(g, fn_name(g, calls, kind, grp));
             cur = grp;
         }
-        if (b->kind == BWD_ALLREDUCE) {
+        if (b->kind == BWD_FORWARD) {
+            fprintf(g->f, "    /* %s:%d  recompute %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+            fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("recompute %s", ir_ops[op->kind].name)),
+                    expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
+        } else if (b->kind == BWD_ALLREDUCE) {
             IrValue *dv = ir_value(ir, b->dout);
             fprintf(g->f, "    SRK_AT(%s, srk_tp_allreduce(e, %s, %s, %s)); /* d%%%d summed over the tensor group */\n",
                     site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cdim(g, shape_numel(&dv->shape)),
@@ -397,19 +471,29 @@ static void emit_backward(CGen *g, Vec *calls)
                 IrValue *dv = ir_value(ir, d);
                 IrValue *pv = ir_value(ir, dv->primal);
                 g->zeroed[d] = 1;
-                if (pv->kind == VK_PARAM) continue;
+                if (pv->kind == VK_PARAM || g->mode == BW_WEIGHT) continue;
+                if (ir->nstages > 1 && pv->id == ir->stages[g->stage].act_out) continue; /* received */
                 fprintf(g->f, "    SRK_AT(%s, srk_zero(%s, %s)); /* d%%%d %s */\n", site(op, "zero"), buf(g, d),
                         cdim(g, shape_numel(&dv->shape)), pv->id, shape_str(&dv->shape, ir));
             }
             fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
                     expand(g, tmpl, op, b));
         }
-        for (int i = 0; i < ir->params.n; i++)
+        for (int i = 0; i < ir->params.n && g->mode != BW_INPUT; i++)
             if (last[i] == j)
                 fprintf(g->f, "    if (e->grad_ready) { srk_comm_fence(); e->grad_ready(e, %d); } /* %s complete */\n",
                         i, ((IrParam *)ir->params.v[i])->name);
     }
     if (cur) fprintf(g->f, "}\n\n");
+}
+
+/* floats per token of a boundary activation (its elements over B*T) */
+static int64_t row_floats(const Ir *ir, int id)
+{
+    const IrValue *v = ir->values.v[id];
+    Dim n = shape_numel(&v->shape);
+    if (n.p[0] != 1 || n.p[1] != 1) sx_ice("boundary activation %%%d is not per token", id);
+    return n.c;
 }
 
 /* ---- the program descriptor (assignments in main: robust to field order) ------------------ */
@@ -443,13 +527,13 @@ static void emit_str_field(FILE *f, const char *field, const Const *c, const cha
     fprintf(f, ";\n");
 }
 
-static void emit_defaults(CGen *g)
+static void emit_defaults(CGen *g, int max_seq)
 {
     Program *P = g->P;
     FILE *f = g->f;
     fprintf(f, "    program.defaults.steps = %lld;\n", (long long)tnum(P, "steps", 100));
     fprintf(f, "    program.defaults.batch = %d;\n", (int)tnum(P, "batch", 8));
-    fprintf(f, "    program.defaults.seq = %d;\n", (int)tnum(P, "seq", 64));
+    fprintf(f, "    program.defaults.seq = %d;\n", (int)tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
     fprintf(f, "    program.defaults.lr = %s;\n", fmt_float(tnum(P, "lr", 3e-4)));
     fprintf(f, "    program.defaults.min_lr = %s;\n", fmt_float(tnum(P, "min_lr", 0.0)));
     fprintf(f, "    program.defaults.warmup = %d;\n", (int)tnum(P, "warmup", 0));
@@ -494,26 +578,77 @@ static char *config_json(Program *P)
     return sx_fmt("%s}", s);
 }
 
-static void emit_plan(CGen *g)
+/* one pipeline stage (the whole model without a pipeline): its workspace
+ * plan in bytes of the storage types, forward, backward (and zb-h1's halves) */
+static void emit_stage(CGen *g, int s, int logits)
 {
     Ir *ir = g->ir;
     FILE *f = g->f;
-    fprintf(f, "static size_t plan(int B, int T)\n{\n    size_t o = 0, b;\n    (void)B;\n    (void)T;\n");
-    for (int s = 0; s < ir->nslots; s++) {
+    const IrStage *st = &ir->stages[s];
+    int last = s == ir->nstages - 1;
+    g->stage = s;
+    fprintf(f, "/* ---- stage %d", s);
+    if (ir->nstages > 1)
+        fprintf(f, ": layers %d..%d%s%s", st->first_block, st->first_block + st->nblocks - 1,
+                s == 0 ? ", embedding" : "", last ? ", head and loss" : "");
+    fprintf(f, " ---- */\n\n");
+    fprintf(f, "static size_t off%d[%d];\n", s, st->nslots + 1);
+    fprintf(f, "#undef F\n#undef A\n#undef I\n");
+    fprintf(f, "#define F(k) ((float *)(e->work + off%d[k]))\n", s);
+    fprintf(f, "#define A(k) ((act_t *)(e->work + off%d[k]))\n", s);
+    fprintf(f, "#define I(k) ((int32_t *)(e->work + off%d[k]))\n", s);
+    fprintf(f, "static size_t plan%d(int B, int T)\n{\n    size_t o = 0, b;\n    (void)B;\n    (void)T;\n", s);
+    for (int k = 0; k < st->nslots; k++) {
         Vec seen = {0};
         for (int i = 0; i < ir->values.n; i++) {
             IrValue *v = ir->values.v[i];
-            if (v->slot != s || !in_ws_ir(ir, v)) continue;
+            if (v->slot != k || home(ir, v) != s) continue;
             char *e = value_bytes(g, i);
             int dup = 0;
-            for (int k = 0; k < seen.n; k++) dup |= !strcmp(seen.v[k], e);
+            for (int q = 0; q < seen.n; q++) dup |= !strcmp(seen.v[q], e);
             if (!dup) vec_push(&seen, e);
         }
-        fprintf(f, "    slot_off[%d] = o; b = %s;", s, seen.n ? (char *)seen.v[0] : "0");
-        for (int k = 1; k < seen.n; k++) fprintf(f, " b = srk_max_size(b, %s);", (char *)seen.v[k]);
+        fprintf(f, "    off%d[%d] = o; b = %s;", s, k, seen.n ? (char *)seen.v[0] : "0");
+        for (int q = 1; q < seen.n; q++) fprintf(f, " b = srk_max_size(b, %s);", (char *)seen.v[q]);
         fprintf(f, " o += (b + 255) & ~(size_t)255;\n");
     }
-    fprintf(f, "    slot_off[NSLOTS] = o;\n    return o;\n}\n\n");
+    fprintf(f, "    off%d[%d] = o;\n    return o;\n}\n\n", s, st->nslots);
+    fprintf(f, "static int planned%d_B = -1, planned%d_T = -1;\n", s, s);
+    fprintf(f, "static void replan%d(int B, int T)\n{\n    if (B != planned%d_B || T != planned%d_T) {\n"
+               "        plan%d(B, T);\n        planned%d_B = B;\n        planned%d_T = T;\n    }\n}\n\n",
+            s, s, s, s, s, s);
+    fprintf(f, "static size_t work_bytes%d(int B, int T)\n{\n    size_t n = plan%d(B, T);\n"
+               "    planned%d_B = B;\n    planned%d_T = T;\n    return n;\n}\n\n", s, s, s, s);
+
+    Vec fcalls = {0};
+    emit_forward(g, &fcalls);
+    fprintf(f, "static void stage%d_forward(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, s);
+    fprintf(f, "    srk_site(__FILE__, __LINE__, \"forward\");\n");
+    fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
+    for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
+    if (last) {
+        fprintf(f, "    srk_site(__FILE__, __LINE__, \"loss\");\n");
+        fprintf(f, "    e->loss = srk_get_scalar(%s);\n", buf(g, ir->output));
+        fprintf(f, "    e->logits = %s; /* device memory */\n", buf(g, logits));
+    } else {
+        fprintf(f, "    srk_comm_fence(); /* the runtime sends it */\n");
+        fprintf(f, "    e->act_out = %s;\n", buf(g, st->act_out));
+    }
+    fprintf(f, "}\n\n");
+    static const char *suffix[3] = {"backward", "backward_input", "backward_weight"};
+    for (int mode = 0; mode < (ir->nstages > 1 ? 3 : 1); mode++) {
+        Vec bcalls = {0};
+        g->mode = mode;
+        emit_backward(g, &bcalls);
+        fprintf(f, "static void stage%d_%s(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, suffix[mode], s);
+        fprintf(f, "    srk_site(__FILE__, __LINE__, \"backward\");\n");
+        fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
+        if (last && mode != BW_WEIGHT) fprintf(f, "    srk_set_scalar(%s, e->dloss); /* d loss */\n", buf(g, ir->seed));
+        for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
+        if (!last || s > 0) fprintf(f, "    srk_comm_fence(); /* the runtime sends the input's gradient */\n");
+        fprintf(f, "}\n\n");
+    }
+    g->mode = BW_FULL;
 }
 
 int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
@@ -525,11 +660,6 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     g.f = f;
     g.bf16 = precision_bf16 != 0;
     Ir *ir = &P->ir;
-    if (ir->nstages > 1) {
-        sx_error(&ir->model_loc, "--backend cuda does not run pipeline parallelism yet (%d stages); build with "
-                 "--backend host or --pp 1", ir->nstages);
-        return 1;
-    }
     g.param_off = sx_alloc(sizeof(int64_t) * (size_t)(ir->params.n + 1));
     g.zeroed = sx_alloc((size_t)ir->values.n + 1);
     int64_t off = 0;
@@ -584,43 +714,16 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
             SHARDC_VERSION, source_path, g.bf16 ? "bf16 compute with fp32 master weights" : "fp32");
     fprintf(f, " * Model %s: %d parameter tensors, %lld parameters; %d ops forward, %d backward;\n",
             ir->model_name, ir->params.n, (long long)ir_param_count(ir), ir->ops.n, ir->bwd.n);
-    fprintf(f, " * workspace of %d slots planned at compile time (sizes in %s, %s).\n", ir->nslots, ir->symname[0],
-            ir->symname[1]);
+    fprintf(f, " * %d pipeline stage%s, workspaces planned at compile time (sizes in %s, %s).\n", ir->nstages,
+            ir->nstages == 1 ? "" : "s", ir->symname[0], ir->symname[1]);
     fprintf(f, " * Builds with nvcc, or with a C++20 compiler against runtime/cuda/emu (CPU emulation). */\n");
     fprintf(f, "#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n\n");
     fprintf(f, "#include \"sr_cuda.h\"\n#include \"sr_program.h\"\n#include \"srk.cuh\"\n\n");
     fprintf(f, "typedef %s act_t; /* activations and their gradients */\n", g.bf16 ? "__nv_bfloat16" : "float");
-    fprintf(f, "#define NSLOTS %d\n", ir->nslots);
     fprintf(f, "#define N_PARAM_FLOATS %lldLL\n", (long long)off);
-    fprintf(f, "static size_t slot_off[NSLOTS + 1];\n");
-    fprintf(f, "#define F(s) ((float *)(e->work + slot_off[s]))\n");
-    fprintf(f, "#define A(s) ((act_t *)(e->work + slot_off[s]))\n");
-    fprintf(f, "#define I(s) ((int32_t *)(e->work + slot_off[s]))\n");
     fprintf(f, "#define P(o) (e->params + (o))\n#define G(o) (e->grads + (o))\n\n");
     fprintf(f, "[[maybe_unused]] static inline size_t srk_max_size(size_t a, size_t b) { return a > b ? a : b; }\n\n");
-    emit_plan(&g);
-    fprintf(f, "static int planned_B = -1, planned_T = -1;\n");
-    fprintf(f, "static void replan(int B, int T)\n{\n    if (B != planned_B || T != planned_T) {\n"
-               "        plan(B, T);\n        planned_B = B;\n        planned_T = T;\n    }\n}\n\n");
-    fprintf(f, "static size_t work_bytes(int B, int T)\n{\n    size_t n = plan(B, T);\n"
-               "    planned_B = B;\n    planned_T = T;\n    return n;\n}\n\n");
-
-    Vec fcalls = {0}, bcalls = {0};
-    emit_forward(&g, &fcalls);
-    emit_backward(&g, &bcalls);
-    fprintf(f, "static void forward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
-    fprintf(f, "    srk_site(__FILE__, __LINE__, \"forward\");\n");
-    fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
-    for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
-    fprintf(f, "    srk_site(__FILE__, __LINE__, \"loss\");\n");
-    fprintf(f, "    e->loss = srk_get_scalar(%s);\n", buf(&g, ir->output));
-    fprintf(f, "    e->logits = %s; /* device memory */\n}\n\n", buf(&g, logits));
-    fprintf(f, "static void backward(sr_exec *e)\n{\n    replan(e->B, e->T);\n");
-    fprintf(f, "    srk_site(__FILE__, __LINE__, \"d loss\");\n");
-    fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
-    fprintf(f, "    srk_set_scalar(%s, e->dloss);\n", buf(&g, ir->seed));
-    for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
-    fprintf(f, "}\n\n");
+    for (int s = 0; s < ir->nstages; s++) emit_stage(&g, s, logits);
 
     fprintf(f, "static const sr_param_desc params[%d] = {\n", ir->params.n);
     for (int i = 0; i < ir->params.n; i++) {
@@ -640,9 +743,43 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
     }
     fprintf(f, "};\n\n");
-    fprintf(f, "static sr_program program;\n\n");
+    /* the stages: entry points, boundaries, the parameters each uses */
+    int *nused = sx_alloc(sizeof(int) * (size_t)ir->nstages);
+    for (int st = 0; st < ir->nstages; st++) {
+        char *used = sx_alloc((size_t)ir->params.n + 1);
+        for (int i = 0; i < ir->ops.n; i++) {
+            IrOp *op = ir->ops.v[i];
+            if (op->pstage != st) continue;
+            for (int k = 0; k < op->nin; k++) {
+                IrValue *v = ir_value(ir, op->in[k]);
+                if (v->kind == VK_PARAM) used[v->param] = 1;
+            }
+        }
+        fprintf(f, "static const int stage%d_params[] = {", st);
+        int n = 0;
+        for (int i = 0; i < ir->params.n; i++)
+            if (used[i]) fprintf(f, "%s%d", n++ ? ", " : "", i);
+        fprintf(f, "%s};\n", n ? "" : "-1");
+        nused[st] = n;
+    }
+    fprintf(f, "\nstatic sr_stage stages[%d];\nstatic sr_program program;\n\n", ir->nstages);
     fprintf(f, "int main(int argc, char **argv)\n{\n");
     fprintf(f, "    srk_configure(%d); /* %s */\n", g.bf16, g.bf16 ? "bf16 compute" : "fp32");
+    for (int st = 0; st < ir->nstages; st++) {
+        const IrStage *sg = &ir->stages[st];
+        int multi = ir->nstages > 1;
+        fprintf(f, "    stages[%d].work_bytes = work_bytes%d;\n", st, st);
+        fprintf(f, "    stages[%d].forward = stage%d_forward;\n", st, st);
+        fprintf(f, "    stages[%d].backward = stage%d_backward;\n", st, st);
+        if (multi) {
+            fprintf(f, "    stages[%d].backward_input = stage%d_backward_input;\n", st, st);
+            fprintf(f, "    stages[%d].backward_weight = stage%d_backward_weight;\n", st, st);
+        }
+        fprintf(f, "    stages[%d].act_in_row = %lld;\n", st, sg->act_in >= 0 ? (long long)row_floats(ir, sg->act_in) : 0LL);
+        fprintf(f, "    stages[%d].act_out_row = %lld;\n", st, sg->act_out >= 0 ? (long long)row_floats(ir, sg->act_out) : 0LL);
+        fprintf(f, "    stages[%d].first_block = %d;\n    stages[%d].nblocks = %d;\n", st, sg->first_block, st, sg->nblocks);
+        fprintf(f, "    stages[%d].n_params = %d;\n    stages[%d].params = stage%d_params;\n", st, nused[st], st, st);
+    }
     fprintf(f, "    program.name = ");
     emit_cstr(f, ir->model_name);
     fprintf(f, ";\n    program.source = ");
@@ -650,8 +787,13 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, ";\n    program.n_params = %d;\n    program.params = params;\n", ir->params.n);
     fprintf(f, "    program.n_param_floats = N_PARAM_FLOATS;\n");
     fprintf(f, "    program.vocab = %d;\n    program.max_seq = %d;\n    program.tp = %d;\n", vocab, max_seq, P->layout.tp);
-    fprintf(f, "    program.work_bytes = work_bytes;\n    program.forward = forward;\n    program.backward = backward;\n");
-    emit_defaults(&g);
+    fprintf(f, "    program.work_bytes = work_bytes0;\n    program.forward = stage0_forward;\n");
+    fprintf(f, "    program.backward = stage0_backward;\n");
+    fprintf(f, "    program.recompute = %d;\n", P->layout.recompute);
+    fprintf(f, "    program.pp = %d;\n    program.virtual_stages = %d;\n    program.n_stages = %d;\n",
+            ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
+    fprintf(f, "    program.stages = stages;\n");
+    emit_defaults(&g, max_seq);
     fprintf(f, "    program.config_json = ");
     emit_cstr(f, config_json(P));
     fprintf(f, ";\n    program.backend = &sr_backend_cuda;\n");

@@ -1,15 +1,16 @@
 /* recompute.c: activation recomputation per block.
  *
- * Needs: the backward program (autodiff) and op->stage, the repetition of
- * the @pipeline repeat each op belongs to; those repetitions are the blocks.
- * Guarantees (with --recompute block): the backward of every block starts by
- * running the block's forward ops again as clones that write new values,
- * and the block's gradient rules read the clones. The originals inside a
- * block are then dead once the block's forward is done, so the memory plan
- * gives their memory back and only each block's input stays saved. The
- * clones run the same kernels on the same inputs with the same dropout keys
- * (an op's uid), so the numbers are bit-identical to no recomputation.
- * Clones are appended to Ir.ops marked `recomp`; forward passes skip them.
+ * Needs: the backward program (autodiff) and the blocks: the instances or
+ * repetitions marked @recompute (op->rgroup), or with `--recompute block`
+ * and no such mark, the repetitions of the @pipeline repeat (op->stage).
+ * Guarantees: the backward of every block starts by running the block's
+ * forward ops again as clones that write new values, and the block's
+ * gradient rules read the clones. The originals inside a block are then dead
+ * once the block's forward is done, so the memory plan gives their memory
+ * back and only each block's input stays saved. The clones run the same
+ * kernels on the same inputs with the same dropout keys (an op's uid), so
+ * the numbers are bit-identical to no recomputation. Clones are appended to
+ * Ir.ops marked `recomp`; forward passes skip them.
  */
 #include "shardc.h"
 
@@ -37,22 +38,32 @@ static int clone_value(Ir *ir, int v, int def)
     return n;
 }
 
+/* the block an op is recomputed with: its @recompute block, else (with
+ * --recompute block) its repetition of the @pipeline repeat */
+static int block_of(const IrOp *op, int marked) { return marked ? op->rgroup : op->stage; }
+
 int rc_recompute(Program *P)
 {
     if (!P->layout.recompute) return 0;
     Ir *ir = &P->ir;
-    if (!P->layout_repeats) {
+    int marked = 0, nblocks = P->layout_repeats;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (op->rgroup >= 0) marked = 1;
+        if (op->rgroup + 1 > nblocks) nblocks = op->rgroup + 1;
+    }
+    if (!marked && !P->layout_repeats) {
         sx_error(&ir->model_loc, "--recompute block recomputes the repetitions of the repeat marked "
                  "@pipeline, and '%s' has none", ir->model_name);
         return 1;
     }
     int nops = ir->ops.n;
     int *clone = NULL;
-    char *done = sx_alloc((size_t)P->layout_repeats + 1);
+    char *done = sx_alloc((size_t)nblocks + 1);
     Vec out = {0};
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
-        int blk = b->fwd >= 0 ? ir_op(ir, b->fwd)->stage : -1;
+        int blk = b->fwd >= 0 ? block_of(ir_op(ir, b->fwd), marked) : -1;
         if (blk >= 0 && !done[blk]) {
             /* the block's forward again, before its first gradient rule */
             done[blk] = 1;
@@ -61,7 +72,7 @@ int rc_recompute(Program *P)
             for (int v = 0; v < nv; v++) clone[v] = -1;
             for (int i = 0; i < nops; i++) {
                 IrOp *op = ir->ops.v[i];
-                if (op->stage != blk) continue;
+                if (block_of(op, marked) != blk) continue;
                 IrOp *c = sx_alloc(sizeof *c);
                 *c = *op;
                 c->id = ir->ops.n;

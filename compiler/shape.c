@@ -136,12 +136,15 @@ typedef struct Frame {
     int stage;          /* repeat index of the pipeline repeat, -1 outside */
     const sx_loc *inst_loc; /* where this instance was created, NULL at the model */
     const sx_loc *user_loc; /* the outermost such call in the main file */
+    int rgroup;             /* the @recompute block this code is in, -1 if none */
 } Frame;
 
 typedef struct Elab {
     Program *P;
     Ir *ir;
     Vec inst_names;     /* char*: instance paths used so far */
+    int next_rgroup;    /* @recompute blocks numbered so far */
+    int recompute_next; /* the instance being called is marked @recompute */
     int depth;
     int expr_depth, too_deep;
     int too_big;
@@ -196,6 +199,7 @@ static IrOp *new_op(Elab *E, OpKind k, const sx_loc *loc, Frame *f)
     op->kind = k;
     op->loc = *loc;
     op->scope = f->prefix;
+    op->rgroup = f->rgroup;
     if (f->user_loc) op->user_loc = *f->user_loc;
     op->stage = f->stage;
     op->out = op->aux[0] = op->aux[1] = -1;
@@ -1288,6 +1292,8 @@ static Val call_block(Elab *E, Frame *caller, Node *inst, Node *blk, const char 
     f.stage = stage;
     f.inst_loc = &inst->loc;
     f.user_loc = caller->user_loc ? caller->user_loc : &inst->loc;
+    f.rgroup = caller->rgroup;
+    if (E->recompute_next && caller->rgroup < 0) f.rgroup = E->next_rgroup++; /* a new @recompute block */
     /* positional, then keyword, then defaults */
     Val vals[64];
     int have[64];
@@ -1356,19 +1362,24 @@ static Val instantiate(Elab *E, Frame *caller, Node *inst)
     if (!blk) return verr(); /* reported by sema */
     const char *path = *caller->prefix ? sx_fmt("%s.%s", caller->prefix, inst->label) : inst->label;
     if (claim_instance(E, path, &inst->loc)) return verr();
-    int pipeline = 0;
+    int pipeline = 0, recompute = 0;
     for (int i = 0; i < inst->annots.n; i++) {
         Node *an = inst->annots.v[i];
         if (!strcmp(an->name, "pipeline")) pipeline = 1;
-        else if (!strcmp(an->name, "recompute")) { /* recorded for the planner */ }
+        else if (!strcmp(an->name, "recompute")) recompute = 1;
         else
             sx_error(&an->loc, "unknown instance annotation '@%s' (use @pipeline or @recompute)", an->name);
         if (an->args.n) sx_error(&an->loc, "@%s takes no arguments", an->name);
     }
+    /* @recompute turns recomputation on unless the command line says otherwise */
+    if (recompute && E->P->layout.cli_recompute < 0) E->P->layout.recompute = 1;
     if (!inst->count) {
         if (pipeline) sx_error(&inst->loc, "@pipeline marks a repeat whose repetitions may be cut "
                                "into pipeline stages; '%s' is not a repeat", inst->label);
-        return call_block(E, caller, inst, blk, path, NULL, caller->stage);
+        E->recompute_next = recompute;
+        Val r = call_block(E, caller, inst, blk, path, NULL, caller->stage);
+        E->recompute_next = 0;
+        return r;
     }
     Val n = eval(E, caller, inst->count);
     if (n.k != V_INT) {
@@ -1405,8 +1416,10 @@ static Val instantiate(Elab *E, Frame *caller, Node *inst)
                          "long?)", MAX_OPS);
             return verr();
         }
+        E->recompute_next = recompute; /* each repetition is its own block */
         Val y = call_block(E, caller, inst, blk, sx_fmt("%s.%lld", path, i), &x,
                            pipeline ? (int)i : caller->stage);
+        E->recompute_next = 0;
         if (!y.k) return verr();
         if (x.k == V_TENSOR && (y.k != V_TENSOR || !shape_eq(&val_of(E, x)->shape, &val_of(E, y)->shape))) {
             sx_error(&inst->loc, "a repeated block must return a value shaped like its first "
@@ -1436,6 +1449,7 @@ int shape_elaborate(Program *P)
     f.prefix = "";
     f.block = m;
     f.stage = -1;
+    f.rgroup = -1;
     for (int i = 0; i < m->args.n; i++) {
         Node *a = m->args.v[i];
         if (a->type->ival != TY_TENSOR) {

@@ -189,6 +189,10 @@ static int shard_same(ShardCtx *c)
 {
     /* scaling is linear: a partial sum stays partial; others are nonlinear */
     if (c->in[0].kind == SH_PARTIAL && c->op->kind != OP_SCALE) resolve(c, 0);
+    /* dropout's random numbers are keyed by the element's place in the whole
+     * tensor: on a split tensor it runs whole (documented fallback), so every
+     * layout drops exactly the single-rank elements */
+    if (c->op->kind == OP_DROPOUT && c->in[0].kind == SH_SPLIT) resolve(c, 0);
     c->out = c->in[0];
     return 0;
 }

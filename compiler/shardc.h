@@ -213,6 +213,8 @@ typedef struct IrOp {
     int stage;         /* repeat index for pipeline cuts, -1 outside repeats */
     int pstage;        /* pipeline stage this op runs in (pipeline.c), 0 without one */
     int recomp;        /* a clone that recomputes a block's forward in the backward */
+    int rgroup;        /* block recomputed as one (an instance or repetition marked
+                        * @recompute), -1 if none */
 } IrOp;
 
 /* one step of the backward program: the gradient rule of forward op `fwd`

@@ -756,7 +756,9 @@ int main(void)
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768);
             test_rmsnorm<bf16>(45, 37);
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
+            /* hd 8: SIMT; hd 32, 64, 128: tensor cores (wmma), one and several 64-row tiles */
             test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 70, 128, 2), test_attention<bf16>(2, 19, 64, 1);
+            test_attention<bf16>(2, 65, 64, 2), test_attention<bf16>(1, 130, 256, 2);
         } else {
             test_matmul<float>(37, 19, 23, false), test_matmul<float>(64, 96, 48, false);
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);

@@ -44,6 +44,13 @@ check "dropout 0.1 at tp=2 gives the single-rank losses (same seed)" same drop1.
 $mpi -np 4 ./tg2 $run --tp 2 --dp 2 --zero 1 --microbatches 2 --log z.jsonl
 check "dp=2 x tp=2 with ZeRO-1 and 2 microbatches" same t1.jsonl z.jsonl 1e-5
 
+# LLaMA-style blocks (RMSNorm, SiLU-gated MLP, bias-free projections)
+"$shardc" build "$src/tests/e2e/llama.model" -o l1
+"$shardc" build "$src/tests/e2e/llama.model" --tp 2 -o l2
+./l1 $run --log l1.jsonl
+$mpi -np 2 ./l2 $run --tp 2 --log l2.jsonl
+check "LLaMA-style blocks at tp=2 give the single-rank losses" same l1.jsonl l2.jsonl 1e-5
+
 # collectives per block against Megatron's count: 2 all-reduces of B*T*n_embd
 # floats forward (attention, MLP) and 2 backward, per transformer block
 "$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 -o /dev/null --dump=autodiff > ad.txt 2>&1
