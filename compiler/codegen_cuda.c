@@ -355,11 +355,22 @@ static char *fn_name(CGen *g, Vec *calls, const char *kind, const char *grp)
     return name;
 }
 
+/* the symbolic dims as locals, from B and T (sequence parallelism: T / tp) */
+static void emit_syms(CGen *g, const char *b, const char *t)
+{
+    for (int i = 0; i < g->ir->nsym; i++) {
+        if (i == g->ir->seq_sym && i > 0) /* this rank's part of the sequence */
+            fprintf(g->f, "    const int %s = %s / %d;\n", g->ir->symname[i], t, g->P->layout.tp);
+        else
+            fprintf(g->f, "    const int %s = %s;\n", g->ir->symname[i], i == 0 ? b : t);
+    }
+    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    (void)%s;\n", g->ir->symname[i]);
+}
+
 static void open_fn(CGen *g, const char *name)
 {
     fprintf(g->f, "static void %s(sr_exec *e)\n{\n", name);
-    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    const int %s = e->%s;\n", g->ir->symname[i], i == 0 ? "B" : "T");
-    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    (void)%s;\n", g->ir->symname[i]);
+    emit_syms(g, "e->B", "e->T");
 }
 
 /* "file:line what", a C string literal for SRK_AT */
@@ -597,7 +608,8 @@ static void emit_stage(CGen *g, int s, int logits)
     fprintf(f, "#define F(k) ((float *)(e->work + off%d[k]))\n", s);
     fprintf(f, "#define A(k) ((act_t *)(e->work + off%d[k]))\n", s);
     fprintf(f, "#define I(k) ((int32_t *)(e->work + off%d[k]))\n", s);
-    fprintf(f, "static size_t plan%d(int B, int T)\n{\n    size_t o = 0, b;\n    (void)B;\n    (void)T;\n", s);
+    fprintf(f, "static size_t plan%d(int B_, int T_)\n{\n    size_t o = 0, b;\n", s);
+    emit_syms(g, "B_", "T_");
     for (int k = 0; k < st->nslots; k++) {
         Vec seen = {0};
         for (int i = 0; i < ir->values.n; i++) {
@@ -685,7 +697,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         }
     }
     if (ir->ninputs != 2 || ir_value(ir, ir->inputs[0])->dtype != DT_I32 ||
-        ir_value(ir, ir->inputs[1])->dtype != DT_I32 || ir->nsym != 2) {
+        ir_value(ir, ir->inputs[1])->dtype != DT_I32 || ir->nsym != 2 + (ir->seq_sym > 0)) {
         sx_error(&ir->model_loc, "to build a training program, the model takes two i32[B, T] inputs "
                  "(tokens and next-token targets)");
         return 1;

@@ -215,7 +215,12 @@ static char *fn_name(Gen *g, Vec *calls, const char *kind, const char *grp)
 static void open_fn(Gen *g, const char *name)
 {
     fprintf(g->f, "static void %s(sr_exec *e)\n{\n", name);
-    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    const int %s = e->%s;\n", g->ir->symname[i], i == 0 ? "B" : "T");
+    for (int i = 0; i < g->ir->nsym; i++) {
+        if (i == g->ir->seq_sym && i > 0) /* this rank's part of the sequence */
+            fprintf(g->f, "    const int %s = e->T / %d;\n", g->ir->symname[i], g->P->layout.tp);
+        else
+            fprintf(g->f, "    const int %s = e->%s;\n", g->ir->symname[i], i == 0 ? "B" : "T");
+    }
     for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    (void)%s;\n", g->ir->symname[i]);
 }
 
@@ -427,7 +432,8 @@ static void emit_stage(Gen *g, int s, int logits)
         Dim d = st->slot_elems[k];
         fprintf(f, "    off%d[%d] = o; o += ((size_t)%lld", s, k, (long long)d.c);
         for (int i = 0; i < SX_MAXSYM; i++)
-            for (int r = 0; r < d.p[i]; r++) fprintf(f, " * (size_t)%s", i == 0 ? "B" : "T");
+            for (int r = 0; r < d.p[i]; r++)
+                fprintf(f, " * (size_t)%s", i == 0 ? "B" : i == 1 ? "T" : sx_fmt("(T / %d)", g->P->layout.tp));
         fprintf(f, " * 4 + 63) & ~(size_t)63;\n");
     }
     fprintf(f, "    off%d[%d] = o;\n    return o;\n}\n\n", s, st->nslots);
@@ -496,7 +502,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         }
     }
     if (ir->ninputs != 2 || ir_value(ir, ir->inputs[0])->dtype != DT_I32 ||
-        ir_value(ir, ir->inputs[1])->dtype != DT_I32 || ir->nsym != 2) {
+        ir_value(ir, ir->inputs[1])->dtype != DT_I32 || ir->nsym != 2 + (ir->seq_sym > 0)) {
         sx_error(&ir->model_loc, "to build a training program, the model takes two i32[B, T] inputs "
                  "(tokens and next-token targets)");
         return 1;
@@ -582,6 +588,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n    .tp = %d,\n", vocab, max_seq, P->layout.tp);
     fprintf(f, "    .work_bytes = work_bytes0,\n    .forward = stage0_forward,\n    .backward = stage0_backward,\n");
     fprintf(f, "    .recompute = %d,\n", P->layout.recompute);
+    fprintf(f, "    .sequence_parallel = %d,\n", P->layout.sequence_parallel && P->layout.tp > 1);
     fprintf(f, "    .pp = %d,\n    .virtual_stages = %d,\n    .n_stages = %d,\n    .stages = stages,\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     emit_defaults(&g, max_seq);

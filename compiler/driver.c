@@ -82,6 +82,8 @@ static void usage_cmd(FILE *f, const char *cmd)
             "                       the layout, instead of the file's parallel section (build\n"
             "                       compiles tensor and pipeline splits into the program)\n"
             "  --recompute block|none  build: recompute each block's activations in the backward\n"
+            "  --sequence-parallel  with --tp: split activations outside attention and MLP along the\n"
+            "                       sequence (reduce-scatter and all-gather instead of all-reduce)\n"
             "  --dump=PASS          print the IR after PASS (shape, shard; build: autodiff, pipeline,\n"
             "                       memplan)\n"
             "  -I DIR               also look for imported modules in DIR\n"
@@ -338,6 +340,8 @@ int main(int argc, char **argv)
         } else if ((t = TAKE("--schedule"))) {
             if (t < 0) return 2;
             P->layout.cli_sched = val;
+        } else if (!strcmp(a, "--sequence-parallel")) {
+            P->layout.cli_sp = 1;
         } else if ((t = TAKE("--recompute"))) {
             if (t < 0) return 2;
             if (strcmp(val, "block") && strcmp(val, "none"))

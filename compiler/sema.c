@@ -369,7 +369,7 @@ static Override *find_override(Program *P, const char *sec, const char *name, co
 }
 
 static const char *parallel_keys[] = {"data", "tensor", "pipeline", "microbatches", "schedule",
-                                      "world", "virtual_stages", "recompute", NULL};
+                                      "world", "virtual_stages", "recompute", "sequence_parallel", NULL};
 static const char *train_keys[] = {"optimizer", "lr", "min_lr", "warmup", "lr_schedule",
                                    "weight_decay", "beta1", "beta2", "eps", "grad_clip",
                                    "dropout", "batch", "seq", "steps", "seed", "data",

@@ -580,18 +580,70 @@ static int shape_same_any(ShapeCtx *c)
     return 0;
 }
 
+/* (outer, dim, inner) sizes around dimension d of s */
+static void split_sizes(ShapeCtx *c, const Shape *s, int d, Dim dd)
+{
+    Dim outer = dim_const(1), inner = dim_const(1);
+    for (int i = 0; i < d; i++) dim_mul(outer, s->d[i], &outer);
+    for (int i = d + 1; i < s->nd; i++) dim_mul(inner, s->d[i], &inner);
+    c->op->sz[0] = outer;
+    c->op->sz[1] = dd;
+    c->op->sz[2] = inner;
+}
+
+/* the dimension d of a split tensor, whole again: the sequence symbol T/tp
+ * becomes T, a constant is multiplied by tp */
+static Dim unsplit(ShapeCtx *c, Dim d, int tp)
+{
+    Ir *ir = c->E->ir;
+    if (ir->seq_sym > 0 && d.p[ir->seq_sym] == 1 && d.c == 1) {
+        Dim w = dim_const(1);
+        w.p[1] = 1;
+        return w;
+    }
+    d.c *= tp;
+    return d;
+}
+
 /* all-gather of dim k0 split over k1 ranks: (outer, local, inner) sizes */
 static int shape_gather(ShapeCtx *c)
 {
     int d = (int)c->op->k[0], tp = (int)c->op->k[1];
     c->out = c->in[0]->shape;
-    Dim outer = dim_const(1), inner = dim_const(1);
-    for (int i = 0; i < d; i++) dim_mul(outer, c->out.d[i], &outer);
-    for (int i = d + 1; i < c->out.nd; i++) dim_mul(inner, c->out.d[i], &inner);
-    c->op->sz[0] = outer;
-    c->op->sz[1] = c->out.d[d];
-    c->op->sz[2] = inner;
-    c->out.d[d].c *= tp;
+    split_sizes(c, &c->out, d, c->out.d[d]);
+    c->out.d[d] = unsplit(c, c->out.d[d], tp);
+    return 0;
+}
+
+/* reduce-scatter or slice of dim k0 (the sequence T, or a constant) over k1
+ * ranks: the output keeps this rank's part; sizes (outer, local, inner) */
+static int shape_scatter(ShapeCtx *c)
+{
+    int d = (int)c->op->k[0], tp = (int)c->op->k[1];
+    Ir *ir = c->E->ir;
+    c->out = c->in[0]->shape;
+    Dim w = c->out.d[d], l;
+    if (w.c == 1 && w.p[1] == 1 && ir->seq_sym > 0) {
+        l = dim_const(1);
+        l.p[ir->seq_sym] = 1;
+    } else if (w.c % tp == 0 && !w.p[0] && !w.p[1]) {
+        l = dim_const(w.c / tp);
+    } else {
+        sx_ice("cannot scatter %s over %d ranks", dim_str(w, ir), tp);
+    }
+    c->out.d[d] = l;
+    split_sizes(c, &c->out, d, l);
+    return 0;
+}
+
+/* dropout on a (B, T/tp, C) tensor split along the sequence */
+static int shape_dropout_seq(ShapeCtx *c)
+{
+    c->out = c->in[0]->shape;
+    if (c->out.nd != 3) sx_ice("sequence-parallel dropout on %d dimensions", c->out.nd);
+    c->op->sz[0] = c->out.d[0];
+    c->op->sz[1] = c->out.d[1];
+    c->op->sz[2] = c->out.d[2];
     return 0;
 }
 

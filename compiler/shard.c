@@ -45,6 +45,8 @@ int shard_layout(Program *P)
     L->loc_world = wl;
     const Const *rc = sema_find_const(&P->parallel, "recompute");
     L->recompute = 0;
+    const Const *sp = sema_find_const(&P->parallel, "sequence_parallel");
+    L->sequence_parallel = L->cli_sp || (sp && !sp->is_str && !sp->is_float && sp->i);
     if (rc && (!rc->is_str || (strcmp(rc->s, "block") && strcmp(rc->s, "none"))))
         sx_error(&rc->loc, "parallel recompute must be \"block\" or \"none\"");
     else if (rc)
@@ -103,6 +105,46 @@ static void resolve(ShardCtx *c, int i)
     col->axis = c->in[i].axis;
     vec_push(&c->P->collectives, col);
     c->in[i] = repl();
+}
+
+/* the sequence dimension (dim 1 of a [B, T, ...] activation) */
+static int seq_dim(const ShardCtx *c, int i)
+{
+    const IrValue *v = c->inv[i];
+    return v->shape.nd >= 2 && v->shape.d[1].c == 1 && v->shape.d[1].p[1] == 1 && !v->shape.d[1].p[0];
+}
+
+/* sequence parallelism: a partial sum outside attention and the MLP is
+ * reduce-scattered along the sequence (Megatron-SP) instead of all-reduced */
+static void soft_resolve(ShardCtx *c, int i)
+{
+    if (c->in[i].kind == SH_PARTIAL && c->P->layout.sequence_parallel && seq_dim(c, i)) {
+        Collective *col = sx_alloc(sizeof *col);
+        col->op = c->op->id;
+        col->input = i;
+        col->value = c->op->in[i];
+        col->kind = 2;
+        col->dim = 1;
+        col->axis = 1;
+        vec_push(&c->P->collectives, col);
+        c->in[i] = split(1, 1);
+        return;
+    }
+    resolve(c, i);
+}
+
+/* a replicated operand cut to this rank's part of dim d (no communication) */
+static void slice_input(ShardCtx *c, int i, int d)
+{
+    Collective *col = sx_alloc(sizeof *col);
+    col->op = c->op->id;
+    col->input = i;
+    col->value = c->op->in[i];
+    col->kind = 3;
+    col->dim = d;
+    col->axis = 1;
+    vec_push(&c->P->collectives, col);
+    c->in[i] = split(d, 1);
 }
 
 static int is_split_last(const ShardCtx *c, int i)
@@ -169,8 +211,13 @@ static int shard_elementwise(ShardCtx *c)
         c->out = a;
         return 0;
     }
-    if (a.kind == SH_PARTIAL) { resolve(c, 0); a = c->in[0]; }
-    if (b.kind == SH_PARTIAL) { resolve(c, 1); b = c->in[1]; }
+    if (a.kind == SH_PARTIAL) { soft_resolve(c, 0); a = c->in[0]; }
+    if (b.kind == SH_PARTIAL) { soft_resolve(c, 1); b = c->in[1]; }
+    /* sequence-split + replicated positions: each rank takes its positions */
+    if (a.kind == SH_SPLIT && b.kind == SH_REPL && a.dim >= off && a.dim == 1 && c->P->layout.sequence_parallel) {
+        slice_input(c, 1, a.dim - off);
+        b = c->in[1];
+    }
     if (a.kind == SH_SPLIT && b.kind == SH_SPLIT && a.dim == b.dim + off && a.groups == b.groups) {
         c->out = a;
         return 0;
@@ -188,11 +235,14 @@ static int shard_elementwise(ShardCtx *c)
 static int shard_same(ShardCtx *c)
 {
     /* scaling is linear: a partial sum stays partial; others are nonlinear */
-    if (c->in[0].kind == SH_PARTIAL && c->op->kind != OP_SCALE) resolve(c, 0);
+    if (c->in[0].kind == SH_PARTIAL && c->op->kind != OP_SCALE) soft_resolve(c, 0);
     /* dropout's random numbers are keyed by the element's place in the whole
-     * tensor: on a split tensor it runs whole (documented fallback), so every
-     * layout drops exactly the single-rank elements */
-    if (c->op->kind == OP_DROPOUT && c->in[0].kind == SH_SPLIT) resolve(c, 0);
+     * tensor: split along the sequence it has a kernel that knows that place;
+     * split otherwise it runs whole (documented fallback), so every layout
+     * drops exactly the single-rank elements */
+    if (c->op->kind == OP_DROPOUT && c->in[0].kind == SH_SPLIT &&
+        !(c->in[0].dim == 1 && c->P->layout.sequence_parallel && c->inv[0]->shape.nd == 3))
+        resolve(c, 0);
     c->out = c->in[0];
     return 0;
 }
@@ -206,7 +256,8 @@ static int shard_none(ShardCtx *c)
 /* normalization and softmax work on whole rows: the last dim must be whole */
 static int shard_rowwise(ShardCtx *c)
 {
-    if (c->in[0].kind == SH_PARTIAL || is_split_last(c, 0)) resolve(c, 0);
+    if (c->in[0].kind == SH_PARTIAL) soft_resolve(c, 0);
+    if (is_split_last(c, 0)) resolve(c, 0);
     for (int i = 1; i < c->op->nin; i++) {
         if (c->in[i].kind != SH_REPL) {
             sx_error(&c->op->loc, "the weights of '%s' must be replicated, but %s is split",
@@ -378,7 +429,7 @@ void shard_dump(const Program *P, FILE *f)
         IrValue *v = ir_value(ir, c->value);
         Dim n = shape_numel(&v->shape);
         fprintf(f, "  %-10s %%%d %s before %s (%s:%d %s)  %s x 4 bytes\n",
-                c->kind == 0 ? "all-reduce" : "all-gather", v->id, shape_str(&v->shape, ir),
+                c->kind == 0 ? "all-reduce" : c->kind == 1 ? "all-gather" : c->kind == 2 ? "reduce-scatter" : "slice", v->id, shape_str(&v->shape, ir),
                 ir_ops[op->kind].name, op->loc.file, op->loc.line, op->scope, dim_str(n, ir));
     }
 }
@@ -399,7 +450,8 @@ static int new_collective(Program *P, Vec *ops, IrOp *user, Collective *c)
     Ir *ir = &P->ir;
     IrValue *v = ir_value(ir, c->value);
     IrOp *op = sx_alloc(sizeof *op);
-    op->kind = c->kind == 0 ? OP_TP_ALLREDUCE : OP_TP_ALLGATHER;
+    static const OpKind kinds[4] = {OP_TP_ALLREDUCE, OP_TP_ALLGATHER, OP_TP_REDUCE_SCATTER, OP_TP_SLICE};
+    op->kind = kinds[c->kind];
     op->nin = 1;
     op->in[0] = c->value;
     op->loc = user->loc;
@@ -407,15 +459,15 @@ static int new_collective(Program *P, Vec *ops, IrOp *user, Collective *c)
     op->user_loc = user->user_loc;
     op->stage = user->stage;
     op->aux[0] = op->aux[1] = -1;
-    if (c->kind == 1) {
-        op->k[0] = v->sh.dim;
+    if (c->kind >= 1) {
+        op->k[0] = c->kind == 1 ? v->sh.dim : c->dim;
         op->k[1] = P->layout.tp;
         op->nk = 2;
     }
-    Shape s = v->shape; /* logical shape: the output is whole */
+    Shape s = v->shape; /* logical shape */
     op->out = ir_new_value(ir, VK_OP, v->dtype, &s);
     IrValue *o = ir_value(ir, op->out);
-    o->sh = repl();
+    o->sh = c->kind >= 2 ? split(c->dim, 1) : repl();
     vec_push(ops, op);
     return op->out;
 }
@@ -427,15 +479,15 @@ int shard_lower(Program *P)
     if (tp <= 1) return 0;
     /* 1. collectives as ops, one per (value, kind), before the first consumer */
     Vec ops = {0};
-    int *made = sx_alloc(sizeof(int) * 2 * (size_t)(ir->values.n + 1));
+    int *made = sx_alloc(sizeof(int) * 4 * (size_t)(ir->values.n + 1));
     int nv0 = ir->values.n;
-    for (int i = 0; i < 2 * nv0; i++) made[i] = -1;
+    for (int i = 0; i < 4 * nv0; i++) made[i] = -1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         for (int k = 0; k < P->collectives.n; k++) {
             Collective *c = P->collectives.v[k];
             if (c->op != op->id) continue;
-            int *slot = &made[2 * c->value + c->kind];
+            int *slot = &made[4 * c->value + c->kind];
             if (*slot < 0) *slot = new_collective(P, &ops, op, c);
             op->in[c->input] = *slot;
         }
@@ -443,6 +495,7 @@ int shard_lower(Program *P)
         if (op->kind == OP_EMBEDDING && w->sh.kind == SH_SPLIT && w->sh.dim == 0) op->kind = OP_EMBEDDING_VP;
         if (op->kind == OP_CROSS_ENTROPY && w->sh.kind == SH_SPLIT) op->kind = OP_CROSS_ENTROPY_VP;
         if (op->kind == OP_ATTENTION && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
+        if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 1) op->kind = OP_DROPOUT_SEQ;
         vec_push(&ops, op);
     }
     ir->ops = ops;
@@ -452,11 +505,22 @@ int shard_lower(Program *P)
         ir_value(ir, op->out)->def = i;
         for (int a = 0; a < ir_ops[op->kind].naux; a++) ir_value(ir, op->aux[a])->def = i;
     }
-    /* 2. local shapes of split values */
+    /* 2. local shapes of split values; the sequence split over tp ranks is
+     * a symbol of its own, T / tp */
+    if (P->layout.sequence_parallel) {
+        if (ir->nsym >= SX_MAXSYM) sx_ice("no symbol left for the local sequence");
+        ir->seq_sym = ir->nsym++;
+        ir->symname[ir->seq_sym] = sx_fmt("%s_tp", ir->symname[1]);
+    }
     for (int i = 0; i < ir->values.n; i++) {
         IrValue *v = ir->values.v[i];
         if (v->sh.kind != SH_SPLIT) continue;
         Dim *d = &v->shape.d[v->sh.dim];
+        if (ir->seq_sym > 0 && d->c == 1 && d->p[1] == 1 && !d->p[0]) {
+            d->p[1] = 0;
+            d->p[ir->seq_sym] = 1;
+            continue;
+        }
         int sym = 0;
         for (int k = 0; k < SX_MAXSYM; k++) sym |= d->p[k];
         if (sym || d->c % tp) {
@@ -470,7 +534,7 @@ int shard_lower(Program *P)
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         int touches = ir_value(ir, op->out)->sh.kind != SH_REPL || op->kind == OP_TP_ALLREDUCE ||
-                      op->kind == OP_TP_ALLGATHER;
+                      op->kind == OP_TP_ALLGATHER || op->kind == OP_TP_REDUCE_SCATTER || op->kind == OP_TP_SLICE;
         for (int k = 0; k < op->nin; k++) touches |= ir_value(ir, op->in[k])->sh.kind != SH_REPL;
         if (!touches) continue;
         Shape out, aux[2];

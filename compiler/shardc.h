@@ -275,6 +275,8 @@ typedef struct Ir {
     struct IrStage *stages;
     const char *symname[SX_MAXSYM];
     int nsym;
+    int seq_sym;  /* sequence parallelism: the symbol of T / tp (its value is e->T / tp); 0: none
+                   * (symbols 0 and 1 are the batch and the sequence) */
     const char *model_name;
     sx_loc model_loc;
 } Ir;
@@ -300,6 +302,8 @@ typedef struct Layout {
     const char *schedule;
     int virtual_stages;
     int recompute;      /* 1: recompute each block's activations in the backward */
+    int sequence_parallel; /* 1: activations outside attention and MLP split along the sequence */
+    int cli_sp;         /* --sequence-parallel given */
     int cli_recompute;  /* --recompute: -1 not given, 0 none, 1 block */
     sx_loc loc_dp, loc_tp, loc_pp, loc_mb, loc_world, loc_sched;
 } Layout;
@@ -352,7 +356,10 @@ typedef struct Collective {
     int op;        /* the op whose input needs it */
     int input;     /* which input */
     int value;     /* the value resolved */
-    int kind;      /* 0 all-reduce (partial sum), 1 all-gather (split) */
+    int kind;      /* 0 all-reduce (partial sum), 1 all-gather (split), 2 reduce-scatter along
+                    * the sequence (partial sum -> split), 3 cut a replicated tensor to this
+                    * rank's part of the sequence (no communication) */
+    int dim;       /* kinds 2, 3: the dimension split */
     int axis;
 } Collective;
 int shard_layout(Program *P);  /* before elaboration: degrees from the file and flags */

@@ -198,3 +198,79 @@ void sr_param_shard(const sr_param_desc *d, int rank, float *full, float *local,
         else full[gi] = local[i];
     }
 }
+
+/* ---- sequence parallelism ------------------------------------------------------ */
+
+void sr_tp_reduce_scatter(sr_exec *e, float *out, const float *in, long outer, long local, long inner)
+{
+    int tp = e->tp;
+    long blk = outer * local * inner;
+    float *tmp = malloc(sizeof(float) * (size_t)(blk * tp + 1));
+    if (!tmp) {
+        sr_seterr(SR_ERR_NOMEM, "out of memory");
+        fatal("reduce-scatter");
+    }
+    /* in (outer, tp*local, inner) -> tmp (tp, outer, local, inner): rank r's block */
+    for (int r = 0; r < tp; r++)
+        for (long o = 0; o < outer; o++)
+            memcpy(tmp + r * blk + o * local * inner, in + (o * tp * local + r * local) * inner,
+                   sizeof(float) * (size_t)(local * inner));
+    if (sr_comm_reduce_scatter(e->tp_comm, tmp, out, blk, "activation", NULL) != SR_OK) fatal("reduce-scatter");
+    free(tmp);
+}
+
+void sr_tp_reduce_scatter_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner)
+{
+    if (!dx) return;
+    int tp = e->tp;
+    float *full = malloc(sizeof(float) * (size_t)(outer * local * inner * tp + 1));
+    if (!full) {
+        sr_seterr(SR_ERR_NOMEM, "out of memory");
+        fatal("all-gather");
+    }
+    sr_tp_allgather(e, full, dout, outer, local, inner);
+    long n = outer * local * inner * tp;
+    for (long i = 0; i < n; i++) dx[i] += full[i];
+    free(full);
+}
+
+void sr_tp_slice(sr_exec *e, float *out, const float *in, long outer, long local, long inner)
+{
+    int tp = e->tp, r = e->tp_rank;
+    for (long o = 0; o < outer; o++)
+        memcpy(out + o * local * inner, in + (o * tp * local + r * local) * inner, sizeof(float) * (size_t)(local * inner));
+}
+
+void sr_tp_slice_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner)
+{
+    if (!dx) return;
+    int tp = e->tp, r = e->tp_rank;
+    for (long o = 0; o < outer; o++) {
+        float *d = dx + (o * tp * local + r * local) * inner;
+        const float *g = dout + o * local * inner;
+        for (long i = 0; i < local * inner; i++) d[i] += g[i];
+    }
+}
+
+/* element (b, t, c) of this rank is element (row0 + b*T + rank*Tl + t, c) of
+ * the whole microbatch, T = Tl * tp: each row keyed by its global place */
+void sr_dropout_seq_fwd(sr_exec *e, float *out, const float *x, long B, long Tl, long C, unsigned op)
+{
+    long T = Tl * e->tp;
+    for (long b = 0; b < B; b++)
+        for (long t = 0; t < Tl; t++) {
+            long row = (long)e->row0 + b * T + (long)e->tp_rank * Tl + t, i = (b * Tl + t) * C;
+            sr_dropout_fwd(out + i, x + i, C, e->dropout, e->seed, e->step, op, (uint64_t)row * (uint64_t)C);
+        }
+}
+
+void sr_dropout_seq_bwd(sr_exec *e, float *dx, const float *dout, long B, long Tl, long C, unsigned op)
+{
+    if (!dx) return;
+    long T = Tl * e->tp;
+    for (long b = 0; b < B; b++)
+        for (long t = 0; t < Tl; t++) {
+            long row = (long)e->row0 + b * T + (long)e->tp_rank * Tl + t, i = (b * Tl + t) * C;
+            sr_dropout_bwd(dx + i, dout + i, C, e->dropout, e->seed, e->step, op, (uint64_t)row * (uint64_t)C);
+        }
+}

@@ -250,6 +250,8 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(o->pp == (prog->pp > 0 ? prog->pp : 1), "--pp %d: this program was built for pipeline=%d; rebuild "
          "it with shardc build --pp %d (the compiler cuts the stages)", o->pp, prog->pp > 0 ? prog->pp : 1, o->pp);
     NEED(o->zero == 0 || o->zero == 1, "--zero must be 0 or 1 (got %d)", o->zero);
+    NEED(!prog->sequence_parallel || o->seq % prog->tp == 0,
+         "--seq %d is not divisible by --tp %d, which sequence parallelism needs", o->seq, prog->tp);
     NEED(!strcmp(o->recompute, "block") || !strcmp(o->recompute, "none"),
          "--recompute must be block or none (got '%s')", o->recompute);
     NEED(!strcmp(o->recompute, prog->recompute ? "block" : "none"),

@@ -104,6 +104,8 @@ void *srk_dev_alloc(size_t bytes)
     }
     (*arena.taken)[p] = n;
     (*arena.outside)[p] = 1;
+    arena.used += n;
+    if (arena.used > arena.high) arena.high = arena.used;
     return p;
 }
 
@@ -114,11 +116,11 @@ void srk_dev_free(void *p)
     if (t == arena.taken->end()) return;
     size_t n = t->second;
     arena.taken->erase(t);
+    arena.used -= n;
     if (arena.outside->erase(p)) {
         cudaFree(p);
         return;
     }
-    arena.used -= n;
     size_t off = (size_t)((char *)p - arena.base);
     auto nx = arena.free_blocks->lower_bound(off);
     if (nx != arena.free_blocks->end() && nx->first == off + n) { /* merge with the next block */
@@ -279,6 +281,9 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, 
     srk_params_written();
 }
 
+/* the arena's high-water mark (with any allocation that fell outside it) */
+static int64_t cuda_peak_bytes(void) { return (int64_t)arena.high; }
+
 static sr_status cuda_sync(void)
 {
     if (!srk_ctx.failed && dev_ready) {
@@ -312,4 +317,5 @@ extern "C" const sr_backend sr_backend_cuda = {
     .scale = cuda_scale,
     .adamw = cuda_adamw,
     .sync = cuda_sync,
+    .peak_bytes = cuda_peak_bytes,
 };

@@ -44,6 +44,7 @@ enum srk_scratch_id {
     SRK_SCR_CONV_B,
     SRK_SCR_CONV_C,
     SRK_SCR_LT_WS,    /* cuBLASLt workspace */
+    SRK_SCR_TP,       /* tensor-parallel staging (reduce-scatter backward) */
     SRK_SCR_HOST,     /* device-side scalars read back by the host */
     SRK_SCR__COUNT
 };

@@ -99,6 +99,129 @@ void srk_tp_allgather_bwd(sr_exec *e, TD *dx, const TG *dout, long outer, long l
               dout, outer, local, inner, e->tp > 0 ? e->tp : 1, e->tp_rank);
 }
 
+/* ---- sequence parallelism ------------------------------------------------------------------ */
+/* tmp (tp, outer, local, inner) = in (outer, tp*local, inner) regrouped by rank, as float */
+template <class TI>
+__global__ void tp_scatter_permute_kernel(float *tmp, const TI *in, long outer, long local, long inner, int tp)
+{
+    long blk = outer * local * inner, n = blk * tp;
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long r = e / blk, rem = e - r * blk;
+        long o = rem / (local * inner), li = rem - o * local * inner;
+        tmp[e] = srk_ld(in[(o * tp + r) * local * inner + li]);
+    }
+}
+/* out (outer, local, inner) = this rank's block of in (outer, tp*local, inner) summed over the group */
+template <class TO, class TI>
+void srk_tp_reduce_scatter(sr_exec *e, TO *out, const TI *in, long outer, long local, long inner)
+{
+    long blk = outer * local * inner;
+    if (blk <= 0) return;
+    int tp = e->tp > 0 ? e->tp : 1;
+    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
+    float *recv = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
+    if (!tmp || !recv) return;
+    SR_LAUNCH(tp_scatter_permute_kernel<TI>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              tmp, in, outer, local, inner, tp);
+    if (tp > 1) {
+        srk_comm_fence();
+        if (srk_ctx.failed) return;
+        if (sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, "activation", NULL) != SR_OK)
+            srk_tp_fatal("reduce-scatter");
+        srk_copy(out, recv, blk);
+    } else {
+        srk_copy(out, tmp, blk);
+    }
+}
+/* dx (outer, tp*local, inner) += dout (outer, local, inner) gathered from the group */
+template <class TD, class TG>
+void srk_tp_reduce_scatter_bwd(sr_exec *e, TD *dx, const TG *dout, long outer, long local, long inner)
+{
+    long n = outer * local * inner * (e->tp > 0 ? e->tp : 1);
+    if (!dx || n <= 0) return;
+    float *full = (float *)srk_scratch(SRK_SCR_TP, sizeof(float) * (size_t)n);
+    if (!full) return;
+    srk_tp_allgather(e, full, dout, outer, local, inner);
+    srk_add_bwd(dx, (float *)NULL, full, n, n);
+}
+
+/* BWD = 0: out (outer, local, inner) = this rank's block of in (outer, tp*local, inner);
+ * BWD = 1: out (outer, tp*local, inner) block += in (outer, local, inner) */
+template <int BWD, class TO, class TI>
+__global__ void tp_slice_kernel(TO *out, const TI *in, long outer, long local, long inner, int tp, int rank)
+{
+    long n = outer * local * inner;
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long o = e / (local * inner), li = e - o * local * inner, wide = (o * tp + rank) * local * inner + li;
+        if (BWD) srk_acc(&out[wide], srk_ld(in[e]));
+        else out[e] = srk_to<TO>(srk_ld(in[wide]));
+    }
+}
+template <class TO, class TI>
+void srk_tp_slice(sr_exec *e, TO *out, const TI *in, long outer, long local, long inner)
+{
+    long n = outer * local * inner;
+    if (n <= 0) return;
+    SR_LAUNCH((tp_slice_kernel<0, TO, TI>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, in,
+              outer, local, inner, e->tp > 0 ? e->tp : 1, e->tp_rank);
+}
+template <class TD, class TG>
+void srk_tp_slice_bwd(sr_exec *e, TD *dx, const TG *dout, long outer, long local, long inner)
+{
+    long n = outer * local * inner;
+    if (!dx || n <= 0) return;
+    SR_LAUNCH((tp_slice_kernel<1, TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx, dout,
+              outer, local, inner, e->tp > 0 ? e->tp : 1, e->tp_rank);
+}
+
+/* dropout of a (B, Tl, C) sequence part: element (b, t, c) is element
+ * (row0 + b*T + rank*Tl + t, c) of the microbatch (T = Tl * tp), keyed as the host does */
+template <int BWD, class TO, class TX>
+__global__ void dropout_seq_kernel(TO *out, const TX *x, long B, long Tl, long C, long T, long row0, long rank, float p,
+                                   float scale, uint64_t key)
+{
+    long n = B * Tl * C;
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long c = e % C, bt = e / C, t = bt % Tl, b = bt / Tl;
+        uint64_t row = (uint64_t)(row0 + b * T + rank * Tl + t);
+        float v = srk_rng_at(key, row * (uint64_t)C + (uint64_t)c) >= p ? srk_ld(x[e]) * scale : 0.0f;
+        if (BWD) srk_acc(&out[e], v);
+        else out[e] = srk_to<TO>(v);
+    }
+}
+template <class TO, class TX>
+void srk_dropout_seq_fwd(sr_exec *e, TO *out, const TX *x, long B, long Tl, long C, unsigned op)
+{
+    long n = B * Tl * C;
+    if (n <= 0) return;
+    float p = e->dropout;
+    if (!(p > 0.0f)) {
+        srk_copy(out, x, n);
+        return;
+    }
+    if (p >= 1.0f) {
+        srk_zero(out, n);
+        return;
+    }
+    uint64_t key = srk_rng_key(e->seed, (e->step << 20) ^ (uint64_t)op);
+    SR_LAUNCH((dropout_seq_kernel<0, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x,
+              B, Tl, C, Tl * (e->tp > 0 ? e->tp : 1), (long)e->row0, (long)e->tp_rank, p, 1.0f / (1.0f - p), key);
+}
+template <class TD, class TG>
+void srk_dropout_seq_bwd(sr_exec *e, TD *dx, const TG *dout, long B, long Tl, long C, unsigned op)
+{
+    long n = B * Tl * C;
+    float p = e->dropout;
+    if (!dx || n <= 0 || p >= 1.0f) return;
+    if (!(p > 0.0f)) {
+        srk_add_bwd(dx, (float *)NULL, dout, n, n);
+        return;
+    }
+    uint64_t key = srk_rng_key(e->seed, (e->step << 20) ^ (uint64_t)op);
+    SR_LAUNCH((dropout_seq_kernel<1, TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
+              dout, B, Tl, C, Tl * (e->tp > 0 ? e->tp : 1), (long)e->row0, (long)e->tp_rank, p, 1.0f / (1.0f - p), key);
+}
+
 /* ---- vocab-parallel embedding: rows [rank*Vl, (rank+1)*Vl) of the table here ----------------- */
 template <class TO, class TW>
 __global__ void embedding_vp_fwd_kernel(TO *out, const TW *w, const int32_t *idx, long N, int D, long lo, long Vl)

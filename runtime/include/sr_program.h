@@ -108,6 +108,18 @@ void sr_tp_allreduce(sr_exec *e, float *out, const float *in, long n);
 /* in (outer, local, inner) from each rank -> out (outer, tp*local, inner) */
 void sr_tp_allgather(sr_exec *e, float *out, const float *in, long outer, long local, long inner);
 void sr_tp_allgather_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner);
+/* sequence parallelism: in (outer, tp*local, inner) partial sums ->
+ * out (outer, local, inner), this rank's part summed; its backward gathers */
+void sr_tp_reduce_scatter(sr_exec *e, float *out, const float *in, long outer, long local, long inner);
+void sr_tp_reduce_scatter_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner);
+/* this rank's part of a replicated (outer, tp*local, inner); backward adds it back */
+void sr_tp_slice(sr_exec *e, float *out, const float *in, long outer, long local, long inner);
+void sr_tp_slice_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner);
+/* dropout on (B, Tl, C), this rank's Tl = T/tp positions of every sequence:
+ * each element keyed by its index in the whole (B, T, C) tensor */
+void sr_dropout_seq_fwd(sr_exec *e, float *out, const float *x, long B, long Tl, long C, unsigned op);
+void sr_dropout_seq_bwd(sr_exec *e, float *dx, const float *dout, long B, long Tl, long C, unsigned op);
+
 /* vocab-parallel embedding: this rank holds rows [rank*Vl, (rank+1)*Vl) of the
  * table; other ids give zeros (the all-reduce that follows sums the parts) */
 void sr_embedding_vp_fwd(float *out, const float *w, const int32_t *idx, int N, int D, int Vl, int rank);
@@ -138,6 +150,7 @@ typedef struct sr_program {
     int pp, virtual_stages;  /* the pipeline it was compiled for (1, 1: none) */
     int n_stages;            /* pp * virtual_stages */
     int recompute;           /* 1: built with --recompute block */
+    int sequence_parallel;   /* 1: built with --sequence-parallel: --seq must divide by tp */
     const sr_stage *stages;  /* stage s runs on pipeline rank s % pp */
 } sr_program;
 

@@ -51,6 +51,18 @@ check "dp=2 x tp=2 with ZeRO-1 and 2 microbatches" same t1.jsonl z.jsonl 1e-5
 $mpi -np 2 ./l2 $run --tp 2 --log l2.jsonl
 check "LLaMA-style blocks at tp=2 give the single-rank losses" same l1.jsonl l2.jsonl 1e-5
 
+# sequence parallelism: reduce-scatter and all-gather instead of all-reduce
+"$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 --sequence-parallel -o sp2
+$mpi -np 2 ./sp2 $run --tp 2 --log sp2.jsonl
+check "sequence parallelism at tp=2 gives the single-rank losses" same t1.jsonl sp2.jsonl 1e-5
+$mpi -np 2 ./sp2 $run --tp 2 --dropout 0.1 --seed 7 --log spd.jsonl
+check "sequence parallelism with dropout 0.1 gives the single-rank losses" same drop1.jsonl spd.jsonl 1e-5
+"$shardc" check "$src/examples/tinygpt.model" $cfg --tp 2 --sequence-parallel --dump=shard > sp.txt
+check "sequence parallelism: 5 reduce-scatters and 5 all-gathers replace the all-reduces" \
+  [ "$(grep -c '^  reduce-scatter' sp.txt)" = 5 -a "$(grep -c '^  all-gather' sp.txt)" = 5 -a "$(grep -c '^  all-reduce' sp.txt)" = 0 ]
+$mpi -np 2 ./sp2 $run --tp 2 --seq 31 > spbad.txt 2>&1; rc=$?
+check "a sequence not divisible by tp is refused with sequence parallelism (exit $rc)" [ $rc -eq 2 ]
+
 # collectives per block against Megatron's count: 2 all-reduces of B*T*n_embd
 # floats forward (attention, MLP) and 2 backward, per transformer block
 "$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 -o /dev/null --dump=autodiff > ad.txt 2>&1

@@ -104,11 +104,14 @@ static void fiber_main();
 
 #if defined(__x86_64__)
 extern "C" void emu_fiber_entry();
-/* the first "return" of a new fiber lands here with an aligned stack */
+/* the first "return" of a new fiber lands here, rsp = 8 mod 16 as after a
+ * call; one more slot so that emu_fiber_main_c is entered as the ABI wants
+ * (rsp + 8 a multiple of 16: SSE spills to the stack need it) */
 asm(".text\n"
     ".globl emu_fiber_entry\n"
     ".type emu_fiber_entry,@function\n"
     "emu_fiber_entry:\n"
+    "  subq $8, %rsp\n"
     "  call emu_fiber_main_c\n"
     "  ud2\n"
     ".size emu_fiber_entry, .-emu_fiber_entry\n");
