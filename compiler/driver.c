@@ -195,6 +195,8 @@ static int build(Program *P, const Opts *o)
         return 2;
     }
     if (drv_back(P, o->dump, stdout)) return 1;
+    /* the cut is the compiler's decision: show it (uneven splits included) */
+    if (P->ir.nstages > 1 && !(o->dump && !strcmp(o->dump, "pipeline"))) pp_dump(P, stderr);
     const char *dir = o->emit_src;
     char tmpl[] = "/tmp/shardc-XXXXXX";
     if (!dir) {

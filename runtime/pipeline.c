@@ -409,9 +409,22 @@ void rt_pipe_report(run *r)
             rt_info(r, "pipeline rank %d: measured bubble %.1f%% (theory %.1f%% for %s, p=%d, m=%d%s)", k,
                     100.0 * b[k], 100.0 * sr_sched_bubble_theory(pp->sched.kind, pp->p, pp->m, pp->v),
                     sr_sched_name(pp->sched.kind), pp->p, pp->m, pp->v > 1 ? ", interleaved" : "");
-    for (int c = 0; c < pp->v; c++)
-        rt_info(r, "pipeline stage %d: peak %d microbatch%s in flight, activations %.2f MiB", pp->chunks[c].stage,
-                pp->chunks[c].peak, pp->chunks[c].peak == 1 ? "" : "es",
-                (double)pp->chunks[c].peak * (double)pp->act_bytes / pp->v / pp->chunks[c].nslots / 1048576.0);
+    /* every stage's peak in flight and its activation memory at that peak */
+    int S = pp->S;
+    double *st = calloc(2 * (size_t)S, sizeof(double));
+    if (st) {
+        for (int c = 0; c < pp->v; c++) {
+            const chunk *ch = &pp->chunks[c];
+            size_t one = ch->st->work_bytes(r->B, r->o.seq) +
+                         (size_t)rows(r) * sizeof(float) * (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row);
+            st[2 * ch->stage] = ch->peak;
+            st[2 * ch->stage + 1] = (double)ch->peak * (double)one;
+        }
+        if (sr_comm_allreduce_double(r->grid.pp_comm, st, 2 * S) == SR_OK)
+            for (int s = 0; s < S; s++)
+                rt_info(r, "pipeline stage %d (rank %d): peak %d microbatch%s in flight, activations %.2f MiB", s,
+                        s % pp->p, (int)st[2 * s], st[2 * s] == 1 ? "" : "es", st[2 * s + 1] / 1048576.0);
+        free(st);
+    }
     free(b);
 }

@@ -45,6 +45,13 @@ for s in gpipe 1f1b zb-h1; do
 done
 $mpi -np 2 ./p2v2 $run --pp 2 --schedule interleaved --log iv.jsonl
 check "pp=2 interleaved v=2 gives the single-rank losses" same ref.jsonl iv.jsonl 1e-5
+# pp=4 x 2 virtual stages needs 8 layers
+cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
+"$shardc" build "$src/examples/tinygpt.model" $cfg8 -o q1
+"$shardc" build "$src/examples/tinygpt.model" $cfg8 --pp 4 --virtual-stages 2 --schedule interleaved -o q4v2
+./q1 $run --log ref8.jsonl
+$mpi -np 4 ./q4v2 $run --pp 4 --schedule interleaved --log iv4.jsonl
+check "pp=4 interleaved v=2 gives the single-rank losses" same ref8.jsonl iv4.jsonl 1e-5
 $mpi -np 8 ./p2t2 $run --pp 2 --tp 2 --dp 2 --log x8.jsonl
 check "dp=2 x tp=2 x pp=2 on 8 ranks gives the single-rank losses" same ref.jsonl x8.jsonl 1e-5
 $mpi -np 2 ./p2 $run --pp 2 --dropout 0.1 --log drop2.jsonl

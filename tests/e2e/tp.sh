@@ -41,6 +41,10 @@ check "dp=2 x tp=2 gives the single-rank losses" same t1.jsonl d2t2.jsonl 1e-5
 ./tg1 $run --dropout 0.1 --seed 7 --log drop1.jsonl
 $mpi -np 2 ./tg2 $run --tp 2 --dropout 0.1 --seed 7 --log drop2.jsonl
 check "dropout 0.1 at tp=2 gives the single-rank losses (same seed)" same drop1.jsonl drop2.jsonl 1e-5
+$mpi -np 4 ./tg4 $run --tp 4 --dropout 0.1 --seed 7 --log drop4.jsonl
+check "dropout 0.1 at tp=4 gives the single-rank losses" same drop1.jsonl drop4.jsonl 1e-5
+$mpi -np 4 ./tg2 $run --tp 2 --dp 2 --dropout 0.1 --seed 7 --log dropd2t2.jsonl
+check "dropout 0.1 at dp=2 x tp=2 gives the single-rank losses" same drop1.jsonl dropd2t2.jsonl 1e-5
 $mpi -np 4 ./tg2 $run --tp 2 --dp 2 --zero 1 --microbatches 2 --log z.jsonl
 check "dp=2 x tp=2 with ZeRO-1 and 2 microbatches" same t1.jsonl z.jsonl 1e-5
 
