@@ -92,6 +92,8 @@ typedef struct Coll {
 
 typedef struct Dev {
     double params, arena;      /* parameter elements on a rank; the runtime's padded arena */
+    double resident;           /* parameter elements the runtime holds (all of them with a pipeline) */
+    double local_work;         /* pipeline rank 0: a workspace per stage (evaluation, sampling) */
     int ntensors, layers;
     double work, saved, rc_keep; /* bytes per microbatch: workspace, saved for backward, kept
                                   * with recomputation (largest chunk's, chunks' mean) */
@@ -569,12 +571,32 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     /* what a runtime that keeps only the saved values of the waiting
      * microbatches would hold (Megatron's; the static plan's is above) */
     D->m_act_saved = work + (units - 1) * keep;
+    /* what this host runtime holds besides (runtime/pipeline.c): every
+     * pipeline rank keeps the whole parameter arena (it updates only its
+     * stages' parameters), and pipeline rank 0 a workspace of every stage to
+     * run the whole model for evaluation and sampling */
+    double resident = D->params;
+    if (pp > 1) {
+        resident = 0;
+        for (int i = 0; i < ir->params.n; i++) {
+            IrParam *p = ir->params.v[i];
+            resident += ceil(val_elems(A, p->value) / 16.0) * 16.0;
+        }
+        if (d == 0)
+            for (int c = 0; c < A->C; c++) {
+                Act X;
+                chunk_activations(A, c, &X);
+                D->m_other += X.work;
+                D->local_work += X.work;
+            }
+    }
+    D->resident = resident;
     /* model states, and the same under every ZeRO stage */
     int dp = pl->dp;
     for (int z = 0; z < 4; z++) {
-        D->zs[z][0] = D->params * A->pb / (z >= 3 ? dp : 1);
-        D->zs[z][1] = D->params * A->gb / (z >= 2 ? dp : 1);
-        D->zs[z][2] = D->params * A->ob / (z >= 1 ? dp : 1);
+        D->zs[z][0] = resident * A->pb / (z >= 3 ? dp : 1);
+        D->zs[z][1] = resident * A->gb / (z >= 2 ? dp : 1);
+        D->zs[z][2] = resident * A->ob / (z >= 1 ? dp : 1);
     }
     D->m_params = D->zs[pl->zero][0];
     D->m_grads = D->zs[pl->zero][1];
@@ -995,6 +1017,7 @@ static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *
     P->layout.cli_tp = tp;
     P->layout.cli_pp = pp;
     P->layout.cli_mb = mb;
+    P->layout.cli_recompute = 0; /* the plan models recomputation itself (--recompute) */
     P->layout.cli_sched = sched;
     for (int i = 0; i < o->ninc; i++) vec_push(&P->search_dirs, (void *)o->inc[i]);
     add_stdlib_dirs(P);
@@ -1331,8 +1354,12 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
         j_fields(j, "weights", D->m_params, "gradients", D->m_grads, "optimizer", D->m_opt, "activations",
               D->m_act, "other", D->m_other, "total", D->total, "budget", pl->budget, "workspace_per_microbatch",
               D->work, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
+              /* Megatron's count: saved activations only, each rank its own stages' model states */
               "in_flight", D->inflight, "boundary_buffers", D->m_bound, "activations_saved_only", D->m_act_saved,
-              "total_saved_only", D->total - D->m_act + D->m_act_saved, NULL);
+              "total_saved_only", D->total - D->m_act + D->m_act_saved -
+                                      (D->resident - D->params) * (D->zs[0][0] + D->zs[0][1] + D->zs[0][2]) /
+                                          (D->resident > 0 ? D->resident : 1) - D->local_work,
+              NULL);
         j_bool(j, "fits", pl->budget <= 0 || D->total <= pl->budget);
         j_open(j, "zero_stages", '[', 0);
         for (int z = 0; z < 4; z++)

@@ -891,7 +891,8 @@ static sr_status setup(run *r)
     size_t w = prog->work_bytes(r->B, o->seq), w1 = prog->work_bytes(1, o->seq);
     r->work_size = w > w1 ? w : w1;
     size_t tok_bytes = (size_t)(r->B > 1 ? r->B : 1) * o->seq * sizeof(int32_t);
-    r->work = r->be->alloc(r->work_size);
+    /* a pipeline runs from its own per-stage workspaces (pipeline.c) */
+    r->work = prog->n_stages > 1 ? r->be->alloc(64) : r->be->alloc(r->work_size);
     r->inputs = r->be->alloc(tok_bytes);
     r->targets = r->be->alloc(tok_bytes);
     r->h_inputs = malloc(tok_bytes);

@@ -169,7 +169,10 @@ static sr_status cuda_init(int local_rank)
     if ((e = cudaSetDevice(dev)) != cudaSuccess)
         return sr_seterr(SR_ERR_STATE, "cannot use CUDA device %d: %s", dev, cudaGetErrorString(e));
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) srk_ctx.num_sms = prop.multiProcessorCount;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+        srk_ctx.num_sms = prop.multiProcessorCount;
+        srk_ctx.cc_major = prop.major;
+    }
     if (!srk_ctx.stream && (e = cudaStreamCreateWithFlags(&srk_ctx.stream, cudaStreamNonBlocking)) != cudaSuccess)
         return sr_seterr(SR_ERR_STATE, "cannot create a CUDA stream on device %d: %s", dev, cudaGetErrorString(e));
     const char *s = getenv("SHARDC_CUDA_SYNC");

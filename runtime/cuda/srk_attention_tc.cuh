@@ -22,6 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* bf16 wmma exists from sm_80 on (and in the emulator) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define SRK_TC_DEVICE 0
+#else
+#define SRK_TC_DEVICE 1
+#endif
+
 namespace srk_tc {
 using namespace nvcuda;
 enum { TILE = 64, WARPS = 4, THREADS = 128, LDS = TILE + 4, LDP = TILE + 8 };
@@ -119,6 +126,7 @@ template <int HD, class TO>
 __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, float *lse, const bf16 *q, const bf16 *k,
                                                       const bf16 *v, int T, int C, int NH, float scale, int vec)
 {
+#if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B); warp w owns query rows r0 + 16w .. +15
     typedef Lay<HD> L;
     constexpr int LDH = L::LDH, LDO = L::LDO;
@@ -181,6 +189,9 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
         }
         if (!half) lse[((size_t)b * NH + h) * T + qi] = m + logf(l);
     }
+#else
+    __trap(); /* bf16 tensor cores need sm_80; the host never launches this there */
+#endif
 }
 
 /* ---- backward: dk, dv by key tiles ---------------------------------------------------------- */
@@ -189,6 +200,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
                                                          const bf16 *k, const bf16 *v, const float *lse,
                                                          const float *delta, int T, int C, int NH, float scale, int vec)
 {
+#if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B); warp w owns key rows c0 + 16w .. +15; queries i >= j
     typedef Lay<HD> L;
     constexpr int LDH = L::LDH;
@@ -235,6 +247,9 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
     }
     if (dk) flush_acc<HD>(dk, base, c0 + w * 16, T, C, dka, St);
     if (dv) flush_acc<HD>(dv, base, c0 + w * 16, T, C, dva, St);
+#else
+    __trap(); /* bf16 tensor cores need sm_80; the host never launches this there */
+#endif
 }
 
 /* ---- backward: dq by query tiles ----------------------------------------------------------------- */
@@ -243,6 +258,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
                                                         const bf16 *v, const float *lse, const float *delta, int T,
                                                         int C, int NH, float scale, int vec)
 {
+#if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B); warp w owns query rows r0 + 16w .. +15; keys j <= i
     typedef Lay<HD> L;
     constexpr int LDH = L::LDH;
@@ -284,6 +300,9 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
         pv_acc<HD>(dqa, DSw, Ks); // dQ += dS K
     }
     flush_acc<HD>(dq, base, r0 + w * 16, T, C, dqa, Sw);
+#else
+    __trap(); /* bf16 tensor cores need sm_80; the host never launches this there */
+#endif
 }
 
 static inline int enabled(void)
@@ -293,7 +312,7 @@ static inline int enabled(void)
         const char *s = getenv("SHARDC_CUDA_ATTN");
         on = !(s && !strcmp(s, "simt"));
     }
-    return on && srk_ctx.bf16;
+    return on && srk_ctx.bf16 && srk_ctx.cc_major >= 8;
 }
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
@@ -306,6 +325,7 @@ static void launch_fwd(TO *out, TO *copy, float *lse, const bf16 *q, const bf16 
     SRK_SMEM_AT_LEAST((fwd_kernel<HD, TO>), smem);
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
     SR_LAUNCH((fwd_kernel<HD, TO>), grid, THREADS, smem, srk_ctx.stream, out, copy, lse, q, k, v, T, C, NH, scale, vec);
+    srk_ctx.attn_tc_launches++;
 }
 
 template <int HD, class TDQ, class TDK, class TDV>
@@ -325,6 +345,7 @@ static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, 
         SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, NH,
                   scale, vec);
     }
+    srk_ctx.attn_tc_launches++;
 }
 } /* namespace srk_tc */
 

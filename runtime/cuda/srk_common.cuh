@@ -54,6 +54,7 @@ typedef struct srk_context {
     cudaStream_t stream;    /* compute stream */
     int sync_each;          /* SHARDC_CUDA_SYNC=1: wait after every launch */
     int num_sms;
+    int cc_major;           /* compute capability of the device (tensor-core paths need 8) */
     /* the generated call being run, for error messages */
     const char *site_file;
     int site_line;
@@ -68,6 +69,7 @@ typedef struct srk_context {
     uint64_t param_version;  /* bumped by everything that writes parameters */
     uint64_t shadow_version; /* the version the shadow was made from */
     uint64_t shadow_step;
+    long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */
 } srk_context;
 
 extern srk_context srk_ctx;

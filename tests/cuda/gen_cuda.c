@@ -4,8 +4,9 @@
  * builds the CUDA source (drv_build_cuda). It stands in for
  * `shardc build --backend cuda` so these tests do not depend on the driver.
  *
- *   gen_cuda FILE.model [--cuda OUT.cu] [--host OUT.c] [--bf16] [--tp N]
- *            [--set NAME=VALUE] [-I DIR] [--build BIN [--emulate] [--arch 80,90]]
+ *   gen_cuda FILE.model [--cuda OUT.cu] [--host OUT.c] [--bf16] [--tp N] [--pp N]
+ *            [--microbatches M] [--recompute] [--set NAME=VALUE] [-I DIR]
+ *            [--build BIN [--emulate] [--arch 80,90]]
  */
 #include "codegen_cuda.h"
 
@@ -15,8 +16,8 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: gen_cuda FILE.model [--cuda OUT.cu] [--host OUT.c] [--bf16] [--tp N] [--set N=V] "
-                    "[-I DIR] [--build BIN [--emulate] [--arch LIST]]\n");
+    fprintf(stderr, "usage: gen_cuda FILE.model [--cuda OUT.cu] [--host OUT.c] [--bf16] [--tp N] [--pp N] "
+                    "[--microbatches M] [--recompute] [--set N=V] [-I DIR] [--build BIN [--emulate] [--arch LIST]]\n");
     return 2;
 }
 
@@ -26,10 +27,14 @@ int main(int argc, char **argv)
     int bf16 = 0, emulate = 0;
     Program *P = sx_alloc(sizeof *P);
     P->ir.output = -1;
+    P->layout.cli_recompute = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--bf16")) bf16 = 1;
         else if (!strcmp(a, "--emulate")) emulate = 1;
+        else if (!strcmp(a, "--recompute")) P->layout.cli_recompute = 1;
+        else if (i + 1 < argc && !strcmp(a, "--pp")) P->layout.cli_pp = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(a, "--microbatches")) P->layout.cli_mb = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(a, "--cuda")) cu = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--host")) c = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--build")) bin = argv[++i];

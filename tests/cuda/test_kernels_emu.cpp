@@ -526,7 +526,12 @@ static void test_attention(long B, long T_, long C, long NH)
     T *d_dq = up<T>(dq0), *d_dk = up<T>(dk0), *d_dv = up<T>(dv0);
     float *d_aux = NULL;
     cudaMalloc((void **)&d_aux, srk_attention_aux_bytes(B, T_, C, NH, sizeof(T)));
+    long tc0 = srk_ctx.attn_tc_launches;
     srk_attention_fwd(d_o, d_aux, d_q, d_k, d_v, B, T_, C, NH);
+    long hd = C / NH;
+    bool want_tc = srk_dt<T>::value == SRK_BF16 && (hd == 32 || hd == 64 || hd == 128) && !getenv("SHARDC_CUDA_ATTN");
+    check((srk_ctx.attn_tc_launches > tc0) == want_tc, "attention %s hd %ld runs on %s", tname<T>(), hd,
+          srk_ctx.attn_tc_launches > tc0 ? "tensor cores (wmma)" : "the SIMT kernels");
     expect(fmt("attention %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld)", tname<T>(), B, T_, C, NH, C / NH).c_str(),
            down(d_o, n), out, tol);
     srk_attention_bwd(d_dq, d_dk, d_dv, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH);

@@ -284,17 +284,14 @@ if not m:
 mem = dict(r['memory'])
 names = ('weights', 'gradients', 'optimizer', 'activations')
 if d['layout']['pp'] > 1:
-    # the runtime counts a slot's boundary buffers with its workspace, and
-    # keeps the whole parameter arena on every pipeline rank (not compared)
+    # the runtime counts a slot's boundary buffers with its workspace
     mem['activations'] += mem['boundary_buffers']
-    names = ('activations',)
 for name, x in zip(('weights', 'gradients', 'optimizer', 'activations'), m.groups()):
     if name in names and abs(float(x) - mem[name] / 2**20) > 0.01 + 0.01 * float(x):
         print('     %s: runtime %s MiB, plan %.2f MiB' % (name, x, mem[name] / 2**20)); good = False
-# the runtime's allocator peak against the plan's per-rank total (10%); with a
-# pipeline the runtime keeps the whole parameter arena on every rank (known gap)
+# the runtime's allocator peak against the plan's per-rank total (10%)
 total = mem.get('total')
-if peak is not None and total and d['layout']['pp'] == 1:
+if peak is not None and total:
     err = abs(peak - total) / total
     print('     peak allocated %.2f MiB, plan total %.2f MiB (%.1f%%)' % (peak / 2**20, total / 2**20, 100 * err))
     if err > 0.10:

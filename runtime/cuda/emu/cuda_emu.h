@@ -210,6 +210,7 @@ inline void __syncwarp(unsigned mask = 0xffffffffu)
     emu::sync_warp();
 }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __trap() { abort(); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 /* ---- warp shuffles and votes ------------------------------------------------ */
