@@ -323,10 +323,12 @@ static void emit_backward(Gen *g, Vec *calls)
 }
 
 /* floats per token of a boundary activation (its elements over B*T) */
-static int64_t row_floats(const Ir *ir, int id)
+static int64_t row_floats(const Ir *ir, int id, int tp)
 {
     const IrValue *v = ir->values.v[id];
     Dim n = shape_numel(&v->shape);
+    /* split along the sequence: B * T/tp tokens of n.c floats = n.c/tp per token */
+    if (ir->seq_sym > 0 && n.p[0] == 1 && n.p[ir->seq_sym] == 1 && !n.p[1] && n.c % tp == 0) return n.c / tp;
     if (n.p[0] != 1 || n.p[1] != 1) sx_ice("boundary activation %%%d is not per token", id);
     return n.c;
 }
@@ -570,8 +572,8 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     for (int st = 0; st < ir->nstages; st++) {
         const IrStage *sg = &ir->stages[st];
         int64_t rin = 0, rout = 0;
-        if (sg->act_in >= 0) rin = row_floats(ir, sg->act_in);
-        if (sg->act_out >= 0) rout = row_floats(ir, sg->act_out);
+        if (sg->act_in >= 0) rin = row_floats(ir, sg->act_in, P->layout.tp);
+        if (sg->act_out >= 0) rout = row_floats(ir, sg->act_out, P->layout.tp);
         int multi = ir->nstages > 1;
         fprintf(f, "    {work_bytes%d, stage%d_forward, stage%d_backward, %s, %s, %lld, %lld, %d, %d, %d, stage%d_params},\n",
                 st, st, st, multi ? sx_fmt("stage%d_backward_input", st) : "NULL",

@@ -376,6 +376,8 @@ static const char *train_keys[] = {"optimizer", "lr", "min_lr", "warmup", "lr_sc
                                    "val_data", "eval_every", "save_every", NULL};
 /* train settings that are strings; the others are numbers */
 static const char *train_strings[] = {"optimizer", "lr_schedule", "data", "val_data", NULL};
+/* train settings that are counts */
+static const char *train_ints[] = {"warmup", "batch", "seq", "steps", "seed", "eval_every", "save_every", NULL};
 
 static int in_list(const char **list, const char *s)
 {
@@ -448,6 +450,10 @@ static void eval_section(Program *P, Node *sec, Vec *out)
                 sx_error(&a->loc, "train setting '%s' must be %s", a->name, want_str ? "a string" : "a number");
             else if (!strcmp(a->name, "optimizer") && strcmp(c->s, "adamw"))
                 sx_error(&a->loc, "unknown optimizer \"%s\" (shardc trains with \"adamw\")", c->s);
+            else if (!want_str && c->is_float && in_list(train_ints, a->name))
+                sx_error(&a->loc, "train setting '%s' must be an integer, got %g", a->name, c->f);
+            else if (!want_str && !c->is_float && c->i < 0 && in_list(train_ints, a->name))
+                sx_error(&a->loc, "train setting '%s' must not be negative, got %lld", a->name, c->i);
             else if (!strcmp(a->name, "lr_schedule") && strcmp(c->s, "constant") && strcmp(c->s, "cosine"))
                 sx_error(&a->loc, "unknown lr_schedule \"%s\" (use \"constant\" or \"cosine\")", c->s);
         }

@@ -46,7 +46,15 @@ int shard_layout(Program *P)
     const Const *rc = sema_find_const(&P->parallel, "recompute");
     L->recompute = 0;
     const Const *sp = sema_find_const(&P->parallel, "sequence_parallel");
-    L->sequence_parallel = L->cli_sp || (sp && !sp->is_str && !sp->is_float && sp->i);
+    if (sp && (sp->is_str || sp->is_float || (sp->i != 0 && sp->i != 1)))
+        sx_error(&sp->loc, "parallel sequence_parallel must be 0 or 1");
+    L->sequence_parallel = L->cli_sp || (sp && !sp->is_str && !sp->is_float && sp->i == 1);
+    if (L->sequence_parallel && L->tp == 1)
+        sx_error(sp ? &sp->loc : NULL, "sequence parallelism splits activations over the tensor ranks: it "
+                 "needs tensor > 1");
+    else if (L->sequence_parallel && L->pp > 1)
+        sx_error(sp ? &sp->loc : NULL, "sequence parallelism together with a pipeline (pipeline=%d) is not "
+                 "supported yet; use it with data and tensor parallelism", L->pp);
     if (rc && (!rc->is_str || (strcmp(rc->s, "block") && strcmp(rc->s, "none"))))
         sx_error(&rc->loc, "parallel recompute must be \"block\" or \"none\"");
     else if (rc)
@@ -240,9 +248,12 @@ static int shard_same(ShardCtx *c)
      * tensor: split along the sequence it has a kernel that knows that place;
      * split otherwise it runs whole (documented fallback), so every layout
      * drops exactly the single-rank elements */
-    if (c->op->kind == OP_DROPOUT && c->in[0].kind == SH_SPLIT &&
-        !(c->in[0].dim == 1 && c->P->layout.sequence_parallel && c->inv[0]->shape.nd == 3))
+    if (c->op->kind == OP_DROPOUT && c->in[0].kind == SH_SPLIT && c->inv[0]->shape.nd == 3 &&
+        ((c->in[0].dim == 1 && c->P->layout.sequence_parallel) || (c->in[0].dim == 2 && c->in[0].groups <= 1))) {
+        /* a kernel that knows each element's place: sequence- or feature-split */
+    } else if (c->op->kind == OP_DROPOUT && c->in[0].kind == SH_SPLIT) {
         resolve(c, 0);
+    }
     c->out = c->in[0];
     return 0;
 }
@@ -496,6 +507,7 @@ int shard_lower(Program *P)
         if (op->kind == OP_CROSS_ENTROPY && w->sh.kind == SH_SPLIT) op->kind = OP_CROSS_ENTROPY_VP;
         if (op->kind == OP_ATTENTION && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
         if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 1) op->kind = OP_DROPOUT_SEQ;
+        if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 2) op->kind = OP_DROPOUT_COL;
         vec_push(&ops, op);
     }
     ir->ops = ops;

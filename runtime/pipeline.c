@@ -404,11 +404,13 @@ void rt_pipe_report(run *r)
     double *b = calloc((size_t)pp->p, sizeof(double));
     if (!b) return;
     b[pp->rank] = 1.0 - pp->busy_us / pp->step_us;
+    char vs[32] = "";
+    if (pp->v > 1) snprintf(vs, sizeof vs, ", v=%d", pp->v);
     if (sr_comm_allreduce_double(r->grid.pp_comm, b, pp->p) == SR_OK)
         for (int k = 0; k < pp->p; k++)
             rt_info(r, "pipeline rank %d: measured bubble %.1f%% (theory %.1f%% for %s, p=%d, m=%d%s)", k,
                     100.0 * b[k], 100.0 * sr_sched_bubble_theory(pp->sched.kind, pp->p, pp->m, pp->v),
-                    sr_sched_name(pp->sched.kind), pp->p, pp->m, pp->v > 1 ? ", interleaved" : "");
+                    sr_sched_name(pp->sched.kind), pp->p, pp->m, vs);
     /* every stage's peak in flight and its activation memory at that peak */
     int S = pp->S;
     double *st = calloc(2 * (size_t)S, sizeof(double));

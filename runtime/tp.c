@@ -274,3 +274,24 @@ void sr_dropout_seq_bwd(sr_exec *e, float *dx, const float *dout, long B, long T
             sr_dropout_bwd(dx + i, dout + i, C, e->dropout, e->seed, e->step, op, (uint64_t)row * (uint64_t)C);
         }
 }
+
+/* element (token, j) of this rank is element (row0 + token, rank*Cl + j) of
+ * the whole microbatch: each row's part keyed by its global place */
+void sr_dropout_col_fwd(sr_exec *e, float *out, const float *x, long B, long T, long Cl, unsigned op)
+{
+    long C = Cl * e->tp;
+    for (long k = 0; k < B * T; k++) {
+        uint64_t base = (uint64_t)(e->row0 + k) * (uint64_t)C + (uint64_t)e->tp_rank * (uint64_t)Cl;
+        sr_dropout_fwd(out + k * Cl, x + k * Cl, Cl, e->dropout, e->seed, e->step, op, base);
+    }
+}
+
+void sr_dropout_col_bwd(sr_exec *e, float *dx, const float *dout, long B, long T, long Cl, unsigned op)
+{
+    if (!dx) return;
+    long C = Cl * e->tp;
+    for (long k = 0; k < B * T; k++) {
+        uint64_t base = (uint64_t)(e->row0 + k) * (uint64_t)C + (uint64_t)e->tp_rank * (uint64_t)Cl;
+        sr_dropout_bwd(dx + k * Cl, dout + k * Cl, Cl, e->dropout, e->seed, e->step, op, base);
+    }
+}

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +65,7 @@ sr_status sr_trace_open(sr_trace **out, const char *dir, int rank, int world)
         return sr_seterr(SR_ERR_NOMEM, "out of memory for the trace");
     }
     snprintf(t->path, n, "%s/trace-rank%d.json", dir, rank);
+    mkdir(dir, 0777); /* like --save, the directory is made if missing */
     t->rank = rank;
     /* fail now, not after the run, if the file cannot be written */
     FILE *f = fopen(t->path, "w");

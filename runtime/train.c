@@ -146,7 +146,11 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->eval_batches = 8;
     o->temperature = 1.0f;
     o->init = "random";
-    o->dp = o->tp = o->pp = 1;
+    /* the degrees the program was built for; dp = what the world leaves
+     * (filled in once the world size is known, unless --dp is given) */
+    o->tp = prog->tp > 0 ? prog->tp : 1;
+    o->pp = prog->pp > 0 ? prog->pp : 1;
+    o->dp = 0;
     o->bucket_mb = 25.0f; /* PyTorch DDP's default */
     o->schedule = prog->virtual_stages > 1 ? "interleaved" : "1f1b";
     o->recompute = prog->recompute ? "block" : "none";
@@ -241,7 +245,8 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(prog->max_seq <= 0 || o->seq <= prog->max_seq,
          "--seq %d is longer than the model's %d positions", o->seq, prog->max_seq);
     NEED(o->microbatches >= 1, "--microbatches must be >= 1 (got %d)", o->microbatches);
-    NEED(o->dp >= 1 && o->tp >= 1 && o->pp >= 1, "--dp, --tp and --pp must be >= 1");
+    NEED(o->dp >= 1 && o->tp >= 1 && o->pp >= 1, "--dp, --tp and --pp must be >= 1 (got %d, %d, %d)",
+         o->dp, o->tp, o->pp);
     NEED(o->batch % ((long long)o->dp * o->microbatches) == 0,
          "--batch %d is not divisible by --dp %d x --microbatches %d", o->batch, o->dp,
          o->microbatches);
@@ -921,6 +926,7 @@ static sr_status setup(run *r)
     if (o->dump_batches) {
         char path[4096];
         snprintf(path, sizeof path, "%s/batches-rank%d.txt", o->dump_batches, r->grid.rank);
+        mkdir(o->dump_batches, 0777);
         r->batches = fopen(path, "w");
         if (!r->batches) return sr_seterr(SR_ERR_IO, "--dump-batches: cannot write %s: %s", path, strerror(errno));
     }
@@ -985,6 +991,10 @@ int sr_main(const sr_program *prog, int argc, char **argv)
         sr_comm_finalize();
         return 0;
     }
+    if (s == SR_OK && !r.o.dp) { /* the data-parallel degree the world leaves */
+        int world = sr_comm_world_size(), mp = r.o.tp * r.o.pp;
+        r.o.dp = world >= mp && world % mp == 0 ? world / mp : 1;
+    }
     if (s == SR_OK) s = check_opts(&r.o, prog);
     /* every rank computes the same answer to these: no agreement needed */
     if (s == SR_OK) {
@@ -1002,7 +1012,8 @@ int sr_main(const sr_program *prog, int argc, char **argv)
      * the others speak when their failure is their own */
     if (s != SR_OK && (r.rank0 || s == SR_ERR_COMM || s == SR_ERR_NOMEM)) {
         if (r.have_grid && r.grid.world > 1 && !r.rank0)
-            fprintf(stderr, "%s: rank %d: error: %s\n", r.argv0, r.grid.rank, sr_errmsg());
+            fprintf(stderr, "%s: %s%s\n", r.argv0, strncmp(sr_errmsg(), "rank ", 5) ? "error: " : "",
+                    sr_errmsg()); /* the comm layer's messages start with their rank */
         else
             fprintf(stderr, "%s: error: %s\n", r.argv0, sr_errmsg());
         if (s == SR_ERR_USAGE) fprintf(stderr, "try %s --help\n", r.argv0);

@@ -120,6 +120,10 @@ void sr_tp_slice_bwd(sr_exec *e, float *dx, const float *dout, long outer, long 
 void sr_dropout_seq_fwd(sr_exec *e, float *out, const float *x, long B, long Tl, long C, unsigned op);
 void sr_dropout_seq_bwd(sr_exec *e, float *dx, const float *dout, long B, long Tl, long C, unsigned op);
 
+/* dropout on (B, T, Cl), this rank's Cl = C/tp features of every token */
+void sr_dropout_col_fwd(sr_exec *e, float *out, const float *x, long B, long T, long Cl, unsigned op);
+void sr_dropout_col_bwd(sr_exec *e, float *dx, const float *dout, long B, long T, long Cl, unsigned op);
+
 /* vocab-parallel embedding: this rank holds rows [rank*Vl, (rank+1)*Vl) of the
  * table; other ids give zeros (the all-reduce that follows sums the parts) */
 void sr_embedding_vp_fwd(float *out, const float *w, const int32_t *idx, int N, int D, int Vl, int rank);
