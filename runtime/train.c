@@ -603,6 +603,52 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     return SR_OK;
 }
 
+static uint64_t mix(uint64_t h, uint64_t x)
+{
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+}
+
+static uint64_t mix_str(uint64_t h, const char *s)
+{
+    for (; s && *s; s++) h = mix(h, (unsigned char)*s);
+    return mix(h, 0);
+}
+
+/* The start-up handshake: every rank hashes what decides the collectives and
+ * transfers it will issue (the program: its parameters, stages and degrees;
+ * the flags that shape a step) and compares with rank 0's before step 0, so
+ * different binaries or flags are one clear error instead of a hang. */
+static sr_status handshake(run *r)
+{
+    if (r->grid.world == 1) return SR_OK;
+    const sr_program *prog = r->prog;
+    const opts *o = &r->o;
+    uint64_t h = mix_str(1469598103934665603ULL, prog->name);
+    h = mix(h, (uint64_t)prog->n_params);
+    h = mix(h, (uint64_t)prog->n_param_floats);
+    for (int i = 0; i < prog->n_params; i++) h = mix(mix_str(h, prog->params[i].name), (uint64_t)prog->params[i].numel);
+    h = mix(h, (uint64_t)prog->n_stages);
+    h = mix(h, (uint64_t)prog->tp);
+    h = mix(h, (uint64_t)prog->recompute * 2 + (uint64_t)prog->sequence_parallel);
+    long step_shape[] = {o->steps, o->batch, o->seq, o->microbatches, o->dp, o->tp, o->pp, o->zero, o->eval_every,
+                    o->save_every, o->eval_batches, o->sample, (long)(o->bucket_mb * 1000)};
+    for (size_t i = 0; i < sizeof step_shape / sizeof step_shape[0]; i++) h = mix(h, (uint64_t)step_shape[i]);
+    h = mix_str(h, o->schedule);
+    h = mix(h, (uint64_t)(o->val_data != NULL));
+    /* rank 0's hash to everyone, 16 bits a float (exact), then agree */
+    float mine[4], root[4];
+    for (int k = 0; k < 4; k++) mine[k] = root[k] = (float)((h >> (16 * k)) & 0xffff);
+    SR_CHECK(sr_comm_broadcast(r->grid.world_comm, root, 4, 0, "start-up handshake", NULL));
+    double differ = memcmp(mine, root, sizeof mine) != 0;
+    SR_CHECK(sr_comm_allreduce_double(r->grid.world_comm, &differ, 1));
+    if (differ > 0)
+        return sr_seterr(SR_ERR_USAGE, "%d rank%s run a different program or different flags than rank 0 "
+                         "(start-up handshake); run the same binary with the same flags on every rank",
+                         (int)differ, differ > 1 ? "s" : "");
+    return SR_OK;
+}
+
 /* --comm-stats: what rank 0's communicators moved, to check against the plan */
 static sr_status write_comm_stats(run *r, long steps)
 {
@@ -1004,6 +1050,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     }
     if (s == SR_OK) s = sr_trace_open(&r.trace, r.o.trace, r.grid.rank, r.grid.world);
     if (s == SR_OK) s = rt_agree(&r, setup(&r), "setting up");
+    if (s == SR_OK) s = handshake(&r);
     if (s == SR_OK) s = train(&r);
     if (s == SR_OK && r.o.sample > 0) s = sample(&r); /* every rank: the forward is collective */
     if (r.line_open) fputc('\n', stderr);

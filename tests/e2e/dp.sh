@@ -66,6 +66,11 @@ timeout 60 $mpi -np 3 $run --dp 2 > ws.out 2> ws.err; rc=$?
 check "world size 3 with --dp 2: error and non-zero exit (rc $rc)" [ $rc -ne 0 -a $rc -ne 124 ]
 check "the error names the numbers" grep -q "2\*1\*1 = 2 but the world has 3 ranks" ws.err
 
+# different flags on different ranks: the start-up handshake stops it before step 0
+timeout 60 mpirun --oversubscribe --bind-to none -np 1 $run --dp 2 --log /dev/null : -np 1 $run --dp 2 --seq 16 > hs.txt 2>&1; rc=$?
+check "ranks with different flags fail the start-up handshake (exit $rc), no hang" [ $rc -ne 0 -a $rc -ne 124 ]
+check "the handshake error says what to do" grep -q "different program or different flags than rank 0" hs.txt
+
 # a killed rank: the others stop within the bound
 start=$(date +%s)
 timeout 120 $mpi -np 2 ./tg --data text.txt --batch 8 --seq 32 --steps 100000 --dp 2 --comm-timeout 10 \
