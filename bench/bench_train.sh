@@ -18,11 +18,19 @@
 # 20 / 8); ROUNDS=R repeats shardc, torch ref and torch fused R times,
 # interleaved, so that a burst of outside load hits all three alike
 # (default 1). Every step of every round counts in the statistics.
+# TORCH_ENV (default "OMP_WAIT_POLICY=PASSIVE") is set for the PyTorch runs:
+# Debian's torch runs its OpenMP pool next to OpenBLAS's own pthreads pool,
+# and with OpenMP's default active waiting the two pools fight over the
+# cores (measured on 2 cores: tinygpt 2-3x slower and erratic). Passive
+# waiting is PyTorch's best setting here; TORCH_ENV= (empty) gives the
+# default behaviour. shardc runs with the OpenMP defaults: it keeps OpenBLAS
+# on one thread per call and owns the parallelism through OpenMP alone.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); src=$(cd "$here/.." && pwd)
 build=$(cd "${1:-$src/build}" && pwd)
 threads=${THREADS:-$(nproc)}
 rounds=${ROUNDS:-1}
+torch_env=${TORCH_ENV-OMP_WAIT_POLICY=PASSIVE}
 if [ -n "${WORK:-}" ]; then mkdir -p "$WORK"; w=$(cd "$WORK" && pwd)
 else w=$(mktemp -d); trap 'rm -rf "$w"' EXIT; fi
 cd "$w"
@@ -33,7 +41,7 @@ import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l][2:]
 print('\n'.join(str(x['ms']) for x in r))" "$1"; }
 torch_steps() { # name B T N impl -> step ms of the timed steps, one a line
-  $py "$here/torch_train.py" --config "$1.json" --batch "$2" --seq "$3" --steps "$4" --threads "$threads" \
+  env $torch_env $py "$here/torch_train.py" --config "$1.json" --batch "$2" --seq "$3" --steps "$4" --threads "$threads" \
       --impl "$5" | tee -a "$1.torch.jsonl" | $py -c "
 import json, sys
 print('\n'.join(str(x) for x in json.load(sys.stdin)['steps_ms'][2:]))"; }

@@ -802,6 +802,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, "    program.work_bytes = work_bytes0;\n    program.forward = stage0_forward;\n");
     fprintf(f, "    program.backward = stage0_backward;\n");
     fprintf(f, "    program.recompute = %d;\n", P->layout.recompute);
+    fprintf(f, "    program.sequence_parallel = %d;\n", P->layout.sequence_parallel && P->layout.tp > 1);
     fprintf(f, "    program.pp = %d;\n    program.virtual_stages = %d;\n    program.n_stages = %d;\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     fprintf(f, "    program.stages = stages;\n");
@@ -811,6 +812,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, ";\n    program.backend = &sr_backend_cuda;\n");
     fprintf(f, "#ifdef SR_NO_MAIN /* tests: hand the program over instead of running it */\n");
     fprintf(f, "    (void)argc;\n    *(const sr_program **)argv = &program;\n    return 0;\n#else\n");
+    fprintf(f, "    if (sr_cuda_preflight(argc, argv)) return 1; /* no GPU: one line, before MPI and NCCL */\n");
     fprintf(f, "    return sr_main(&program, argc, argv);\n#endif\n}\n");
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "codegen_cuda.h"
 #include "plan.h"
 #include "sr_json.h"
 
@@ -28,6 +29,9 @@ typedef struct Opts {
     const char *dump;
     const char *backend;
     const char *emit_src;
+    const char *cuda_arch;
+    int fp32;          /* --precision fp32 (CUDA; the host backend is fp32) */
+    int cuda_emulate;  /* build the CUDA program against the CPU emulator */
     int params;
     int max_errors;
 } Opts;
@@ -69,7 +73,11 @@ static void usage_cmd(FILE *f, const char *cmd)
                 "Compiles FILE.model into the training program BIN.\n"
                 "\n"
                 "  -o BIN               output program\n"
-                "  --backend host       code generator (host: C + OpenBLAS + MPI)\n"
+                "  --backend host|cuda  code generator: host (C + OpenBLAS + MPI), or cuda (CUDA +\n"
+                "                       cuBLASLt + NCCL, built with nvcc; one rank per GPU)\n"
+                "  --precision bf16|fp32  cuda: bf16 compute with fp32 master weights (default), or fp32\n"
+                "  --cuda-arch 80,90    cuda: GPU architectures to build for\n"
+                "  --cuda-emulate       cuda: build against the CPU emulator instead of nvcc (testing)\n"
                 "  --emit-src DIR       keep the generated source in DIR\n"
                 "\n");
     }
@@ -210,6 +218,20 @@ static int build(Program *P, const Opts *o)
         return 1;
     }
     const char *base = strrchr(o->out, '/') ? strrchr(o->out, '/') + 1 : o->out;
+    if (o->backend && !strcmp(o->backend, "cuda")) {
+        /* CUDA: one .cu file, built by nvcc (or against the CPU emulator) */
+        char *cu = sx_fmt("%s/%s.cu", dir, base);
+        FILE *cf = fopen(cu, "w");
+        int crc = !cf || cg_cuda(P, cf, o->file, !o->fp32);
+        if (cf && fclose(cf) != 0) crc = 1;
+        if (!cf) fprintf(stderr, "shardc: error: cannot write %s: %s\n", cu, strerror(errno));
+        if (!crc) crc = drv_build_cuda(P, cu, o->out, o->cuda_arch, o->cuda_emulate);
+        if (!o->emit_src) {
+            unlink(cu);
+            rmdir(dir);
+        }
+        return crc ? 1 : 0;
+    }
     char *csrc = sx_fmt("%s/%s.c", dir, base);
     FILE *f = fopen(csrc, "w");
     if (!f) {
@@ -354,8 +376,19 @@ int main(int argc, char **argv)
             o.out = val;
         } else if (!strcmp(o.cmd, "build") && (t = TAKE("--backend"))) {
             if (t < 0) return 2;
-            if (strcmp(val, "host")) return usage_error("unknown backend '%s' (use host)", val);
+            if (strcmp(val, "host") && strcmp(val, "cuda"))
+                return usage_error("unknown backend '%s' (use host or cuda)", val);
             o.backend = val;
+        } else if (!strcmp(o.cmd, "build") && (t = TAKE("--precision"))) {
+            if (t < 0) return 2;
+            if (strcmp(val, "bf16") && strcmp(val, "fp32"))
+                return usage_error("unknown precision '%s' (use bf16 or fp32)", val);
+            o.fp32 = !strcmp(val, "fp32");
+        } else if (!strcmp(o.cmd, "build") && (t = TAKE("--cuda-arch"))) {
+            if (t < 0) return 2;
+            o.cuda_arch = val;
+        } else if (!strcmp(o.cmd, "build") && !strcmp(a, "--cuda-emulate")) {
+            o.cuda_emulate = 1;
         } else if (!strcmp(o.cmd, "build") && (t = TAKE("--emit-src"))) {
             if (t < 0) return 2;
             o.emit_src = val;

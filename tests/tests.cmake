@@ -55,3 +55,6 @@ add_test(NAME plan COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/plan/run.sh $<
   ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(plan PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 300)
 add_test(NAME unit_timeline COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/test_timeline.sh $<TARGET_FILE:shardc>)
+
+# the CUDA backend: kernels and whole steps on the CPU emulator; nvcc builds of the examples
+include(${CMAKE_CURRENT_LIST_DIR}/cuda/cuda.cmake)

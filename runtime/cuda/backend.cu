@@ -156,14 +156,34 @@ extern "C" void *sr_cuda_stream(void) { return (void *)srk_ctx.stream; }
 /* ---- the backend ------------------------------------------------------------------- */
 static int dev_ready;
 
+#define NO_DEVICE_MSG                                                                           \
+    "no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); rebuild with " \
+    "--backend host to run on the CPU"
+
+/* before anything else (MPI, NCCL): a program that needs a GPU on a machine
+ * without one says so in one line (rank 0 only) and exits 1; --help and
+ * --version still work */
+extern "C" int sr_cuda_preflight(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || !strcmp(argv[i], "--version")) return 0;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return 0;
+    cudaGetLastError();
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = getenv("PMI_RANK");
+    if (!rank) rank = getenv("SLURM_PROCID");
+    if (!rank || atoi(rank) == 0) fprintf(stderr, "%s: error: " NO_DEVICE_MSG "\n", argc > 0 ? argv[0] : "shardc");
+    return 1;
+}
+
 static sr_status cuda_init(int local_rank)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= 0) {
         cudaGetLastError();
-        return sr_seterr(SR_ERR_STATE, "no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); "
-                                       "rebuild with --backend host to run on the CPU");
+        return sr_seterr(SR_ERR_STATE, NO_DEVICE_MSG);
     }
     int dev = (local_rank < 0 ? 0 : local_rank) % n;
     if ((e = cudaSetDevice(dev)) != cudaSuccess)

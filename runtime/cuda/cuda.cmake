@@ -16,7 +16,7 @@
 # same name, see drv_build_cuda).
 
 set(_srk_dir ${CMAKE_CURRENT_LIST_DIR})
-set(_srk_root ${_srk_dir}/../..)
+get_filename_component(_srk_root ${_srk_dir}/../.. ABSOLUTE)
 set(_srk_cu ${_srk_dir}/context.cu ${_srk_dir}/gemm.cu ${_srk_dir}/backend.cu)
 file(GLOB _srk_headers ${_srk_dir}/*.cuh ${_srk_dir}/emu/*.h ${_srk_root}/runtime/include/*.h)
 

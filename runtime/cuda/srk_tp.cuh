@@ -174,29 +174,32 @@ void srk_tp_slice_bwd(sr_exec *e, TD *dx, const TG *dout, long outer, long local
               outer, local, inner, e->tp > 0 ? e->tp : 1, e->tp_rank);
 }
 
-/* dropout of a (B, Tl, C) sequence part: element (b, t, c) is element
- * (row0 + b*T + rank*Tl + t, c) of the microbatch (T = Tl * tp), keyed as the host does */
+/* dropout of a (B, Tl, Cl) part of a (B, T, C) microbatch tensor, keyed as the host keys
+ * the whole tensor: element (b, t, c) is element (row0 + b*T + rt*Tl + t, rc*Cl + c);
+ * sequence parallelism cuts T (rt = rank), the column cut C (rc = rank) */
 template <int BWD, class TO, class TX>
-__global__ void dropout_seq_kernel(TO *out, const TX *x, long B, long Tl, long C, long T, long row0, long rank, float p,
-                                   float scale, uint64_t key)
+__global__ void dropout_part_kernel(TO *out, const TX *x, long B, long Tl, long Cl, long T, long rt, long C, long rc,
+                                    long row0, float p, float scale, uint64_t key)
 {
-    long n = B * Tl * C;
+    long n = B * Tl * Cl;
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
-        long c = e % C, bt = e / C, t = bt % Tl, b = bt / Tl;
-        uint64_t row = (uint64_t)(row0 + b * T + rank * Tl + t);
-        float v = srk_rng_at(key, row * (uint64_t)C + (uint64_t)c) >= p ? srk_ld(x[e]) * scale : 0.0f;
+        long c = e % Cl, bt = e / Cl, t = bt % Tl, b = bt / Tl;
+        uint64_t row = (uint64_t)(row0 + b * T + rt * Tl + t);
+        float v = srk_rng_at(key, row * (uint64_t)C + (uint64_t)(rc * Cl + c)) >= p ? srk_ld(x[e]) * scale : 0.0f;
         if (BWD) srk_acc(&out[e], v);
         else out[e] = srk_to<TO>(v);
     }
 }
-template <class TO, class TX>
-void srk_dropout_seq_fwd(sr_exec *e, TO *out, const TX *x, long B, long Tl, long C, unsigned op)
+template <int BWD, class TO, class TX>
+void srk_dropout_part(sr_exec *e, TO *out, const TX *x, long B, long Tl, long Cl, int seq, unsigned op)
 {
-    long n = B * Tl * C;
-    if (n <= 0) return;
+    long n = B * Tl * Cl;
     float p = e->dropout;
+    int tp = e->tp > 0 ? e->tp : 1;
+    if (!out || n <= 0 || (BWD && p >= 1.0f)) return;
     if (!(p > 0.0f)) {
-        srk_copy(out, x, n);
+        if (BWD) srk_add_bwd(out, (float *)NULL, x, n, n);
+        else srk_copy(out, x, n);
         return;
     }
     if (p >= 1.0f) {
@@ -204,22 +207,31 @@ void srk_dropout_seq_fwd(sr_exec *e, TO *out, const TX *x, long B, long Tl, long
         return;
     }
     uint64_t key = srk_rng_key(e->seed, (e->step << 20) ^ (uint64_t)op);
-    SR_LAUNCH((dropout_seq_kernel<0, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x,
-              B, Tl, C, Tl * (e->tp > 0 ? e->tp : 1), (long)e->row0, (long)e->tp_rank, p, 1.0f / (1.0f - p), key);
+    long T = seq ? Tl * tp : Tl, rt = seq ? e->tp_rank : 0, C = seq ? Cl : Cl * tp, rc = seq ? 0 : e->tp_rank;
+    SR_LAUNCH((dropout_part_kernel<BWD, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out,
+              x, B, Tl, Cl, T, rt, C, rc, (long)e->row0, p, 1.0f / (1.0f - p), key);
+}
+/* sequence parallelism: x (B, T/tp, C) */
+template <class TO, class TX>
+void srk_dropout_seq_fwd(sr_exec *e, TO *out, const TX *x, long B, long Tl, long C, unsigned op)
+{
+    srk_dropout_part<0>(e, out, x, B, Tl, C, 1, op);
 }
 template <class TD, class TG>
 void srk_dropout_seq_bwd(sr_exec *e, TD *dx, const TG *dout, long B, long Tl, long C, unsigned op)
 {
-    long n = B * Tl * C;
-    float p = e->dropout;
-    if (!dx || n <= 0 || p >= 1.0f) return;
-    if (!(p > 0.0f)) {
-        srk_add_bwd(dx, (float *)NULL, dout, n, n);
-        return;
-    }
-    uint64_t key = srk_rng_key(e->seed, (e->step << 20) ^ (uint64_t)op);
-    SR_LAUNCH((dropout_seq_kernel<1, TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
-              dout, B, Tl, C, Tl * (e->tp > 0 ? e->tp : 1), (long)e->row0, (long)e->tp_rank, p, 1.0f / (1.0f - p), key);
+    srk_dropout_part<1>(e, dx, dout, B, Tl, C, 1, op);
+}
+/* a tensor split along its columns: x (B, T, C/tp) */
+template <class TO, class TX>
+void srk_dropout_col_fwd(sr_exec *e, TO *out, const TX *x, long B, long T, long Cl, unsigned op)
+{
+    srk_dropout_part<0>(e, out, x, B, T, Cl, 0, op);
+}
+template <class TD, class TG>
+void srk_dropout_col_bwd(sr_exec *e, TD *dx, const TG *dout, long B, long T, long Cl, unsigned op)
+{
+    srk_dropout_part<1>(e, dx, dout, B, T, Cl, 0, op);
 }
 
 /* ---- vocab-parallel embedding: rows [rank*Vl, (rank+1)*Vl) of the table here ----------------- */

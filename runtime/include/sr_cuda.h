@@ -22,6 +22,11 @@ extern "C" {
 
 extern const sr_backend sr_backend_cuda;
 
+/* called by a generated main() first: without a GPU, prints the one-line
+ * "no CUDA device: ..." error (rank 0) and returns 1; --help and --version
+ * pass */
+int sr_cuda_preflight(int argc, char **argv);
+
 /* the compute stream, a cudaStream_t (NULL before init) */
 void *sr_cuda_stream(void);
 

@@ -15,7 +15,7 @@
 #                              machine without a GPU, says so in one line and exits non-zero
 
 set(_tc ${CMAKE_CURRENT_LIST_DIR})
-set(_root ${_tc}/../..)
+get_filename_component(_root ${_tc}/../.. ABSOLUTE)
 
 # the compiler's passes + cg_cuda/cg_host/drv_build_cuda, without the driver
 add_executable(gen_cuda ${_tc}/gen_cuda.c)

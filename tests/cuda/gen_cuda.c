@@ -5,7 +5,7 @@
  * `shardc build --backend cuda` so these tests do not depend on the driver.
  *
  *   gen_cuda FILE.model [--cuda OUT.cu] [--host OUT.c] [--bf16] [--tp N] [--pp N]
- *            [--microbatches M] [--recompute] [--set NAME=VALUE] [-I DIR]
+ *            [--microbatches M] [--recompute] [--sequence-parallel] [--set NAME=VALUE] [-I DIR]
  *            [--build BIN [--emulate] [--arch 80,90]]
  */
 #include "codegen_cuda.h"
@@ -17,7 +17,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: gen_cuda FILE.model [--cuda OUT.cu] [--host OUT.c] [--bf16] [--tp N] [--pp N] "
-                    "[--microbatches M] [--recompute] [--set N=V] [-I DIR] [--build BIN [--emulate] [--arch LIST]]\n");
+                    "[--microbatches M] [--recompute] [--sequence-parallel] [--set N=V] [-I DIR] [--build BIN [--emulate] [--arch LIST]]\n");
     return 2;
 }
 
@@ -33,6 +33,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--bf16")) bf16 = 1;
         else if (!strcmp(a, "--emulate")) emulate = 1;
         else if (!strcmp(a, "--recompute")) P->layout.cli_recompute = 1;
+        else if (!strcmp(a, "--sequence-parallel")) P->layout.cli_sp = 1;
         else if (i + 1 < argc && !strcmp(a, "--pp")) P->layout.cli_pp = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(a, "--microbatches")) P->layout.cli_mb = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(a, "--cuda")) cu = argv[++i];

@@ -5,7 +5,10 @@
 #  - fp32 losses equal the host's to 1e-5 relative (with dropout: same masks);
 #  - a checkpoint the CUDA binary saves continues on the host binary;
 #  - bf16 losses within 2e-2;
-#  - tensor parallelism (tp=2) over the MPI path of the comm layer;
+#  - data parallelism (dp=2, with ZeRO-1), tensor parallelism (tp=2, with
+#    and without sequence parallelism) and
+#    pipeline parallelism (pp=2, 1f1b and zb-h1) over the MPI path of the
+#    comm layer; recomputation;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
 set -u
 gen=$(realpath "$1"); shardc=$(realpath "$2"); src=$(realpath "$3")
@@ -51,12 +54,35 @@ losses bf16.jsonl > b.txt
 check "bf16: 6 steps within 2e-2 of the host binary" close h.txt b.txt 2e-2
 
 if command -v mpirun >/dev/null; then
+  ./tg_host $opts --batch 8 --steps 4 --log h1.jsonl
+  mpirun --oversubscribe -np 2 ./tg_cuda $opts --batch 8 --steps 4 --dp 2 --log cd.jsonl
+  mpirun --oversubscribe -np 2 ./tg_cuda $opts --batch 8 --steps 4 --dp 2 --zero 1 --log cz.jsonl
+  losses h1.jsonl > h1.txt; losses cd.jsonl > cd.txt; losses cz.jsonl > cz.txt
+  check "dp=2 over MPI (bucketed all-reduce from grad_ready): 4 steps match one host rank to 1e-5" close h1.txt cd.txt 1e-5
+  check "dp=2 with ZeRO-1 over MPI: 4 steps match one host rank to 1e-5" close h1.txt cz.txt 1e-5
   "$gen" "$m" --tp 2 --cuda tg2.cu --build tg2_cuda --emulate && "$shardc" build "$m" --tp 2 -o tg2_host
   mpirun --oversubscribe -np 2 ./tg2_host $opts --tp 2 --steps 4 --log h2.jsonl
   mpirun --oversubscribe -np 2 ./tg2_cuda $opts --tp 2 --steps 4 --log c2.jsonl
   losses h2.jsonl > h2.txt; losses c2.jsonl > c2.txt
   check "tp=2 over MPI: 4 steps match the host binary's tp=2 to 1e-5" close h2.txt c2.txt 1e-5
+  "$gen" "$m" --tp 2 --sequence-parallel --cuda sp.cu --build sp_cuda --emulate &&
+    "$shardc" build "$m" --tp 2 --sequence-parallel -o sp_host
+  mpirun --oversubscribe -np 2 ./sp_host $opts --tp 2 --dropout 0.1 --steps 4 --log hs.jsonl
+  mpirun --oversubscribe -np 2 ./sp_cuda $opts --tp 2 --dropout 0.1 --steps 4 --log cs.jsonl
+  losses hs.jsonl > hs.txt; losses cs.jsonl > cs.txt
+  check "tp=2 with sequence parallelism (dropout 0.1): 4 steps match the host binary to 1e-5" close hs.txt cs.txt 1e-5
+  "$gen" "$m" --pp 2 --cuda pp.cu --build pp_cuda --emulate && "$shardc" build "$m" --pp 2 -o pp_host
+  mpirun --oversubscribe -np 2 ./pp_host $opts --pp 2 --microbatches 2 --steps 4 --log hp.jsonl
+  for sch in 1f1b zb-h1; do
+    mpirun --oversubscribe -np 2 ./pp_cuda $opts --pp 2 --microbatches 2 --schedule $sch --steps 4 --log cp-$sch.jsonl
+    losses hp.jsonl > hp.txt; losses cp-$sch.jsonl > cp.txt
+    check "pp=2 ($sch) over MPI: 4 steps match the host binary's pp=2 to 1e-5" close hp.txt cp.txt 1e-5
+  done
 fi
+"$gen" "$m" --recompute --cuda rc.cu --build rc_cuda --emulate
+./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl
+losses rc.jsonl > rc.txt
+check "recomputation (--recompute block, dropout 0.1): 6 steps match the host binary to 1e-5" close h.txt rc.txt 1e-5
 
 EMU_DEVICES=0 ./tg_cuda $opts --steps 1 2> nogpu.txt; rc=$?
 want="no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); rebuild with --backend host to run on the CPU"

@@ -120,6 +120,13 @@ extern "C" void emu_fiber_main_c() { fiber_main(); }
 static void fiber_trampoline() { fiber_main(); }
 #endif
 
+#ifdef EMU_ASAN
+/* AddressSanitizer follows the stack switches: the scheduler's stack bounds
+ * come back from the first switch into a fiber */
+static thread_local const void *asan_sched_bottom;
+static thread_local size_t asan_sched_size;
+#endif
+
 static void to_fiber(Thread *t)
 {
     cur_thread = t;
@@ -141,7 +148,7 @@ static void to_fiber(Thread *t)
 static void to_scheduler(Thread *t, bool finished)
 {
 #ifdef EMU_ASAN
-    __sanitizer_start_switch_fiber(finished ? nullptr : &t->asan_fake, nullptr, 0);
+    __sanitizer_start_switch_fiber(finished ? nullptr : &t->asan_fake, asan_sched_bottom, asan_sched_size);
 #else
     (void)finished;
 #endif
@@ -151,7 +158,7 @@ static void to_scheduler(Thread *t, bool finished)
     swapcontext((ucontext_t *)t->ctx, (ucontext_t *)sched_ctx);
 #endif
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(t->asan_fake, nullptr, nullptr);
+    __sanitizer_finish_switch_fiber(t->asan_fake, &asan_sched_bottom, &asan_sched_size);
 #endif
 }
 
@@ -267,6 +274,9 @@ unsigned warp_ballot(int pred)
 
 static void fiber_main()
 {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &asan_sched_bottom, &asan_sched_size);
+#endif
     Thread *t = cur_thread;
     Block *b = cur_block;
     b->fn(b->arg);
