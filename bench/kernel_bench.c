@@ -11,7 +11,8 @@
  *
  * Build and run (bench/kernel_bench.sh does both):
  *   cc -O2 -fopenmp -Iruntime/include bench/kernel_bench.c BUILD/libshardrt.a -lopenblas -lm
- *   OMP_NUM_THREADS=2 ./kernel_bench [B T C NH V L reps]   (default 4 256 768 12 50257 12 5)
+ *   OMP_NUM_THREADS=2 ./kernel_bench [B T C NH V L reps P]
+ *   (default 4 256 768 12 50257 12 5 256; P = n_positions, for the parameter count)
  *
  * Output: one Markdown table row per kernel (calls per step, median and
  * min ms per call, ms per step, share, GFLOP/s for the matmuls and the
@@ -31,7 +32,7 @@
 
 #include "shardrt.h"
 
-static long B = 4, T = 256, C = 768, NH = 12, V = 50257, L = 12;
+static long B = 4, T = 256, C = 768, NH = 12, V = 50257, L = 12, P = 256;
 static int reps = 5;
 
 static double now(void)
@@ -138,10 +139,11 @@ int main(int argc, char **argv)
     long *dims[] = {&B, &T, &C, &NH, &V, &L};
     for (int i = 1; i < argc && i <= 6; i++) *dims[i - 1] = atol(argv[i]);
     if (argc > 7) reps = atoi(argv[7]);
+    if (argc > 8) P = atol(argv[8]);
     long N = B * T, F = 4;
     double f = 4.0; /* bytes per float */
-    /* parameters: wte, wpe, per layer 2 LN, c_attn, c_proj, c_fc, c_proj, ln_f */
-    nparams = V * C + 1024 * C + L * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C;
+    /* parameters: wte, wpe (P positions), per layer 2 LN, c_attn, c_proj, c_fc, c_proj, ln_f */
+    nparams = V * C + P * C + L * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C;
     long act = N * 4 * C > 3 * N * C ? N * 4 * C : 3 * N * C;
     x = buf(act, 2.0f); y = buf(act, 1.0f); z = buf(act, 1.0f);
     w = buf(4 * C * C + 2 * C, 0.05f); w2 = buf(4 * C * C, 0.05f); g = buf(4 * C * C + 2 * C, 0.0f);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds bench/kernel_bench.c against a build tree's libshardrt.a and runs it:
 # the host kernels of one GPT-2 training step, timed one by one.
-# Usage: bench/kernel_bench.sh [BUILD_DIR] [B T C NH V L reps]
-#   (defaults: build, then 4 256 768 12 50257 12 5: the 12-layer n_embd 768
-#   GPT of bench_train.sh). THREADS (default nproc) sets OMP_NUM_THREADS.
+# Usage: bench/kernel_bench.sh [BUILD_DIR] [B T C NH V L reps P]
+#   (defaults: build, then 4 256 768 12 50257 12 5 256: the 12-layer n_embd
+#   768 GPT of bench_train.sh; P = n_positions). THREADS (default nproc) sets OMP_NUM_THREADS.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); src=$(cd "$here/.." && pwd)
 build=$(cd "${1:-$src/build}" && pwd); shift || true
