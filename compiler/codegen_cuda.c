@@ -802,6 +802,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, "    program.work_bytes = work_bytes0;\n    program.forward = stage0_forward;\n");
     fprintf(f, "    program.backward = stage0_backward;\n");
     fprintf(f, "    program.recompute = %d;\n", P->layout.recompute);
+    fprintf(f, "    program.split_backward = %d;\n", P->ir.split_backward);
     fprintf(f, "    program.sequence_parallel = %d;\n", P->layout.sequence_parallel && P->layout.tp > 1);
     fprintf(f, "    program.pp = %d;\n    program.virtual_stages = %d;\n    program.n_stages = %d;\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);

@@ -590,6 +590,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n    .tp = %d,\n", vocab, max_seq, P->layout.tp);
     fprintf(f, "    .work_bytes = work_bytes0,\n    .forward = stage0_forward,\n    .backward = stage0_backward,\n");
     fprintf(f, "    .recompute = %d,\n", P->layout.recompute);
+    fprintf(f, "    .split_backward = %d,\n", ir->split_backward);
     fprintf(f, "    .sequence_parallel = %d,\n", P->layout.sequence_parallel && P->layout.tp > 1);
     fprintf(f, "    .pp = %d,\n    .virtual_stages = %d,\n    .n_stages = %d,\n    .stages = stages,\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);

@@ -58,8 +58,9 @@ static int timeline(Ir *ir, int s, int *first, int *last)
     }
     if (s < ir->nstages - 1) touch(first, last, ir->stages[s].act_out, t); /* sent after forward */
     t++;
-    /* the backward, and with a pipeline a second pass for the weight gradients */
-    int passes = ir->nstages > 1 ? 2 : 1;
+    /* the backward, and for zb-h1 a second pass for the weight gradients (its
+     * W passes run after the B passes, so what they read stays alive) */
+    int passes = ir->nstages > 1 && ir->split_backward ? 2 : 1;
     for (int pass = 0; pass < passes; pass++)
         for (int j = 0; j < ir->bwd.n; j++, t++) {
             IrBwd *b = ir->bwd.v[j];

@@ -78,6 +78,7 @@ int pp_partition(Program *P)
     if (P->layout.pp <= 1) S = 1;
     ir->nstages = S;
     ir->stages = sx_alloc(sizeof(IrStage) * (size_t)S);
+    ir->split_backward = S > 1 && !strcmp(P->layout.schedule, "zb-h1");
     for (int i = 0; i < ir->ops.n; i++) ((IrOp *)ir->ops.v[i])->pstage = 0;
     for (int j = 0; j < ir->bwd.n; j++) ((IrBwd *)ir->bwd.v[j])->pstage = 0;
     for (int s = 0; s < S; s++) ir->stages[s].act_in = ir->stages[s].act_out = -1;

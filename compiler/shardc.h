@@ -272,6 +272,7 @@ typedef struct Ir {
     int nslots;   /* memplan: workspace slots */
     Dim *slot_elems; /* elements (4 bytes each) of every slot */
     int nstages;  /* pipeline stages (pp x virtual stages); 1 without a pipeline */
+    int split_backward; /* built for zb-h1: the backward runs as B then W passes */
     struct IrStage *stages;
     const char *symname[SX_MAXSYM];
     int nsym;

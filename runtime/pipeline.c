@@ -105,6 +105,10 @@ sr_status rt_pipe_init(run *r)
         return sr_seterr(SR_ERR_USAGE, "--schedule %s: this program was built with %d virtual stage%s per "
                          "rank; %s", r->o.schedule, pp->v, pp->v == 1 ? "" : "s",
                          pp->v > 1 ? "use --schedule interleaved" : "rebuild with --virtual-stages for interleaved");
+    if (kind == SR_SCHED_ZBH1 && !prog->split_backward)
+        return sr_seterr(SR_ERR_USAGE, "--schedule zb-h1: this program was built for %s; rebuild it with "
+                         "shardc build --schedule zb-h1 (its memory plan keeps what the weight-gradient passes "
+                         "read)", prog->split_backward ? "zb-h1" : "schedules that run the backward whole");
     SR_CHECK(sr_sched_build(&pp->sched, (sr_sched_kind)kind, pp->p, pp->m, pp->v));
     SR_CHECK(sr_sched_check(&pp->sched)); /* never a hang: a bad schedule stops here */
     int *peak = calloc((size_t)pp->p, sizeof(int));

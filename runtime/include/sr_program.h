@@ -154,6 +154,7 @@ typedef struct sr_program {
     int pp, virtual_stages;  /* the pipeline it was compiled for (1, 1: none) */
     int n_stages;            /* pp * virtual_stages */
     int recompute;           /* 1: built with --recompute block */
+    int split_backward;      /* 1: built for zb-h1 (its memory plan keeps what the W passes read) */
     int sequence_parallel;   /* 1: built with --sequence-parallel: --seq must divide by tp */
     const sr_stage *stages;  /* stage s runs on pipeline rank s % pp */
 } sr_program;

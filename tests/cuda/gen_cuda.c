@@ -36,6 +36,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--sequence-parallel")) P->layout.cli_sp = 1;
         else if (i + 1 < argc && !strcmp(a, "--pp")) P->layout.cli_pp = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(a, "--microbatches")) P->layout.cli_mb = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(a, "--schedule")) P->layout.cli_sched = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--cuda")) cu = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--host")) c = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--build")) bin = argv[++i];

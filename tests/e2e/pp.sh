@@ -32,15 +32,18 @@ cfg="--set n_layer=4 --set n_embd=64 --set n_head=4"
 "$shardc" build "$src/examples/tinygpt.model" $cfg -o p1
 "$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 -o p2
 "$shardc" build "$src/examples/tinygpt.model" $cfg --pp 4 -o p4
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --schedule zb-h1 -o p2z
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 4 --schedule zb-h1 -o p4z
 "$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --virtual-stages 2 --schedule interleaved -o p2v2
 "$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --tp 2 -o p2t2
 run="--data text.txt --batch 8 --seq 32 --steps 20 --lr 3e-3 --warmup 2 --grad-clip 1.0 --microbatches 4 --quiet --threads 1"
 
 ./p1 $run --log ref.jsonl
 for s in gpipe 1f1b zb-h1; do
-  $mpi -np 2 ./p2 $run --pp 2 --schedule $s --log pp2-$s.jsonl
+  z=""; [ $s = zb-h1 ] && z=z # zb-h1 programs are built for it (their memory plan keeps W's inputs)
+  $mpi -np 2 ./p2$z $run --pp 2 --schedule $s --log pp2-$s.jsonl
   check "pp=2 $s gives the single-rank losses (20 steps, 1e-5)" same ref.jsonl pp2-$s.jsonl 1e-5
-  $mpi -np 4 ./p4 $run --pp 4 --schedule $s --log pp4-$s.jsonl
+  $mpi -np 4 ./p4$z $run --pp 4 --schedule $s --log pp4-$s.jsonl
   check "pp=4 $s gives the single-rank losses" same ref.jsonl pp4-$s.jsonl 1e-5
 done
 $mpi -np 2 ./p2v2 $run --pp 2 --schedule interleaved --log iv.jsonl
@@ -60,7 +63,7 @@ check "dropout 0.1 at pp=2 gives the single-rank losses" same drop1.jsonl drop2.
 
 # activation recomputation: bit-identical losses, less activation memory
 "$shardc" build "$src/examples/tinygpt.model" $cfg --recompute block -o r1
-"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --recompute block -o r2
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --schedule zb-h1 --recompute block -o r2
 ./r1 $run --dropout 0.1 --log rc1.jsonl
 check "recompute=block gives bit-identical losses (1 rank, dropout 0.1)" \
   [ "$(grep -o '"loss":[^,]*' drop1.jsonl)" = "$(grep -o '"loss":[^,]*' rc1.jsonl)" ]
@@ -70,6 +73,12 @@ check "recompute=block at pp=2 zb-h1 gives the losses of the same layout without
 a0=$(./p1 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 2>&1 | grep -o 'activations [0-9.]*' | cut -d' ' -f2)
 a1=$(./r1 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 2>&1 | grep -o 'activations [0-9.]*' | cut -d' ' -f2)
 check "recompute=block needs less activation memory ($a0 -> $a1 MiB)" $py -c "import sys; sys.exit(0 if $a1 < 0.6 * $a0 else 1)"
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --recompute block -o r2b
+b0=$($mpi -np 2 ./p2 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 --microbatches 4 2>&1 | grep -o 'rank 1 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
+b1=$($mpi -np 2 ./r2b --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 --microbatches 4 2>&1 | grep -o 'rank 1 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
+check "recompute=block needs less activation memory in a pipeline stage too ($b0 -> $b1 MiB)" $py -c "import sys; sys.exit(0 if $b1 < 0.7 * $b0 else 1)"
+$mpi -np 2 ./p2 $run --pp 2 --schedule zb-h1 > zb.txt 2>&1; rc=$?
+check "zb-h1 with a program not built for it is a usage error that says how (exit $rc)" [ $rc -eq 2 ] && grep -q "rebuild it with shardc build --schedule zb-h1" zb.txt
 ./r1 $run --recompute none > /dev/null 2> rcerr.txt; rc=$?
 check "running with a recompute setting other than the build's is a usage error (exit $rc)" [ $rc -eq 2 ]
 
