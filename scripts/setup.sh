@@ -20,14 +20,22 @@ for p in "${pkgs[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all system packages present"
-  exit 0
-fi
-
-echo "setup: installing ${missing[*]}"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all system packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Hugging Face transformers for Debian's python (a test loads our GPT-2
+# checkpoints into GPT2LMHeadModel); the version that works with torch 1.13.
+# Optional: without it that one test says it was skipped.
+if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
+  echo "setup: installing transformers 4.30.2 for /usr/bin/python3"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages "transformers==4.30.2" ||
+    echo "setup: warning: transformers could not be installed; the Hugging Face loading test will be skipped"
+fi

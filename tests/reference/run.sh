@@ -46,4 +46,32 @@ if [ "$(head -3 tiny.ours.jsonl | grep -o '"loss":[^,]*')" = "$(grep -o '"loss":
 else
   echo "FAIL prefix-less checkpoint"; fail=1
 fi
-[ $fail -eq 0 ] && echo "3 passed, 0 failed" || { echo "reference FAILED"; exit 1; }
+# a checkpoint we save loads into Hugging Face transformers' GPT2LMHeadModel
+# and gives the loss our program computes on the next batch
+nhf=0
+if $py -c "import transformers" 2>/dev/null; then
+  ./tiny.bin --init tiny.init.safetensors --data tiny.tok --batch 4 --seq 8 --steps 3 --lr 1e-2 \
+      --save ck --quiet --threads 1
+  ./tiny.bin --load ck --data tiny.tok --batch 4 --seq 8 --steps 4 --lr 1e-2 --quiet --threads 1 --log next.jsonl
+  ours=$(grep -o '"loss":[^,]*' next.jsonl | head -1 | cut -d: -f2)
+  if $py - "ck/$(cat ck/latest)" tiny.tok "$ours" "$ref" <<'PY'
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+sys.path.insert(0, sys.argv[4]); import gpt2_ref
+from transformers import GPT2Config, GPT2LMHeadModel
+d, toks, ours = sys.argv[1], gpt2_ref.read_tokens(sys.argv[2]), float(sys.argv[3])
+m = GPT2LMHeadModel.from_pretrained(d, config=GPT2Config(**json.load(open(d + "/config.json")))).eval()
+x, y = gpt2_ref.get_batch(toks, 3, 4, 8)
+with torch.no_grad():
+    logits = m(x).logits
+loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+print(f"  transformers' loss {loss:.7f}, ours {ours:.7f}")
+sys.exit(0 if abs(loss - ours) <= 1e-5 * abs(ours) else 1)
+PY
+  then echo "ok   our checkpoint loads into transformers' GPT2LMHeadModel with the same loss"; nhf=1
+  else echo "FAIL our checkpoint in transformers"; fail=1; fi
+else
+  echo "skip transformers is not installed: the Hugging Face loading check did not run"
+fi
+[ $fail -eq 0 ] && echo "$((3 + nhf)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }
