@@ -4,33 +4,7 @@
 # sequence of a global batch is trained on exactly once per step; a wrong
 # world size and a killed rank end the run with an error, not a hang;
 # checkpoints move between layouts.
-set -u
-shardc=$(realpath "$1"); src=$(realpath "$2")
-py=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpi="mpirun --oversubscribe --bind-to none"
-w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
-cd "$w"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
-# same losses (and gradient norms) within a relative tolerance
-same() { $py - "$1" "$2" "$3" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-b = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
-tol = float(sys.argv[3])
-if len(a) != len(b) or not a:
-    print(f"  {len(a)} vs {len(b)} steps"); sys.exit(1)
-worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
-print(f"  {len(a)} steps, worst relative loss difference {worst:.2e} (tolerance {tol:g})")
-sys.exit(0 if worst <= tol else 1)
-PY
-}
-
-cat "$src"/stdlib/*.model "$src"/examples/*.model > text.txt
-for i in 1 2 3 4 5 6; do cat text.txt text.txt > t2 && mv t2 text.txt; done
+source "$(dirname "$0")/lib.sh"
 "$shardc" build "$src/examples/tinygpt.model" -o tg --set n_layer=2 --set n_embd=64 --set n_head=4
 run="./tg --data text.txt --batch 8 --seq 32 --steps 20 --lr 3e-3 --warmup 2 --grad-clip 1.0 --quiet --threads 1"
 
