@@ -854,24 +854,6 @@ static const char *setting(const char *env, const char *dflt)
     return v && *v ? v : dflt;
 }
 
-static int run_argv(char **argv)
-{
-    if (getenv("SHARDC_VERBOSE")) {
-        for (char **a = argv; *a; a++) fprintf(stderr, "%s%s", a == argv ? "" : " ", *a);
-        fputc('\n', stderr);
-    }
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        fprintf(stderr, "shardc: error: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* splits a space-separated list onto argv */
 static void push_words(Vec *v, const char *s)
@@ -960,7 +942,7 @@ int drv_build_cuda(Program *P, const char *src, const char *out_bin, const char 
     vec_push(&a, "-o");
     vec_push(&a, (void *)out_bin);
     vec_push(&a, NULL);
-    int st = run_argv((char **)a.v);
+    int st = drv_run_cmd((char **)a.v);
     if (st != 0) {
         fprintf(stderr, "shardc: error: %s failed on %s (exit %d)\n", emulate ? "the C++ compiler (emulated CUDA)" : "nvcc",
                 src, st);

@@ -15,12 +15,6 @@
 
 int timeline_main(int argc, char **argv);
 
-#ifndef SHARDC_STDLIB_DIR
-#define SHARDC_STDLIB_DIR ""
-#endif
-#ifndef SHARDC_INSTALL_STDLIB_DIR
-#define SHARDC_INSTALL_STDLIB_DIR ""
-#endif
 
 typedef struct Opts {
     const char *cmd;
@@ -117,48 +111,6 @@ static int parse_pos_int(const char *s, int *out)
     return 0;
 }
 
-/* --config FILE.json: flat object; numbers and strings become overrides */
-static int load_json_config(Program *P, const char *path)
-{
-    sr_json *j = NULL;
-    if (sr_json_parse_file(path, &j) != SR_OK) {
-        fprintf(stderr, "shardc: error: --config: %s\n", sr_errmsg());
-        return -1;
-    }
-    if (j->type != SR_JSON_OBJECT) {
-        fprintf(stderr, "shardc: error: --config %s: expected a JSON object, got %s\n", path,
-                sr_json_type_name(j->type));
-        sr_json_free(j);
-        return -1;
-    }
-    for (int i = 0; i < j->n; i++) {
-        const sr_json *it = &j->items[i];
-        if (it->type != SR_JSON_NUMBER && it->type != SR_JSON_STRING) continue;
-        Override *o = sx_alloc(sizeof *o);
-        o->name = sx_strdup(it->key);
-        o->value = sx_strdup(it->str);
-        o->origin = sx_strdup(path);
-        /* --set given later on the command line wins: insert before them */
-        vec_push(&P->overrides, NULL);
-        int k = P->overrides.n - 1;
-        while (k > 0 && ((Override *)P->overrides.v[k - 1])->origin[0] == '-') {
-            P->overrides.v[k] = P->overrides.v[k - 1];
-            k--;
-        }
-        P->overrides.v[k] = o;
-    }
-    sr_json_free(j);
-    return 0;
-}
-
-static void add_stdlib_dirs(Program *P)
-{
-    const char *env = getenv("SHARDC_STDLIB");
-    if (env && *env) vec_push(&P->search_dirs, sx_strdup(env));
-    if (*SHARDC_STDLIB_DIR) vec_push(&P->search_dirs, SHARDC_STDLIB_DIR);
-    if (*SHARDC_INSTALL_STDLIB_DIR) vec_push(&P->search_dirs, SHARDC_INSTALL_STDLIB_DIR);
-}
-
 #ifndef SHARDC_RUNTIME_INCLUDE
 #define SHARDC_RUNTIME_INCLUDE ""
 #endif
@@ -173,27 +125,6 @@ static void add_stdlib_dirs(Program *P)
 #endif
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
-
-/* runs a command (argv), returns its exit status; the command line is shown
- * when SHARDC_VERBOSE is set */
-static int run_cmd(char **argv)
-{
-    if (getenv("SHARDC_VERBOSE")) {
-        for (char **a = argv; *a; a++) fprintf(stderr, "%s%s", a == argv ? "" : " ", *a);
-        fputc('\n', stderr);
-    }
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execvp(argv[0], argv);
-        fprintf(stderr, "shardc: error: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* shardc build: back end, C source, then the system C compiler */
 static int build(Program *P, const Opts *o)
@@ -272,7 +203,7 @@ static int build(Program *P, const Opts *o)
     argv[n++] = "-o";
     argv[n++] = (char *)o->out;
     argv[n] = NULL;
-    int st = run_cmd(argv);
+    int st = drv_run_cmd(argv);
     if (st != 0) {
         fprintf(stderr, "shardc: error: the C compiler failed on %s (exit %d)%s\n", csrc, st,
                 o->emit_src ? "" : "; keep the source with --emit-src DIR");
@@ -336,7 +267,7 @@ int main(int argc, char **argv)
             vec_push(&P->overrides, ov);
         } else if ((t = TAKE("--config"))) {
             if (t < 0) return 2;
-            if (load_json_config(P, val)) return 1;
+            if (drv_load_json_config(P, val)) return 1;
         } else if ((t = TAKE("--dump"))) {
             if (t < 0) return 2;
             if (strcmp(val, "shape") && strcmp(val, "shard") && strcmp(val, "autodiff") &&
@@ -405,7 +336,7 @@ int main(int argc, char **argv)
     if (!strcmp(o.cmd, "check") && o.dump && strcmp(o.dump, "shape") && strcmp(o.dump, "shard"))
         return usage_error("--dump=%s is a pass of build: use shardc build --dump=...", o.dump);
     sx_set_max_errors(o.max_errors);
-    add_stdlib_dirs(P);
+    drv_add_stdlib_dirs(P);
     int rc = sema_load(P, o.file) || drv_front(P, o.dump, stdout);
     if (!rc && o.params) ir_print_params(&P->ir, stdout);
     if (!rc && !strcmp(o.cmd, "build")) rc = build(P, &o);

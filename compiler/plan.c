@@ -26,9 +26,6 @@
 #include "plan.h"
 #include "sr_json.h"
 
-#ifndef SHARDC_STDLIB_DIR
-#define SHARDC_STDLIB_DIR ""
-#endif
 
 /* ---- hardware ------------------------------------------------------------ */
 
@@ -960,52 +957,12 @@ static void add_override(Program *P, const char *name, const char *value, const 
     vec_push(&P->overrides, ov);
 }
 
-static int load_json_config(Program *P, const char *path)
-{
-    sr_json *j = NULL;
-    if (sr_json_parse_file(path, &j) != SR_OK) {
-        fprintf(stderr, "shardc: error: --config: %s\n", sr_errmsg());
-        return -1;
-    }
-    if (j->type != SR_JSON_OBJECT) {
-        fprintf(stderr, "shardc: error: --config %s: expected a JSON object, got %s\n", path,
-                sr_json_type_name(j->type));
-        sr_json_free(j);
-        return -1;
-    }
-    for (int i = 0; i < j->n; i++) {
-        const sr_json *it = &j->items[i];
-        if (it->type == SR_JSON_NUMBER || it->type == SR_JSON_STRING)
-            add_override(P, it->key, it->str, sx_strdup(path));
-    }
-    sr_json_free(j);
-    return 0;
-}
-
-/* the stdlib: $SHARDC_STDLIB, the build's directory, then next to the executable */
-static void add_stdlib_dirs(Program *P)
-{
-    const char *env = getenv("SHARDC_STDLIB");
-    if (env && *env) vec_push(&P->search_dirs, sx_strdup(env));
-    if (*SHARDC_STDLIB_DIR) vec_push(&P->search_dirs, SHARDC_STDLIB_DIR);
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            vec_push(&P->search_dirs, sx_fmt("%s/../stdlib", exe));
-            vec_push(&P->search_dirs, sx_fmt("%s/../share/shardc/stdlib", exe));
-        }
-    }
-}
 
 static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *sched, int v, int search)
 {
     Program *P = sx_alloc(sizeof *P);
     P->ir.output = -1;
-    if (o->config_json && load_json_config(P, o->config_json)) return NULL;
+    if (o->config_json && drv_load_json_config(P, o->config_json)) return NULL;
     for (int i = 0; i < o->nset; i++) {
         const char *eq = strchr(o->sets[i], '=');
         add_override(P, sx_strndup(o->sets[i], (size_t)(eq - o->sets[i])), eq + 1, "--set");
@@ -1020,7 +977,7 @@ static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *
     P->layout.cli_recompute = 0; /* the plan models recomputation itself (--recompute) */
     P->layout.cli_sched = sched;
     for (int i = 0; i < o->ninc; i++) vec_push(&P->search_dirs, (void *)o->inc[i]);
-    add_stdlib_dirs(P);
+    drv_add_stdlib_dirs(P);
     sx_set_max_errors(o->max_errors);
     if (sema_load(P, o->file) || drv_front(P, NULL, stdout)) return NULL;
     /* virtual stages from the command line, checked here: the back end's

@@ -391,6 +391,11 @@ int cg_host(Program *P, FILE *out, const char *source_path);
 int drv_front(Program *P, const char *dump, FILE *out);
 int drv_back(Program *P, const char *dump, FILE *out);
 
+/* tools.c: shared by the commands */
+int drv_load_json_config(Program *P, const char *path); /* --config FILE.json; -1 on error (reported) */
+void drv_add_stdlib_dirs(Program *P);
+int drv_run_cmd(char **argv); /* exit status; SHARDC_VERBOSE shows the command */
+
 /* recompute.c: activation recomputation per block */
 int rc_recompute(Program *P);
 
