@@ -189,6 +189,17 @@ sr_status sr_comm_init(int *argc, char ***argv)
                          "sr_comm_init: MPI was already finalized in this process and cannot be "
                          "initialized again");
     if (init) return SR_OK;
+    /* srun started us without PMIx (--mpi=none or pmi2): Open MPI would abort
+       in MPI_Init with a page of text; say what to do in one line instead. */
+    const char *step = getenv("SLURM_STEP_ID");
+    if (step && *step && !getenv("PMIX_RANK") && !getenv("OMPI_COMM_WORLD_RANK")) {
+        const char *how = getenv("SLURM_MPI_TYPE");
+        return sr_seterr(SR_ERR_USAGE,
+                         "started by srun without PMIx (--mpi=%s), and Open MPI needs it: run "
+                         "srun --mpi=pmix (or set MpiDefault=pmix in slurm.conf), or mpirun "
+                         "inside salloc/sbatch",
+                         how && *how ? how : "none");
+    }
     int provided = 0;
     int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {

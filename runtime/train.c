@@ -320,6 +320,8 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
         }
         printf("  %-26s %s%s\n", left, f->help, def);
     }
+    printf("\nParallel runs: mpirun -np N %s ..., srun --mpi=pmix -n N %s ..., or mpirun inside salloc/sbatch;\n"
+           "N = dp x tp x pp.\n", argv0, argv0);
     printf("\nExit status: 0 ok, 1 error, 2 usage error.\n");
 }
 
@@ -1024,8 +1026,9 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     r.o = defaults;
     sr_status s = sr_comm_init(&argc, &argv);
     if (s != SR_OK) {
-        fprintf(stderr, "%s: error: %s\n", r.argv0, sr_errmsg());
-        return 1;
+        /* MPI is not up: every rank fails alike, the first one says why */
+        if (sr_comm_world_rank() == 0) fprintf(stderr, "%s: error: %s\n", r.argv0, sr_errmsg());
+        return s == SR_ERR_USAGE ? 2 : 1;
     }
     r.rank0 = sr_comm_world_rank() == 0;
     s = parse_flags(&r.o, r.given, argc, argv);

@@ -11,6 +11,7 @@ pkgs=(
   clang llvm libclang-rt-14-dev      # libFuzzer + sanitizers for the front end
   python3 python3-numpy python3-torch  # PyTorch reference tests (Debian's torch)
   fortunes-min fortunes               # offline English text for the demo
+  slurm-wlm munge                     # a one-node Slurm cluster in a test (srun --mpi=pmix)
 )
 
 missing=()

@@ -44,6 +44,10 @@ set_tests_properties(e2e_tensor_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_E
 add_test(NAME e2e_pipeline_parallel COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/pp.sh
   $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(e2e_pipeline_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 900)
+# a private one-node Slurm cluster: srun --mpi=pmix and salloc + mpirun
+add_test(NAME e2e_slurm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/slurm.sh
+  $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(e2e_slurm PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 300)
 
 # pipeline schedules: property tests of the generator and checker
 add_executable(test_schedule tests/unit/test_schedule.c)
