@@ -80,7 +80,10 @@ static void tensor_parallel_grads(Program *P)
                 if (b->din[k] >= 0 && partial[op->in[k]]) b->gate |= 1u << k;
         vec_push(&out, b);
     }
-    for (int i = 0; i < ir->params.n; i++) { /* parameters: before the optimizer */
+    /* parameters: once per step, before the optimizer; the gradient arena
+     * accumulates over microbatches, so a sum in every microbatch's
+     * backward would count the earlier ones tp times */
+    for (int i = 0; i < ir->params.n; i++) {
         IrParam *p = ir->params.v[i];
         IrValue *v = ir_value(ir, p->value);
         if (!partial[p->value] || v->grad < 0) continue;
@@ -162,7 +165,8 @@ void ad_dump(const Ir *ir, FILE *f)
         IrBwd *b = ir->bwd.v[i];
         if (b->kind == BWD_ALLREDUCE) {
             IrValue *g = ir_value(m, b->dout);
-            fprintf(f, "  all-reduce(tensor) %%%d %s  (d%%%d)\n", g->id, shape_str(&g->shape, ir), g->primal);
+            fprintf(f, "  all-reduce(tensor) %%%d %s  (d%%%d)%s\n", g->id, shape_str(&g->shape, ir), g->primal,
+                    b->fwd < 0 ? " once per step" : "");
             continue;
         }
         if (b->kind == BWD_FORWARD) {

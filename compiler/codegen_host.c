@@ -244,6 +244,10 @@ static void emit_forward(Gen *g, Vec *calls)
     if (cur) fprintf(g->f, "}\n\n");
 }
 
+/* a parameter gradient's sum over the tensor group: the runtime does it once
+ * per step (sr_program.tp_partial_grads), after the microbatches */
+static int step_sum(const IrBwd *b) { return b->kind == BWD_ALLREDUCE && b->fwd < 0; }
+
 static void emit_backward(Gen *g, Vec *calls)
 {
     Ir *ir = g->ir;
@@ -253,6 +257,7 @@ static void emit_backward(Gen *g, Vec *calls)
     for (int i = 0; i < ir->params.n; i++) last[i] = -1;
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
+        if (step_sum(b)) continue; /* after the step's last backward, not in it */
         int gs[5] = {b->din[0], b->din[1], b->din[2], b->din[3], b->kind == BWD_ALLREDUCE ? b->dout : -1};
         for (int k = 0; k < 5; k++) {
             if (gs[k] < 0) continue;
@@ -268,7 +273,7 @@ static void emit_backward(Gen *g, Vec *calls)
         IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
         if (!op) sx_ice("backward step %d has no op", j);
         prev = op;
-        if (b->pstage != g->stage) continue;
+        if (b->pstage != g->stage || step_sum(b)) continue;
         /* what this pass does of the step */
         int any_param = 0, any_act = 0;
         if (b->kind == BWD_FORWARD) {
@@ -568,6 +573,14 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         fprintf(f, "%s};\n", n ? "" : "-1");
         nused[st] = n;
     }
+    int npartial = 0;
+    fprintf(f, "\nstatic const int tp_partial_grads[] = {");
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        if (step_sum(b))
+            fprintf(f, "%s%d", npartial++ ? ", " : "", ir_value(ir, ir_value(ir, b->dout)->primal)->param);
+    }
+    fprintf(f, "%s};\n", npartial ? "" : "-1");
     fprintf(f, "\nstatic const sr_stage stages[%d] = {\n", ir->nstages);
     for (int st = 0; st < ir->nstages; st++) {
         const IrStage *sg = &ir->stages[st];
@@ -592,6 +605,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, "    .recompute = %d,\n", P->layout.recompute);
     fprintf(f, "    .split_backward = %d,\n", ir->split_backward);
     fprintf(f, "    .sequence_parallel = %d,\n", P->layout.sequence_parallel && P->layout.tp > 1);
+    fprintf(f, "    .n_tp_partial_grads = %d,\n    .tp_partial_grads = tp_partial_grads,\n", npartial);
     fprintf(f, "    .pp = %d,\n    .virtual_stages = %d,\n    .n_stages = %d,\n    .stages = stages,\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     emit_defaults(&g, max_seq);

@@ -634,8 +634,10 @@ static void dev_analyze(Ana *A, int d, Dev *D)
             if (b->kind != BWD_ALLREDUCE || !bwd_on(A, b, d)) continue;
             IrValue *g = ir->values.v[b->dout];
             IrValue *x = ir->values.v[g->primal];
-            add_coll(D, x->kind == VK_PARAM ? "replicated parameter grad" : "column-parallel input grad", G_TENSOR,
-                     C_AR, PH_BWD, tp, val_elems(A, b->dout) * (x->kind == VK_PARAM ? A->gb : ceb), m);
+            /* a parameter's: once per step, after the microbatches (runtime/train.c) */
+            int par = x->kind == VK_PARAM;
+            add_coll(D, par ? "replicated parameter grad" : "column-parallel input grad", G_TENSOR, C_AR,
+                     par ? PH_STEP : PH_BWD, tp, val_elems(A, b->dout) * (par ? A->gb : ceb), par ? 1 : m);
         }
     }
     /* pipeline: the values that cross each chunk boundary, each way */

@@ -232,7 +232,9 @@ typedef struct IrBwd {
 } IrBwd;
 enum {
     BWD_RULE = 0,      /* the gradient rule of op fwd */
-    BWD_ALLREDUCE = 1, /* sum dout over the tensor group */
+    BWD_ALLREDUCE = 1, /* sum dout over the tensor group; with fwd = -1 dout is a
+                        * parameter's gradient, summed once per step after the last
+                        * microbatch (the runtime's tp_partial_grads) */
     BWD_FORWARD = 2    /* recompute: run op (a clone of fwd) forward again */
 };
 /* the op a backward step works with */

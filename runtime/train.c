@@ -534,6 +534,28 @@ static void progress(run *r, long k, float loss, float lr, double norm, double t
 }
 
 
+/* Sequence parallelism: the tensor ranks' gradients of a replicated
+ * parameter used on sequence shards (tp_partial_grads) are summed once, after
+ * the data-parallel reduction (sums commute, and no bucket is then in flight
+ * on the arena). With ZeRO-1 only this rank's shard is reduced and read; the
+ * tensor peers hold the same shard, so every rank issues the same calls. */
+static sr_status sum_tp_partial_grads(run *r, long k)
+{
+    const sr_program *prog = r->prog;
+    if (r->grid.tp == 1) return SR_OK;
+    int64_t lo = r->shard_lo, hi = r->shard_lo + r->shard_n;
+    sr_comm_set_step(r->grid.tp_comm, k);
+    for (int j = 0; j < prog->n_tp_partial_grads; j++) {
+        int i = prog->tp_partial_grads[j];
+        const sr_param_desc *d = &prog->params[i];
+        int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
+        if (b <= a || !rt_pipe_uses(r, i)) continue; /* another pipeline rank's parameter */
+        SR_CHECK(sr_comm_allreduce(r->grid.tp_comm, r->grads + a, b - a, "sequence-parallel parameter gradient",
+                                   NULL));
+    }
+    return SR_OK;
+}
+
 /* Data parallelism: after the microbatches, every rank holds the average
  * gradient (each microbatch's loss was scaled by 1/(M*dp) and the ranks'
  * gradients are summed). Without ZeRO the buckets were launched during the
@@ -542,7 +564,7 @@ static void progress(run *r, long k, float loss, float lr, double norm, double t
 static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
 {
     if (r->pipe) SR_CHECK(rt_pipe_sync_grads(r));
-    if (r->grid.dp == 1) return SR_OK;
+    if (r->grid.dp == 1) return sum_tp_partial_grads(r, k);
     if (r->dp && r->pipe) sr_dp_begin(r->dp, 1, k); /* no hooks in a pipeline: reduce everything now */
     if (r->dp) {
         SR_CHECK(sr_dp_finish(r->dp));
@@ -560,7 +582,7 @@ static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
     }
     SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, loss_sum, 1));
     *loss_sum /= r->grid.dp;
-    return SR_OK;
+    return sum_tp_partial_grads(r, k);
 }
 
 /* Global-norm clipping and AdamW on this rank's range of the arenas: all of
@@ -633,6 +655,7 @@ static sr_status handshake(run *r)
     h = mix(h, (uint64_t)prog->n_stages);
     h = mix(h, (uint64_t)prog->tp);
     h = mix(h, (uint64_t)prog->recompute * 2 + (uint64_t)prog->sequence_parallel);
+    for (int j = 0; j < prog->n_tp_partial_grads; j++) h = mix(h, (uint64_t)prog->tp_partial_grads[j]);
     long step_shape[] = {o->steps, o->batch, o->seq, o->microbatches, o->dp, o->tp, o->pp, o->zero, o->eval_every,
                     o->save_every, o->eval_batches, o->sample, (long)(o->bucket_mb * 1000)};
     for (size_t i = 0; i < sizeof step_shape / sizeof step_shape[0]; i++) h = mix(h, (uint64_t)step_shape[i]);

@@ -156,6 +156,14 @@ typedef struct sr_program {
     int recompute;           /* 1: built with --recompute block */
     int split_backward;      /* 1: built for zb-h1 (its memory plan keeps what the W passes read) */
     int sequence_parallel;   /* 1: built with --sequence-parallel: --seq must divide by tp */
+    /* sequence parallelism: replicated parameters used on sequence shards
+     * (LayerNorms, row-parallel biases): each tensor rank's gradient covers
+     * its part of the sequence only. The runtime sums these over the tensor
+     * group once per step, after the last microbatch, since the arena
+     * accumulates over microbatches (a sum after each would count the
+     * earlier ones tp times). */
+    int n_tp_partial_grads;
+    const int *tp_partial_grads; /* parameter indices */
     const sr_stage *stages;  /* stage s runs on pipeline rank s % pp */
 } sr_program;
 
