@@ -52,9 +52,6 @@ int shard_layout(Program *P)
     if (L->sequence_parallel && L->tp == 1)
         sx_error(sp ? &sp->loc : NULL, "sequence parallelism splits activations over the tensor ranks: it "
                  "needs tensor > 1");
-    else if (L->sequence_parallel && L->pp > 1)
-        sx_error(sp ? &sp->loc : NULL, "sequence parallelism together with a pipeline (pipeline=%d) is not "
-                 "supported yet; use it with data and tensor parallelism", L->pp);
     if (rc && (!rc->is_str || (strcmp(rc->s, "block") && strcmp(rc->s, "none"))))
         sx_error(&rc->loc, "parallel recompute must be \"block\" or \"none\"");
     else if (rc)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallelism: pp=2 and pp=4 with every schedule (interleaved with
-# v=2), and dp=2 x tp=2 x pp=2 on 8 ranks, reproduce the single-rank losses;
+# v=2), tp=2 x pp=2 with sequence parallelism, and dp=2 x tp=2 x pp=2 on 8
+# ranks, reproduce the single-rank losses;
 # checkpoints saved at pp=2 load at pp=1 and pp=4; the trace and the
 # timeline picture come out.
 source "$(dirname "$0")/lib.sh"
@@ -36,6 +37,24 @@ check "dp=2 x tp=2 x pp=2 on 8 ranks gives the single-rank losses" same ref.json
 $mpi -np 2 ./p2 $run --pp 2 --dropout 0.1 --log drop2.jsonl
 ./p1 $run --dropout 0.1 --log drop1.jsonl
 check "dropout 0.1 at pp=2 gives the single-rank losses" same drop1.jsonl drop2.jsonl 1e-5
+
+# sequence parallelism in a pipeline: a stage boundary carries the rank's part
+# of the sequence, and the LayerNorms' and row-parallel biases' gradients
+# (computed on sequence parts) are summed over the tensor group once per step
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --tp 2 --sequence-parallel -o s22
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --tp 2 --sequence-parallel --schedule zb-h1 -o s22z
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --tp 2 --sequence-parallel --virtual-stages 2 \
+  --schedule interleaved -o s22v
+for s in gpipe 1f1b zb-h1 interleaved; do
+  b=s22; [ $s = zb-h1 ] && b=s22z; [ $s = interleaved ] && b=s22v
+  $mpi -np 4 ./$b $run --pp 2 --tp 2 --schedule $s --log sp-$s.jsonl
+  check "tp=2 x pp=2 $s with sequence parallelism gives the single-rank losses" same ref.jsonl sp-$s.jsonl 1e-5
+  $mpi -np 4 ./$b $run --pp 2 --tp 2 --schedule $s --dropout 0.1 --log spd-$s.jsonl
+  check "tp=2 x pp=2 $s with sequence parallelism and dropout 0.1 gives the single-rank losses" \
+    same drop1.jsonl spd-$s.jsonl 1e-5
+done
+$mpi -np 8 ./s22 $run --pp 2 --tp 2 --dp 2 --zero 1 --log spx8.jsonl
+check "dp=2 x tp=2 x pp=2 with sequence parallelism and ZeRO-1 gives the single-rank losses" same ref.jsonl spx8.jsonl 1e-5
 
 # activation recomputation: bit-identical losses, less activation memory
 "$shardc" build "$src/examples/tinygpt.model" $cfg --recompute block -o r1
