@@ -465,7 +465,10 @@ static int new_collective(Program *P, Vec *ops, IrOp *user, Collective *c)
     op->loc = user->loc;
     op->scope = user->scope;
     op->user_loc = user->user_loc;
+    /* the collective belongs to its consumer's block: recomputed with it, cut
+     * into its pipeline stage (a zeroed rgroup would be @recompute block 0) */
     op->stage = user->stage;
+    op->rgroup = user->rgroup;
     op->aux[0] = op->aux[1] = -1;
     if (c->kind >= 1) {
         op->k[0] = c->kind == 1 ? v->sh.dim : c->dim;

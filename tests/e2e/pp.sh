@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallelism: pp=2 and pp=4 with every schedule (interleaved with
-# v=2), tp=2 x pp=2 with sequence parallelism, and dp=2 x tp=2 x pp=2 on 8
-# ranks, reproduce the single-rank losses;
+# v=2), tp=2 x pp=2 with sequence parallelism and with recomputation, and
+# dp=2 x tp=2 x pp=2 on 8 ranks, reproduce the single-rank losses;
 # checkpoints saved at pp=2 load at pp=1 and pp=4; the trace and the
 # timeline picture come out.
 source "$(dirname "$0")/lib.sh"
@@ -72,6 +72,22 @@ check "recompute=block needs less activation memory ($a0 -> $a1 MiB)" $py -c "im
 b0=$($mpi -np 2 ./p2 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 --microbatches 4 2>&1 | grep -o 'rank 1 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
 b1=$($mpi -np 2 ./r2b --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 --microbatches 4 2>&1 | grep -o 'rank 1 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
 check "recompute=block needs less activation memory in a pipeline stage too ($b0 -> $b1 MiB)" $py -c "import sys; sys.exit(0 if $b1 < 0.7 * $b0 else 1)"
+# recomputation with tensor parallelism: the collectives inserted for the
+# tensor split belong to their block (recomputed with it, cut with it); once
+# they formed a block of their own, so tp x pp could not be cut and tp alone
+# recomputed only the all-reduces
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --tp 2 --recompute block -o r22
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --tp 2 --recompute block --sequence-parallel -o r22s
+$mpi -np 4 ./r22 $run --pp 2 --tp 2 --log rc22.jsonl
+check "tp=2 x pp=2 with recompute=block gives the single-rank losses" same ref.jsonl rc22.jsonl 1e-5
+$mpi -np 4 ./r22s $run --pp 2 --tp 2 --log rc22s.jsonl
+check "tp=2 x pp=2 with sequence parallelism and recompute=block gives the single-rank losses" same ref.jsonl rc22s.jsonl 1e-5
+$mpi -np 4 ./r22s $run --pp 2 --tp 2 --dropout 0.1 --log rc22sd.jsonl
+check "tp=2 x pp=2 with sequence parallelism, recompute=block and dropout 0.1 gives the losses of the same layout without recomputation, bit for bit" \
+  [ "$(grep -o '"loss":[^,]*' spd-1f1b.jsonl)" = "$(grep -o '"loss":[^,]*' rc22sd.jsonl)" ]
+c0=$($mpi -np 4 ./p2t2 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 --microbatches 4 --tp 2 --pp 2 2>&1 | grep -o 'rank 0 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
+c1=$($mpi -np 4 ./r22 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 --microbatches 4 --tp 2 --pp 2 2>&1 | grep -o 'rank 0 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
+check "recompute=block needs less activation memory at tp=2 x pp=2 ($c0 -> $c1 MiB)" $py -c "import sys; sys.exit(0 if $c1 < 0.7 * $c0 else 1)"
 $mpi -np 2 ./p2 $run --pp 2 --schedule zb-h1 > zb.txt 2>&1; rc=$?
 check "zb-h1 with a program not built for it is a usage error that says how (exit $rc)" [ $rc -eq 2 ] && grep -q "rebuild it with shardc build --schedule zb-h1" zb.txt
 ./r1 $run --recompute none > /dev/null 2> rcerr.txt; rc=$?

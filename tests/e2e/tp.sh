@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism derived by the compiler: tp=2, tp=4 and dp=2 x tp=2
 # reproduce the single-rank losses (dropout 0 and 0.1), the collectives per
-# block match Megatron's count, and checkpoints move across tensor degrees.
+# block match Megatron's count, recomputation repeats a block's collectives,
+# and checkpoints move across tensor degrees.
 source "$(dirname "$0")/lib.sh"
 cfg="--set n_layer=2 --set n_embd=64 --set n_head=4"
 for t in 1 2 4; do "$shardc" build "$src/examples/tinygpt.model" $cfg --tp $t -o tg$t; done
@@ -78,6 +79,20 @@ $mpi -np 2 ./tg2 $run --tp 2 --steps 1 --comm-stats comm.txt > /dev/null 2>&1
 got=$(grep -o '^tensor allreduce calls [0-9]* bytes [0-9]*' comm.txt)
 want="tensor allreduce calls 11 bytes $((10 * 8 * 32 * 64 * 4 + 2 * 8 * 32 * 4))"
 check "runtime counts the compiler's tensor all-reduces ($got)" [ "$got" = "$want" ]
+
+# recomputation: each block's forward runs again in its backward, with the
+# block's own all-reduces (not the embedding's), the same numbers bit for bit
+"$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 --recompute block -o tr2
+$mpi -np 2 ./tr2 $run --tp 2 --dropout 0.1 --seed 7 --log rdrop2.jsonl
+check "recompute=block at tp=2 gives the losses of tp=2 without it, bit for bit (dropout 0.1)" \
+  [ "$(grep -o '"loss":[^,]*' drop2.jsonl)" = "$(grep -o '"loss":[^,]*' rdrop2.jsonl)" ]
+$mpi -np 2 ./tr2 $run --tp 2 --steps 1 --comm-stats rcomm.txt > /dev/null 2>&1
+got=$(grep -o '^tensor allreduce calls [0-9]* bytes [0-9]*' rcomm.txt)
+want="tensor allreduce calls 15 bytes $((14 * 8 * 32 * 64 * 4 + 2 * 8 * 32 * 4))"
+check "recompute=block at tp=2 repeats the blocks' 4 forward all-reduces ($got)" [ "$got" = "$want" ]
+a0=$($mpi -np 2 ./tg2 --tp 2 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 2>&1 | grep -o 'rank 0 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
+a1=$($mpi -np 2 ./tr2 --tp 2 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 2>&1 | grep -o 'rank 0 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
+check "recompute=block needs less activation memory at tp=2 ($a0 -> $a1 MiB)" $py -c "import sys; sys.exit(0 if $a1 < 0.7 * $a0 else 1)"
 
 # checkpoints keep full logical shapes: tp=2 -> tp=1 and tp=1 -> tp=2
 $mpi -np 2 ./tg2 $run --tp 2 --save ck2 --save-every 10 --log a.jsonl
