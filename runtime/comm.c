@@ -17,6 +17,15 @@
  * write its buffers); every later operation on it fails at once and the
  * program is expected to report the error and sr_comm_abort.
  *
+ * Device memory (sr_grid_init_device): each call's buffers are classified
+ * (host or device); host buffers go over plain MPI whatever the backend,
+ * device buffers over NCCL, or over MPI staged through page-locked host
+ * copies (runtime/comm_device.c). sr_comm_wait_device hands an NCCL request
+ * to its communicator ("deferred"): the device waits for it, the host checks
+ * it later under the timeout (sr_comm_settle); finished ones are reaped at
+ * every launch on the communicator. Groups (sr_comm_group_begin/end) are
+ * process-wide, like NCCL's.
+ *
  * MPI backend: non-blocking MPI-3 calls on host memory, one MPI call per
  * chunk of at most max_chunk elements (INT_MAX; Open MPI 4.1 implements
  * MPI 3.1, which has no large-count calls). The environment variable
@@ -36,6 +45,11 @@
 
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                    */
+
+const char *sr_comm_backend_name(sr_comm_backend b)
+{
+    return b == SR_COMM_MPI ? "mpi" : b == SR_COMM_NCCL ? "nccl" : "?";
+}
 
 static const char *const op_names[] = {
     "all-reduce", "reduce-scatter", "all-gather", "broadcast",
@@ -277,11 +291,17 @@ static int64_t max_chunk_from_env(void)
     return INT_MAX;
 }
 
+/* every communicator not yet freed, newest first (sr_comm_settle_all) */
+static sr_comm *live;
+
 static sr_comm *comm_new(MPI_Comm m, const char *name, const srcomm_ops *ops, double timeout_s,
-                         int world_rank, int64_t max_chunk)
+                         int world_rank, int64_t max_chunk, const sr_comm_device *dev)
 {
     sr_comm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->dev = dev;
+    c->next_live = live;
+    live = c;
     c->mpi = m;
     MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m, &c->rank);
@@ -298,7 +318,14 @@ static sr_comm *comm_new(MPI_Comm m, const char *name, const srcomm_ops *ops, do
 static void comm_free(sr_comm *c)
 {
     if (!c) return;
+    sr_comm_settle(c); /* frees what sr_comm_wait_device left (bounded) */
+    for (sr_comm **p = &live; *p; p = &(*p)->next_live)
+        if (*p == c) {
+            *p = c->next_live;
+            break;
+        }
     if (c->impl && c->ops->close) c->ops->close(c);
+    srcomm_pins_free(c);
     if (c->mpi != MPI_COMM_NULL && mpi_running()) MPI_Comm_free(&c->mpi);
     free(c);
 }
@@ -350,6 +377,12 @@ static sr_status agree(sr_comm *world, sr_status mine, double timeout_s, const c
 
 sr_status sr_grid_init(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backend, double timeout_s)
 {
+    return sr_grid_init_device(g, dp, tp, pp, backend, NULL, timeout_s);
+}
+
+sr_status sr_grid_init_device(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backend,
+                              const sr_comm_device *dev, double timeout_s)
+{
     if (!g) return sr_seterr(SR_ERR_ARG, "sr_grid_init: the grid pointer is NULL");
     memset(g, 0, sizeof *g);
     if (dp < 1 || tp < 1 || pp < 1)
@@ -371,7 +404,7 @@ sr_status sr_grid_init(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backe
         return sr_seterr(SR_ERR_ARG,
                          "grid: the NCCL backend was requested but this libshardrt was built "
                          "without NCCL (build it where the CUDA toolkit and NCCL are installed, "
-                         "or use the MPI backend)");
+                         "or use the MPI backend: a program's --comm mpi)");
 #endif
     } else {
         return sr_seterr(SR_ERR_ARG, "grid: unknown communication backend %d", (int)backend);
@@ -415,19 +448,36 @@ sr_status sr_grid_init(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backe
     GRID_MPI(MPI_Comm_split(wdup, g->dp_rank * tp + g->tp_rank, g->pp_rank, &ppc));
 
     /* the host helpers (barrier, double sums) of every communicator use MPI */
-    g->world_comm = comm_new(wdup, "world", ops, timeout_s, rank, chunk);
+    g->world_comm = comm_new(wdup, "world", ops, timeout_s, rank, chunk, dev);
     if (g->world_comm) wdup = MPI_COMM_NULL;
-    g->dp_comm = comm_new(dpc, "data", ops, timeout_s, rank, chunk);
+    g->dp_comm = comm_new(dpc, "data", ops, timeout_s, rank, chunk, dev);
     if (g->dp_comm) dpc = MPI_COMM_NULL;
-    g->tp_comm = comm_new(tpc, "tensor", ops, timeout_s, rank, chunk);
+    g->tp_comm = comm_new(tpc, "tensor", ops, timeout_s, rank, chunk, dev);
     if (g->tp_comm) tpc = MPI_COMM_NULL;
-    g->pp_comm = comm_new(ppc, "pipeline", ops, timeout_s, rank, chunk);
+    g->pp_comm = comm_new(ppc, "pipeline", ops, timeout_s, rank, chunk, dev);
     if (g->pp_comm) ppc = MPI_COMM_NULL;
     if (!g->world_comm || !g->dp_comm || !g->tp_comm || !g->pp_comm) {
         st = sr_seterr(SR_ERR_NOMEM, "rank %d: grid: out of memory for the communicators", rank);
         goto fail;
     }
 
+    /* a rank on another backend would never join the others' set-up */
+    {
+        int mine[2] = {(int)backend, -(int)backend}, all[2];
+        MPI_Request rq;
+        GRID_MPI(MPI_Iallreduce(mine, all, 2, MPI_INT, MPI_MIN, g->world_comm->mpi, &rq));
+        st = srcomm_mpi_bounded(g->world_comm, &rq, "the communication backend check",
+                                timeout_s > 120 ? timeout_s : 120);
+        if (st != SR_OK) goto fail;
+        if (all[0] != -all[1]) {
+            st = sr_seterr(SR_ERR_ARG,
+                           "grid: the ranks disagree on the communication backend (%s on some, "
+                           "%s on others); give every rank the same --comm (or SHARDC_COMM)",
+                           sr_comm_backend_name((sr_comm_backend)all[0]),
+                           sr_comm_backend_name((sr_comm_backend)-all[1]));
+            goto fail;
+        }
+    }
     if (ops->open) {
         /* backend set-up is collective per group; after each group every rank
          * learns whether all succeeded, so a failure is an error everywhere
@@ -543,23 +593,64 @@ static sr_status check_args(const sr_comm *c, const char *fn, int op, const void
     return SR_OK;
 }
 
+/* the process-wide group (sr_comm_group_begin/end): its depth, its
+ * requests in launch order, and the backend whose group it opened */
+static int group_depth;
+static sr_req *group_head, **group_tail = &group_head;
+static const srcomm_ops *group_ops;
+
+/* frees the requests of c's deferred list that completed; failures stay
+ * for sr_comm_settle to report */
+static void reap(sr_comm *c)
+{
+    for (sr_req **p = &c->deferred; *p && !c->broken;) {
+        sr_req *r = *p;
+        if (r->ops->poll(r) && r->err == SR_OK) {
+            *p = r->next;
+            r->ops->release(r);
+            free(r);
+        } else {
+            p = &r->next;
+        }
+    }
+}
+
 static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_t n, int peer,
                         int tag, const char *what, sr_req **req)
 {
     if (req) *req = NULL;
+    int moves = op < SRC_ALLREDUCE_DOUBLE; /* floats of the caller's, not a host helper */
+    if (moves && group_depth > 0 && !req)
+        return bad_arg(c, op, what, "a blocking call inside sr_comm_group_begin/end would wait "
+                       "for itself; pass a request and wait after sr_comm_group_end");
+    /* device memory: NCCL, or MPI through staging; host memory: plain MPI.
+     * Zero elements stay on the backend (NCCL: nothing to queue), so ranks
+     * that pass NULL and ranks that pass a pointer still match. */
+    int on_dev = 1;
+    if (moves && c->dev && n > 0) {
+        on_dev = srcomm_on_device(c, op, send, recv);
+        if (on_dev < 0)
+            return bad_arg(c, op, what, "one buffer is in device memory and the other in host "
+                           "memory; both must be in one");
+    }
+    if (c->deferred) reap(c);
     sr_req *r = calloc(1, sizeof *r);
     if (!r)
         return sr_seterr(SR_ERR_NOMEM, "rank %d: out of memory for a %s request", c->world_rank,
                          srcomm_op_name(op));
     r->c = c;
-    r->ops = op >= SRC_ALLREDUCE_DOUBLE ? &srcomm_mpi_ops : c->ops;
+    r->ops = !moves || !on_dev ? &srcomm_mpi_ops : c->ops;
     r->op = op;
     r->peer = peer;
     r->tag = tag;
     r->n = n;
     r->step = c->step;
+    r->grouped = moves && group_depth > 0;
     snprintf(r->what, sizeof r->what, "%s", what ? what : "");
-    sr_status st = r->ops->start(r, send, recv);
+    sr_status st = SR_OK;
+    if (moves && c->dev && n > 0 && on_dev && r->ops == &srcomm_mpi_ops)
+        st = srcomm_stage_in(r, &send, &recv);
+    if (st == SR_OK) st = r->ops->start(r, send, recv);
     if (st != SR_OK) {
         if (r->inflight) {
             mark_broken(c, sr_errmsg());
@@ -567,6 +658,7 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
         } else {
             r->ops->release(r);
         }
+        srcomm_unstage(r, r->inflight);
         free(r);
         return st;
     }
@@ -576,6 +668,10 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
         if (op == SRC_BROADCAST && c->rank != peer) bytes = 0;
         c->stats.calls[op]++;
         c->stats.bytes[op] += bytes;
+    }
+    if (r->grouped) {
+        *group_tail = r;
+        group_tail = &r->next;
     }
     if (req) {
         *req = r;
@@ -670,15 +766,15 @@ sr_status sr_comm_barrier(sr_comm *c)
 int sr_comm_test(sr_req *r)
 {
     if (!r || r->done) return 1;
+    if (r->grouped) return 0; /* not launched before the group ends */
     return r->ops->poll(r);
 }
 
-sr_status sr_comm_wait(sr_req *r)
+/* sr_comm_wait with the timeout counted from t0 */
+static sr_status wait_from(sr_req *r, double t0)
 {
-    if (!r) return SR_OK;
     sr_comm *c = r->c;
     char desc[512], sp[48];
-    double t0 = srcomm_now();
     long ns = 10000;
     while (!r->done && !r->ops->poll(r)) {
         double el = srcomm_now() - t0;
@@ -696,6 +792,7 @@ sr_status sr_comm_wait(sr_req *r)
                           c->world_rank, desc, c->timeout_s, step_phrase(r->step, sp, sizeof sp));
             mark_broken(c, sr_errmsg());
             r->ops->give_up(r);
+            srcomm_unstage(r, 1);
             free(r);
             return SR_ERR_COMM;
         }
@@ -707,11 +804,100 @@ sr_status sr_comm_wait(sr_req *r)
         sr_seterr(st, "rank %d: %s failed%s: %s", c->world_rank, desc,
                   step_phrase(r->step, sp, sizeof sp), r->detail);
         if (!r->comm_ok) mark_broken(c, sr_errmsg());
-    } else if (r->tmp) {
-        memcpy(r->tmp_dst, r->tmp, (size_t)r->tmp_n * sizeof(float));
+    } else {
+        if (r->tmp) memcpy(r->tmp_dst, r->tmp, (size_t)r->tmp_n * sizeof(float));
+        if (r->dev_dst) st = srcomm_stage_out(r);
     }
     r->ops->release(r);
+    srcomm_unstage(r, 0);
     free(r);
+    return st;
+}
+
+sr_status sr_comm_wait(sr_req *r)
+{
+    if (!r) return SR_OK;
+    if (r->grouped)
+        return sr_seterr(SR_ERR_STATE, "rank %d: %s '%s' on the %s group was waited on inside "
+                         "its group: call sr_comm_group_end first", r->c->world_rank,
+                         srcomm_op_name(r->op), r->what, r->c->name);
+    return wait_from(r, srcomm_now());
+}
+
+sr_status sr_comm_wait_device(sr_req *r)
+{
+    if (!r) return SR_OK;
+    sr_comm *c = r->c;
+    void *stream = c->dev && !r->grouped && !r->done && !c->broken && r->ops->order ? c->dev->stream()
+                                                                                    : NULL;
+    /* anything else, or a failure to order: the host wait orders it too */
+    if (!stream || r->ops->order(r, stream) != SR_OK) return sr_comm_wait(r);
+    r->t_wait = srcomm_now();
+    r->next = NULL;
+    sr_req **p = &c->deferred;
+    while (*p) p = &(*p)->next;
+    *p = r;
+    return SR_OK;
+}
+
+sr_status sr_comm_settle(sr_comm *c)
+{
+    sr_status first = SR_OK;
+    char msg[1024] = "";
+    while (c && c->deferred) {
+        sr_req *r = c->deferred;
+        c->deferred = r->next;
+        sr_status st = wait_from(r, r->t_wait);
+        if (st != SR_OK && first == SR_OK) {
+            first = st;
+            snprintf(msg, sizeof msg, "%s", sr_errmsg());
+        }
+    }
+    return first == SR_OK ? SR_OK : sr_seterr(first, "%s", msg);
+}
+
+sr_status sr_comm_settle_all(void)
+{
+    sr_status first = SR_OK;
+    char msg[1024] = "";
+    for (sr_comm *c = live; c; c = c->next_live) {
+        sr_status st = sr_comm_settle(c);
+        if (st != SR_OK && first == SR_OK) {
+            first = st;
+            snprintf(msg, sizeof msg, "%s", sr_errmsg());
+        }
+    }
+    return first == SR_OK ? SR_OK : sr_seterr(first, "%s", msg);
+}
+
+sr_status sr_comm_group_begin(void)
+{
+    if (group_depth++ > 0) return SR_OK;
+    group_head = NULL;
+    group_tail = &group_head;
+    /* only a backend with a live communicator opens its own group */
+    group_ops = NULL;
+    for (sr_comm *c = live; c && !group_ops; c = c->next_live)
+        if (c->impl && c->ops->group_begin) group_ops = c->ops;
+    sr_status st = group_ops ? group_ops->group_begin() : SR_OK;
+    if (st != SR_OK) {
+        group_depth = 0;
+        group_ops = NULL;
+    }
+    return st;
+}
+
+sr_status sr_comm_group_end(void)
+{
+    if (group_depth == 0)
+        return sr_seterr(SR_ERR_STATE, "sr_comm_group_end without sr_comm_group_begin");
+    if (--group_depth > 0) return SR_OK;
+    sr_req *members = group_head;
+    group_head = NULL;
+    group_tail = &group_head;
+    sr_status st = group_ops ? group_ops->group_end(members) : SR_OK;
+    group_ops = NULL;
+    for (sr_req *r = members; r; r = r->next) r->grouped = 0;
     return st;
 }
 
@@ -938,5 +1124,9 @@ static void mpi_give_up(sr_req *r)
 }
 
 const srcomm_ops srcomm_mpi_ops = {
-    "MPI", NULL, NULL, mpi_start, mpi_poll, mpi_give_up, mpi_release,
+    .name = "MPI",
+    .start = mpi_start,
+    .poll = mpi_poll,
+    .give_up = mpi_give_up,
+    .release = mpi_release,
 };

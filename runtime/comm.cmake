@@ -1,6 +1,7 @@
 # runtime/comm.cmake: the communication layer of libshardrt (runtime/comm.c,
-# and the NCCL backend runtime/cuda/comm_nccl.c where the CUDA toolkit and
-# NCCL are found). Included by the top CMakeLists.txt right after the
+# runtime/comm_device.c: MPI on device memory through host staging, and the
+# NCCL backend runtime/cuda/comm_nccl.c where the CUDA toolkit and NCCL are
+# found). Included by the top CMakeLists.txt right after the
 # `shardrt` target is defined.
 #
 # Sets SHARDC_HAVE_NCCL (ON/OFF) for tests/comm.cmake.
@@ -8,7 +9,7 @@
 # the dependencies are PUBLIC.
 
 find_package(MPI REQUIRED COMPONENTS C)
-target_sources(shardrt PRIVATE ${CMAKE_CURRENT_LIST_DIR}/comm.c)
+target_sources(shardrt PRIVATE ${CMAKE_CURRENT_LIST_DIR}/comm.c ${CMAKE_CURRENT_LIST_DIR}/comm_device.c)
 target_link_libraries(shardrt PUBLIC MPI::MPI_C)
 
 # ---- NCCL backend ----------------------------------------------------------

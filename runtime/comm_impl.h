@@ -42,7 +42,19 @@ struct sr_comm {
     int broken;              /* a wait timed out: no further operation */
     char broken_msg[256];    /* why (the timeout message) */
     sr_comm_stats stats;
+    const sr_comm_device *dev; /* the buffers' device; NULL: host memory */
+    struct srcomm_pin *pins; /* MPI on device memory: page-locked staging buffers */
+    int npins;
+    sr_req *deferred;        /* handed to sr_comm_wait_device, oldest first */
+    sr_comm *next_live;      /* every live communicator (sr_comm_settle_all) */
 };
+
+/* a page-locked host buffer of a communicator's staging pool */
+typedef struct srcomm_pin {
+    void *p;
+    size_t bytes;
+    int busy;                /* held by a request */
+} srcomm_pin;
 
 struct sr_req {
     sr_comm *c;
@@ -68,6 +80,14 @@ struct sr_req {
     int64_t tmp_n;
     /* backend-specific (NCCL: a cudaEvent) */
     void *impl;
+    /* MPI on device memory: the page-locked copies MPI moves; on success the
+     * wait copies host_res (dev_n floats) to dev_dst */
+    void *pin[2];
+    float *host_res, *dev_dst;
+    int64_t dev_n;
+    int grouped;             /* launched inside a group that has not ended */
+    double t_wait;           /* when sr_comm_wait_device took it */
+    sr_req *next;            /* in the group, or in c->deferred */
 };
 
 /* A backend: a small table, one per kind of memory. */
@@ -88,6 +108,14 @@ struct srcomm_ops {
     void (*give_up)(sr_req *r);
     /* frees r's backend handles; r completed */
     void (*release)(sr_req *r);
+    /* makes `stream` (a cudaStream_t) wait for r's completion without a host
+     * wait; NULL where the backend has no device events */
+    sr_status (*order)(sr_req *r, void *stream);
+    /* the process-wide group (sr_comm_group_begin/end): begin, and end,
+     * which launches the members (linked by next) and completes their
+     * set-up; NULL where a group changes nothing */
+    sr_status (*group_begin)(void);
+    sr_status (*group_end)(sr_req *members);
 };
 
 extern const srcomm_ops srcomm_mpi_ops;
@@ -106,5 +134,20 @@ double srcomm_spin_s(void);
 /* waits for one MPI request on c's group, at most timeout_s; `what` names
  * it in the error (SR_ERR_COMM on timeout or MPI failure) */
 sr_status srcomm_mpi_bounded(sr_comm *c, MPI_Request *rq, const char *what, double timeout_s);
+
+/* ---- device memory (runtime/comm_device.c) ---- */
+/* where op's buffers (n > 0) are: 1 device memory, 0 host memory, -1 mixed */
+int srcomm_on_device(const sr_comm *c, int op, const void *send, const void *recv);
+/* MPI on device memory: copies what r sends into page-locked buffers of
+ * c's pool (after the work queued on the device's stream) and points *send
+ * and *recv at the host copies; r remembers where the result goes */
+sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv);
+/* after r succeeded: its result to the device */
+sr_status srcomm_stage_out(sr_req *r);
+/* r's staging buffers back to the pool, or, when the transfer may still
+ * write them (lost), out of it for good */
+void srcomm_unstage(sr_req *r, int lost);
+/* frees c's staging pool (buffers still held by requests are leaked) */
+void srcomm_pins_free(sr_comm *c);
 
 #endif /* SR_COMM_IMPL_H */

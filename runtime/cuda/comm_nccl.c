@@ -10,10 +10,25 @@
  * timeout and, when it gives up, aborts the NCCL communicator so that the
  * GPU does not spin forever on a dead peer.
  *
- * The stream is created with default flags, so it is ordered after work the
- * caller queued on the legacy default stream; work on other streams must be
- * synchronized before a call. sr_comm_wait returns once the result is in
- * device memory.
+ * Ordering with the compute stream (a grid with a sr_comm_device): the NCCL
+ * stream is non-blocking; before each operation an event is recorded on
+ * the compute stream (dev->stream()) and the NCCL stream waits for it, so
+ * the collective reads what the kernels queued before the call wrote, with
+ * no host wait. sr_comm_wait returns once the result is in device memory
+ * (the host polls the completion event under the timeout);
+ * sr_comm_wait_device (order()) only makes the compute stream wait for the
+ * completion event. Without a device (sr_grid_init), the stream is created
+ * with default flags, so it is ordered after work the caller queued on the
+ * legacy default stream; work on other streams must be synchronized before
+ * a call.
+ *
+ * Groups (sr_comm_group_begin/end): ncclGroupStart/ncclGroupEnd around the
+ * members; their completion events are recorded after ncclGroupEnd, when
+ * the members are actually queued.
+ *
+ * Two ranks of one group on one GPU: NCCL refuses them ("Duplicate GPU
+ * detected", ncclInvalidUsage); set-up checks first (host name and PCI bus
+ * id, gathered over MPI) and names the ranks and the way out (--comm mpi).
  *
  * Communicators are non-blocking (NCCL >= 2.14): set-up and every call may
  * answer ncclInProgress, which settle() polls under the same timeout, so a
@@ -23,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -38,8 +54,14 @@
 typedef struct nccl_state {
     ncclComm_t comm;     /* NULL once aborted */
     cudaStream_t stream;
+    cudaEvent_t ready;   /* recorded on the compute stream before each operation */
     int device;
 } nccl_state;
+
+/* what a rank should do when its group shares a GPU */
+#define SHARED_GPU_HINT                                                                      \
+    "NCCL needs one GPU per rank: run the program with --comm mpi (or SHARDC_COMM=mpi), or " \
+    "start at most one rank per GPU"
 
 /* "cudaSetDevice(s->device)" -> "cudaSetDevice" */
 static const char *fname(const char *call, char *buf, size_t len)
@@ -94,6 +116,39 @@ static ncclResult_t settle(ncclComm_t comm, double timeout_s, int *timed_out)
     }
 }
 
+/* NCCL refuses a communicator with two ranks on one GPU; find them first
+ * (same host name and PCI bus id) and say what to do instead */
+static sr_status check_gpu_per_rank(sr_comm *c, int device, double timeout_s)
+{
+    typedef struct {
+        char host[96];
+        char bus[32];
+    } where;
+    where me;
+    memset(&me, 0, sizeof me);
+    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+    if (cudaDeviceGetPCIBusId(me.bus, (int)sizeof me.bus, device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(me.bus, sizeof me.bus, "device %d", device);
+    }
+    where *all = calloc((size_t)c->size, sizeof *all);
+    if (!all) return sr_seterr(SR_ERR_NOMEM, "rank %d: out of memory", c->world_rank);
+    MPI_Request rq;
+    int rc = MPI_Iallgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, c->mpi, &rq);
+    sr_status st = rc == MPI_SUCCESS ? srcomm_mpi_bounded(c, &rq, "the GPU-per-rank check", timeout_s)
+                                     : sr_seterr(SR_ERR_COMM, "rank %d: NCCL set-up of the %s group: "
+                                                 "MPI_Iallgather failed", c->world_rank, c->name);
+    for (int i = 0; st == SR_OK && i < c->size; i++)
+        for (int j = i + 1; st == SR_OK && j < c->size; j++)
+            if (!strcmp(all[i].host, all[j].host) && !strcmp(all[i].bus, all[j].bus))
+                st = sr_seterr(SR_ERR_COMM,
+                               "rank %d: NCCL set-up of the %s group (%d ranks): its ranks %d and %d "
+                               "are both on GPU %s of %s; " SHARED_GPU_HINT,
+                               c->world_rank, c->name, c->size, i, j, all[i].bus, all[i].host);
+    free(all);
+    return st;
+}
+
 static sr_status nccl_open(sr_comm *c, int local_rank, double init_timeout_s)
 {
     sr_status st = SR_OK;
@@ -109,6 +164,10 @@ static sr_status nccl_open(sr_comm *c, int local_rank, double init_timeout_s)
     }
     s->device = local_rank % ndev;
     CUDA_TRY(c, ctx, cudaSetDevice(s->device));
+    if (c->size > 1) {
+        st = check_gpu_per_rank(c, s->device, init_timeout_s);
+        if (st != SR_OK) goto fail;
+    }
 
     /* the id travels with a flag, so that a failure on rank 0 does not leave
      * the others waiting for an id that never comes */
@@ -141,7 +200,10 @@ static sr_status nccl_open(sr_comm *c, int local_rank, double init_timeout_s)
                            c->world_rank, c->name);
         goto fail;
     }
-    CUDA_TRY(c, ctx, cudaStreamCreate(&s->stream));
+    /* ordered by events when the compute stream is known, else after the
+     * legacy default stream (default flags) */
+    CUDA_TRY(c, ctx, cudaStreamCreateWithFlags(&s->stream, c->dev ? cudaStreamNonBlocking : cudaStreamDefault));
+    CUDA_TRY(c, ctx, cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
 
     ncclResult_t e;
 #if NONBLOCKING
@@ -163,21 +225,29 @@ static sr_status nccl_open(sr_comm *c, int local_rank, double init_timeout_s)
     }
     if (e != ncclSuccess) {
         st = nccl_fail(c, s->comm, ctx, "ncclCommInitRankConfig", e);
-        goto fail;
+        goto fail_usage;
     }
 #else
     e = ncclCommInitRank(&s->comm, c->size, boot.id, c->rank);
     if (e != ncclSuccess) {
         st = nccl_fail(c, NULL, ctx, "ncclCommInitRank", e);
         s->comm = NULL;
-        goto fail;
+        goto fail_usage;
     }
 #endif
     c->impl = s;
     return SR_OK;
 
+fail_usage:
+    /* what NCCL answers for two ranks on one GPU the check above missed */
+    if (e == ncclInvalidUsage) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", sr_errmsg());
+        st = sr_seterr(st, "%s (if ranks of the group share a GPU: " SHARED_GPU_HINT ")", msg);
+    }
 fail:
     if (s->comm) ncclCommAbort(s->comm);
+    if (s->ready) cudaEventDestroy(s->ready);
     if (s->stream) cudaStreamDestroy(s->stream);
     free(s);
     return st;
@@ -205,6 +275,7 @@ static void nccl_close(sr_comm *c)
 #endif
         }
     }
+    if (s->ready) cudaEventDestroy(s->ready);
     if (s->stream) cudaStreamDestroy(s->stream);
     free(s);
     c->impl = NULL;
@@ -223,6 +294,12 @@ static sr_status nccl_start(sr_req *r, const void *send, void *recv)
         return sr_seterr(SR_ERR_COMM, "rank %d: %s on the %s group: the NCCL communicator is gone",
                          c->world_rank, ctx, c->name);
     CUDA_TRY(c, ctx, cudaSetDevice(s->device));
+    /* after the kernels queued so far on the compute stream, without a host wait */
+    cudaStream_t compute = c->dev ? (cudaStream_t)c->dev->stream() : NULL;
+    if (compute) {
+        CUDA_TRY(c, ctx, cudaEventRecord(s->ready, compute));
+        CUDA_TRY(c, ctx, cudaStreamWaitEvent(s->stream, s->ready, 0));
+    }
     /* every rank passes the same n; zero elements is nothing to move */
     if (n > 0) {
         ncclResult_t e = ncclSuccess;
@@ -257,6 +334,8 @@ static sr_status nccl_start(sr_req *r, const void *send, void *recv)
                              c->world_rank, r->op);
         }
         queued = 1;
+        /* inside a group the call only records the operation: the group's end settles it */
+        if (e == ncclInProgress && r->grouped) e = ncclSuccess;
         if (e == ncclInProgress) {
             int timed_out;
             e = settle(s->comm, c->timeout_s, &timed_out);
@@ -274,7 +353,8 @@ static sr_status nccl_start(sr_req *r, const void *send, void *recv)
         }
     }
     CUDA_TRY(c, ctx, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    CUDA_TRY(c, ctx, cudaEventRecord(ev, s->stream));
+    /* a group's members are queued by ncclGroupEnd: their events after it */
+    if (!r->grouped) CUDA_TRY(c, ctx, cudaEventRecord(ev, s->stream));
     r->impl = ev;
     return SR_OK;
 
@@ -330,6 +410,85 @@ static void nccl_give_up(sr_req *r)
     nccl_release(r);
 }
 
+/* the compute stream waits for r's completion event; no host wait */
+static sr_status nccl_order(sr_req *r, void *stream)
+{
+    nccl_state *s = r->c->impl;
+    cudaError_t e = s ? cudaSetDevice(s->device) : cudaErrorInvalidValue;
+    if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)r->impl, 0);
+    if (e != cudaSuccess)
+        return cuda_fail(r->c, srcomm_op_name(r->op), "cudaStreamWaitEvent", e);
+    return SR_OK;
+}
+
+static sr_status nccl_group_begin(void)
+{
+    ncclResult_t e = ncclGroupStart();
+    if (e != ncclSuccess)
+        return sr_seterr(SR_ERR_COMM, "rank %d: ncclGroupStart failed: %s", sr_comm_world_rank(),
+                         ncclGetErrorString(e));
+    return SR_OK;
+}
+
+/* a member that cannot complete: its wait reports why */
+static void fail_member(sr_req *r, const char *why)
+{
+    snprintf(r->detail, sizeof r->detail, "%s", why);
+    r->err = SR_ERR_COMM;
+    r->done = 1;
+}
+
+static sr_status nccl_group_end(sr_req *members)
+{
+    ncclResult_t e = ncclGroupEnd();
+    sr_status st = SR_OK;
+    char why[256] = "";
+    if (e != ncclSuccess && e != ncclInProgress) {
+        snprintf(why, sizeof why, "ncclGroupEnd failed: %s", ncclGetErrorString(e));
+        st = sr_seterr(SR_ERR_COMM, "rank %d: %s", sr_comm_world_rank(), why);
+    }
+    for (sr_req *r = members; r; r = r->next) {
+        if (r->ops != &srcomm_nccl_ops) continue;
+        sr_comm *c = r->c;
+        nccl_state *s = c->impl;
+        if (st != SR_OK || !s || !s->comm) {
+            fail_member(r, why[0] ? why : "the NCCL communicator is gone");
+            continue;
+        }
+        /* non-blocking communicators finish queuing the group's work asynchronously */
+        if (e == ncclInProgress) {
+            int timed_out = 0;
+            ncclResult_t x = settle(s->comm, c->timeout_s, &timed_out);
+            if (x != ncclSuccess) {
+                snprintf(why, sizeof why, "%s", timed_out ? "the group was still being queued after the timeout"
+                                                           : ncclGetErrorString(x));
+                st = sr_seterr(SR_ERR_COMM, "rank %d: ncclGroupEnd on the %s group: %s", c->world_rank,
+                               c->name, why);
+                fail_member(r, why);
+                continue;
+            }
+        }
+        cudaError_t ce = cudaSetDevice(s->device);
+        if (ce == cudaSuccess) ce = cudaEventRecord((cudaEvent_t)r->impl, s->stream);
+        if (ce != cudaSuccess) {
+            snprintf(why, sizeof why, "cudaEventRecord failed: %s", cudaGetErrorString(ce));
+            st = sr_seterr(SR_ERR_COMM, "rank %d: ncclGroupEnd on the %s group: %s", c->world_rank,
+                           c->name, why);
+            fail_member(r, why);
+        }
+    }
+    return st;
+}
+
 const srcomm_ops srcomm_nccl_ops = {
-    "NCCL", nccl_open, nccl_close, nccl_start, nccl_poll, nccl_give_up, nccl_release,
+    .name = "NCCL",
+    .open = nccl_open,
+    .close = nccl_close,
+    .start = nccl_start,
+    .poll = nccl_poll,
+    .give_up = nccl_give_up,
+    .release = nccl_release,
+    .order = nccl_order,
+    .group_begin = nccl_group_begin,
+    .group_end = nccl_group_end,
 };

@@ -40,19 +40,41 @@
  *    SR_COMM_SPIN_US (the busy-poll window, default 1000) and, read at each
  *    sr_grid_init, SR_COMM_MAX_CHUNK (elements per MPI call, default and
  *    maximum INT_MAX; tests lower it to exercise the split paths);
+ *  - device memory (a grid made by sr_grid_init_device with the backend's
+ *    sr_comm_device): every buffer is classified by dev->on_device; all
+ *    buffers of one call must be of one kind, and every rank of the group
+ *    must pass the same kind. Host buffers (start-up handshake, sampling)
+ *    go over plain MPI whatever the backend;
+ *  - MPI backend on device memory ("--comm mpi" of a CUDA program): the
+ *    call stages through page-locked host buffers (dev->host_alloc, kept in
+ *    a pool per communicator): dev->to_host copies the send data after the
+ *    work queued on the device's stream (a host wait for that stream), MPI
+ *    moves the host copies, and the wait copies the result back with
+ *    dev->to_device before it returns. No CUDA-aware MPI is assumed. After
+ *    a timeout the staging buffers of the abandoned request are leaked
+ *    (MPI may still write them);
  *  - NCCL backend: buffers are device memory; sr_grid_init selects GPU
  *    local_rank % (visible devices) with cudaSetDevice. Each communicator has
- *    its own stream, created with default flags so that it is ordered after
- *    work on the legacy default stream (other streams: synchronize before
- *    the call); a wait returns when the result is in device memory; on
- *    timeout the NCCL communicator is aborted (ncclCommAbort). A rank's
- *    sends and receives on one NCCL communicator execute in issue order, so
- *    pair them like blocking MPI sends (even ranks send first); tags are
- *    checked but NCCL ignores them (it matches by order).
+ *    its own stream. With a sr_comm_device, that stream is non-blocking and
+ *    ordered by events: each operation first makes it wait for an event
+ *    recorded on dev->stream() (the compute stream), so it reads what the
+ *    kernels queued before the call wrote; no host synchronization. Without
+ *    one (sr_grid_init), the stream is created with default flags, ordered
+ *    after work on the legacy default stream only (other streams:
+ *    synchronize before the call). sr_comm_wait returns when the result is
+ *    in device memory; sr_comm_wait_device only makes dev->stream() wait
+ *    for it. On timeout the NCCL communicator is aborted (ncclCommAbort).
+ *    A rank's sends and receives on one NCCL communicator execute in issue
+ *    order, so pair them like blocking MPI sends (even ranks send first), or
+ *    launch a send and a recv together inside sr_comm_group_begin/end; tags
+ *    are checked but NCCL ignores them (it matches by order). Two ranks of
+ *    one group on one GPU are refused at set-up with a message saying to
+ *    use the MPI backend (a program's --comm mpi).
  */
 #ifndef SR_COMM_H
 #define SR_COMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "shardrt.h"
@@ -62,9 +84,32 @@ extern "C" {
 #endif
 
 typedef enum sr_comm_backend {
-    SR_COMM_MPI = 0,  /* host memory, MPI non-blocking collectives */
+    SR_COMM_MPI = 0,  /* MPI non-blocking calls on host memory (device memory staged) */
     SR_COMM_NCCL = 1  /* device memory, NCCL on a dedicated stream */
 } sr_comm_backend;
+
+/* "mpi", "nccl" (what a program's --comm takes); "?" for anything else */
+const char *sr_comm_backend_name(sr_comm_backend b);
+
+/* What the comm layer needs to move a GPU's memory, given by the memory
+ * backend (sr_backend.device) to sr_grid_init_device. All members are
+ * required. */
+typedef struct sr_comm_device {
+    /* the stream whose kernels write and read the buffers (a cudaStream_t);
+     * NULL before the device is set up */
+    void *(*stream)(void);
+    /* 1 if p is device memory, 0 if host memory */
+    int (*on_device)(const void *p);
+    /* page-locked host memory for staging; NULL when out of memory */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    /* dst (host) = src (device), after the work queued on stream(); returns
+     * once dst holds the data */
+    sr_status (*to_host)(void *dst, const void *src, size_t bytes);
+    /* dst (device) = src (host), before any work queued on stream() later;
+     * src may be reused once it returns */
+    sr_status (*to_device)(void *dst, const void *src, size_t bytes);
+} sr_comm_device;
 
 typedef struct sr_comm sr_comm;
 typedef struct sr_req sr_req;
@@ -119,7 +164,13 @@ int sr_comm_world_size(void);
  * SR_ERR_COMM on all. world_comm is a duplicate of MPI_COMM_WORLD.
  * On failure *g is zeroed (sr_grid_free on it is harmless). */
 sr_status sr_grid_init(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backend, double timeout_s);
-/* frees the communicators (requests must have been waited on) and zeroes *g */
+/* sr_grid_init for buffers in a GPU's memory: dev (may be NULL: as
+ * sr_grid_init) says how to reach it (see the conventions above); it must
+ * outlive the grid. */
+sr_status sr_grid_init_device(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backend,
+                              const sr_comm_device *dev, double timeout_s);
+/* frees the communicators (requests must have been waited on; those handed
+ * to sr_comm_wait_device are settled first) and zeroes *g */
 void sr_grid_free(sr_grid *g);
 
 int sr_comm_size(const sr_comm *c);
@@ -152,9 +203,38 @@ sr_status sr_comm_recv(sr_comm *c, float *buf, int64_t n, int peer, int tag, con
 /* completes and frees req (also on failure); SR_ERR_COMM on timeout or
  * failure, naming the op, its label, group, peer and step. NULL: SR_OK. */
 sr_status sr_comm_wait(sr_req *req);
+/* For a caller that only needs the device ordered after req: NCCL makes
+ * the device's stream (sr_comm_device.stream) wait for the operation's
+ * completion event and returns at once, without a host wait; kernels queued
+ * afterwards see the result. The request then belongs to its communicator,
+ * which checks it under the timeout at the next sr_comm_settle (or
+ * sr_comm_settle_all, which the CUDA backend calls before the host waits
+ * for the device) and frees it; a failure is reported there, and the
+ * communicator is broken. Every other case (MPI, host memory, a grid
+ * without a device): exactly sr_comm_wait. NULL: SR_OK. */
+sr_status sr_comm_wait_device(sr_req *req);
+/* waits (bounded, as sr_comm_wait; the timeout counts from the
+ * sr_comm_wait_device call) for the requests c holds from
+ * sr_comm_wait_device and frees them; the first failure, else SR_OK */
+sr_status sr_comm_settle(sr_comm *c);
+/* sr_comm_settle on every live communicator of the process */
+sr_status sr_comm_settle_all(void);
 /* 1 if complete (req still to be waited on), 0 if not; drives progress.
  * NULL: 1. */
 int sr_comm_test(sr_req *req);
+/* Operations launched between sr_comm_group_begin and sr_comm_group_end
+ * (on any communicator of the process) start together: NCCL queues them
+ * as one group (ncclGroupStart/ncclGroupEnd), so a send and a recv that two
+ * ranks issue to each other cannot deadlock; MPI starts each at once
+ * (non-blocking calls never deadlock), so there the group changes nothing.
+ * Inside a group every operation must be async (req != NULL; a blocking
+ * call is SR_ERR_ARG) and its request is waited on after the group ends
+ * (inside, sr_comm_test says 0 and sr_comm_wait is SR_ERR_STATE, leaving
+ * the request as it was). Groups nest; the outermost end launches. end
+ * without begin: SR_ERR_STATE. A failed end fails every NCCL request of
+ * the group: their waits report it and break their communicators. */
+sr_status sr_comm_group_begin(void);
+sr_status sr_comm_group_end(void);
 /* sums n doubles (loss, gradient norm) over the group, in place; blocking,
  * bounded by the timeout; on host memory over MPI whatever the backend */
 sr_status sr_comm_allreduce_double(sr_comm *c, double *x, int n);
