@@ -490,9 +490,11 @@ static void emit_backward(CGen *g, Vec *calls)
             fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
                     expand(g, tmpl, op, b));
         }
+        /* no stream sync before the hook (or before the runtime sends a stage's
+         * output): the comm layer orders its collectives after the kernels queued */
         for (int i = 0; i < ir->params.n && g->mode != BW_INPUT; i++)
             if (last[i] == j)
-                fprintf(g->f, "    if (e->grad_ready) { srk_comm_fence(); e->grad_ready(e, %d); } /* %s complete */\n",
+                fprintf(g->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n",
                         i, ((IrParam *)ir->params.v[i])->name);
     }
     if (cur) fprintf(g->f, "}\n\n");
@@ -643,7 +645,6 @@ static void emit_stage(CGen *g, int s, int logits)
         fprintf(f, "    e->loss = srk_get_scalar(%s);\n", buf(g, ir->output));
         fprintf(f, "    e->logits = %s; /* device memory */\n", buf(g, logits));
     } else {
-        fprintf(f, "    srk_comm_fence(); /* the runtime sends it */\n");
         fprintf(f, "    e->act_out = %s;\n", buf(g, st->act_out));
     }
     fprintf(f, "}\n\n");
@@ -657,7 +658,6 @@ static void emit_stage(CGen *g, int s, int logits)
         fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
         if (last && mode != BW_WEIGHT) fprintf(f, "    srk_set_scalar(%s, e->dloss); /* d loss */\n", buf(g, ir->seed));
         for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
-        if (!last || s > 0) fprintf(f, "    srk_comm_fence(); /* the runtime sends the input's gradient */\n");
         fprintf(f, "}\n\n");
     }
     g->mode = BW_FULL;

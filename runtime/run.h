@@ -20,7 +20,7 @@
 
 typedef struct opts {
     const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
-        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute;
+        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm;
     long steps;
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
         top_k, threads, dp, tp, pp, zero;

@@ -106,6 +106,7 @@ static const flag flags[] = {
     {"pp", F_INT, O(pp), "N", "pipeline-parallel degree"},
     {"zero", F_INT, O(zero), "0|1", "1: shard the AdamW state over the data ranks (ZeRO-1)"},
     {"bucket-mb", F_FLOAT, O(bucket_mb), "MB", "gradient all-reduce bucket size in MB"},
+    {"comm", F_STR, O(comm), "nccl|mpi", "collectives over NCCL, or MPI (CUDA: staged through host memory)"},
     {"comm-timeout", F_FLOAT, O(comm_timeout), "S", "seconds a collective may wait before the run aborts"},
     {"trace", F_STR, O(trace), "DIR", "write a Chrome trace per rank to DIR/trace-rankR.json"},
     {"dump-batches", F_STR, O(dump_batches), "DIR", "record which sequences each rank trains on (testing)"},
@@ -155,6 +156,7 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->schedule = prog->virtual_stages > 1 ? "interleaved" : "1f1b";
     o->recompute = prog->recompute ? "block" : "none";
     o->comm_timeout = 60.0f;
+    o->comm = sr_comm_backend_name((prog->backend ? prog->backend : &sr_backend_host)->comm);
 }
 
 static sr_status parse_value(const flag *f, const char *v, opts *o)
@@ -297,6 +299,23 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     return SR_OK;
 }
 
+/* --comm (or SHARDC_COMM, which from_env says it came from): a backend this
+ * program's memory can use */
+static sr_status parse_comm(const opts *o, const sr_program *prog, int from_env, sr_comm_backend *out)
+{
+    const sr_backend *be = prog->backend ? prog->backend : &sr_backend_host;
+    const char *what = from_env ? "SHARDC_COMM" : "--comm";
+    char sep = from_env ? '=' : ' ';
+    if (!strcmp(o->comm, "mpi")) *out = SR_COMM_MPI;
+    else if (!strcmp(o->comm, "nccl")) *out = SR_COMM_NCCL;
+    else return sr_seterr(SR_ERR_USAGE, "%s must be nccl or mpi (got '%s')", what, o->comm);
+    if (!(be->comms & 1u << *out))
+        return sr_seterr(SR_ERR_USAGE, "%s%c%s: %s; use --comm %s", what, sep, o->comm,
+                         be->comm_why ? be->comm_why : "this program cannot use it",
+                         sr_comm_backend_name(be->comm));
+    return SR_OK;
+}
+
 static void print_help(const sr_program *prog, const opts *d, const char *argv0)
 {
     printf("usage: %s [flags]\n", argv0);
@@ -322,7 +341,8 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
     }
     printf("\nParallel runs: mpirun -np N %s ..., srun --mpi=pmix -n N %s ..., or mpirun inside salloc/sbatch;\n"
            "N = dp x tp x pp.\n", argv0, argv0);
-    printf("\nExit status: 0 ok, 1 error, 2 usage error.\n");
+    printf("\nEnvironment: SHARDC_COMM=nccl|mpi is --comm where the flag is not given.\n");
+    printf("Exit status: 0 ok, 1 error, 2 usage error.\n");
 }
 
 /* -------------------------------------------------------------------------- */
@@ -1068,10 +1088,19 @@ int sr_main(const sr_program *prog, int argc, char **argv)
         r.o.dp = world >= mp && world % mp == 0 ? world / mp : 1;
     }
     if (s == SR_OK) s = check_opts(&r.o, prog);
+    /* the flag wins over the environment (read once, here) */
+    int comm_env = 0;
+    const char *env = getenv("SHARDC_COMM");
+    if (s == SR_OK && !rt_flag_given(r.given, "comm") && env && *env) {
+        r.o.comm = env;
+        comm_env = 1;
+    }
+    sr_comm_backend cb = SR_COMM_MPI;
+    if (s == SR_OK) s = parse_comm(&r.o, prog, comm_env, &cb);
     /* every rank computes the same answer to these: no agreement needed */
     if (s == SR_OK) {
         const sr_backend *be = prog->backend ? prog->backend : &sr_backend_host;
-        s = sr_grid_init(&r.grid, r.o.dp, r.o.tp, r.o.pp, be->comm, (double)r.o.comm_timeout);
+        s = sr_grid_init_device(&r.grid, r.o.dp, r.o.tp, r.o.pp, cb, be->device, (double)r.o.comm_timeout);
         r.have_grid = s == SR_OK;
     }
     if (s == SR_OK) s = sr_trace_open(&r.trace, r.o.trace, r.grid.rank, r.grid.world);

@@ -10,6 +10,11 @@
  *
  * Without a GPU, init fails with one line; emulated builds (the CPU
  * emulator) have one pretend device, EMU_DEVICES=0 gives none.
+ *
+ * The comm layer reaches this memory through cuda_comm_device (sr_comm.h):
+ * the compute stream (NCCL orders itself after it with events), which
+ * pointers are device memory (the arena and what fell outside it), and the
+ * page-locked staging copies of the MPI path (--comm mpi).
  */
 #include <map>
 #include <math.h>
@@ -229,7 +234,7 @@ static void *cuda_alloc(size_t bytes)
 
 static void cuda_free(void *p)
 {
-    cudaStreamSynchronize(srk_ctx.stream); /* nothing queued may still use it */
+    srk_stream_sync("freeing device memory"); /* nothing queued may still use it */
     srk_dev_free(p);
 }
 
@@ -239,7 +244,7 @@ static void cuda_h2d(void *dst, const void *src, size_t bytes)
     srk_site(NULL, 0, "host to device copy");
     srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, srk_ctx.stream), "cudaMemcpyAsync");
     /* the source may be reused by the caller as soon as we return */
-    srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "a host to device copy");
+    srk_stream_sync("a host to device copy");
     srk_params_written();
 }
 
@@ -248,7 +253,7 @@ static void cuda_d2h(void *dst, const void *src, size_t bytes)
     if (!bytes) return;
     srk_site(NULL, 0, "device to host copy");
     srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, srk_ctx.stream), "cudaMemcpyAsync");
-    srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "a device to host copy");
+    srk_stream_sync("a device to host copy");
 }
 
 static void cuda_copy(void *dst, const void *src, size_t bytes)
@@ -276,7 +281,7 @@ static double cuda_sumsq(const float *x, int64_t n)
     SR_LAUNCH(sumsq_finish_kernel, 1, SQ_THREADS, 0, srk_ctx.stream, part, (const double *)(part + 1), nb);
     double r = NAN;
     if (srk_check_cuda(cudaMemcpyAsync(&r, part, sizeof r, cudaMemcpyDeviceToHost, srk_ctx.stream), "gradient norm"))
-        srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "gradient norm");
+        srk_stream_sync("gradient norm");
     return srk_ctx.failed ? NAN : r;
 }
 
@@ -309,6 +314,8 @@ static int64_t cuda_peak_bytes(void) { return (int64_t)arena.high; }
 
 static sr_status cuda_sync(void)
 {
+    /* the collectives the stream waits for first, under their timeouts */
+    if (dev_ready && sr_comm_settle_all() != SR_OK) return SR_ERR_COMM;
     if (!srk_ctx.failed && dev_ready) {
         cudaError_t e = cudaStreamSynchronize(srk_ctx.stream);
         if (e != cudaSuccess)
@@ -320,14 +327,92 @@ static sr_status cuda_sync(void)
     return SR_OK;
 }
 
+/* ---- what the comm layer needs (sr_comm_device) ---------------------------------------- */
+static void *comm_stream(void) { return dev_ready ? (void *)srk_ctx.stream : NULL; }
+
+/* every buffer the runtime hands the comm layer is in the arena or outside it
+ * (tracked); anything else is host memory, or on a GPU asked of CUDA */
+static int comm_on_device(const void *p)
+{
+    const char *c = (const char *)p;
+    if (arena.base && c >= arena.base && c < arena.base + arena.cap) return 1;
+    if (arena.outside && !arena.outside->empty()) {
+        auto it = arena.outside->upper_bound((void *)p);
+        if (it != arena.outside->begin()) {
+            --it;
+            auto t = arena.taken->find(it->first);
+            if (t != arena.taken->end() && c < (const char *)it->first + t->second) return 1;
+        }
+    }
+#ifndef SR_CUDA_EMULATION
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess)
+        return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+    cudaGetLastError();
+#endif
+    return 0;
+}
+
+static void *comm_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void comm_host_free(void *p) { cudaFreeHost(p); }
+
+/* the copies run on the compute stream, so they come after the kernels that
+ * wrote the buffer and before the ones that read the result; both wait on
+ * the host: the staging buffer goes straight to MPI, or back to the pool */
+static sr_status comm_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *what)
+{
+    if (srk_ctx.failed) return sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
+    if (!bytes) return SR_OK;
+    srk_site(NULL, 0, what);
+    if (srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, kind, srk_ctx.stream), what))
+        srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), what);
+    return srk_ctx.failed ? sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err) : SR_OK;
+}
+
+static sr_status comm_to_host(void *dst, const void *src, size_t bytes)
+{
+    return comm_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "staging a transfer's data for MPI");
+}
+
+static sr_status comm_to_device(void *dst, const void *src, size_t bytes)
+{
+    sr_status st = comm_copy(dst, src, bytes, cudaMemcpyHostToDevice, "a transfer's result from MPI");
+    srk_params_written(); /* it may have been the parameters (ZeRO-1's all-gather) */
+    return st;
+}
+
+static const sr_comm_device cuda_comm_device = {
+    .stream = comm_stream,
+    .on_device = comm_on_device,
+    .host_alloc = comm_host_alloc,
+    .host_free = comm_host_free,
+    .to_host = comm_to_host,
+    .to_device = comm_to_device,
+};
+
 /* designated initializers (C++20): fields added to sr_backend stay zero */
 extern "C" const sr_backend sr_backend_cuda = {
     .name = "cuda",
 #ifdef SR_CUDA_EMULATION
-    .comm = SR_COMM_MPI, /* emulated device memory is host memory */
+    .comm = SR_COMM_MPI, /* emulated device memory is host memory: no NCCL */
+    .comms = 1u << SR_COMM_MPI,
+    .comm_why = "this program runs on the CPU emulator of CUDA (shardc build --cuda-emulate), "
+                "which has no NCCL",
 #else
     .comm = SR_COMM_NCCL,
+    .comms = 1u << SR_COMM_MPI | 1u << SR_COMM_NCCL,
+    .comm_why = NULL,
 #endif
+    .device = &cuda_comm_device,
     .init = cuda_init,
     .shutdown = cuda_shutdown,
     .alloc = cuda_alloc,

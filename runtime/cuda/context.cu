@@ -11,16 +11,17 @@
 #include "srk.cuh"
 
 srk_context srk_ctx;
-extern "C" {
-int sr_cuda_comm_ordered;
-}
 
-/* collectives run on the comm layer's own stream: unless it orders itself
- * after the compute stream (sr_cuda_comm_ordered), wait for the kernels */
-void srk_comm_fence(void)
+/* The compute stream may wait for collectives the host never waited for
+ * (sr_comm_wait_device): check those first, under their timeouts, so that a
+ * dead peer is an error here rather than a hang in cudaStreamSynchronize. */
+int srk_stream_sync(const char *what)
 {
-    if (!sr_cuda_comm_ordered && !srk_ctx.failed)
-        srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "waiting for the kernels before a collective");
+    if (sr_comm_settle_all() != SR_OK) {
+        srk_fail("%s", sr_errmsg());
+        return 0;
+    }
+    return srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), what);
 }
 
 void srk_fail(const char *fmt, ...)
@@ -149,7 +150,7 @@ float srk_get_scalar(const float *dev)
     float v = NAN;
     if (srk_ctx.failed) return v;
     if (srk_check_cuda(cudaMemcpyAsync(&v, dev, sizeof v, cudaMemcpyDeviceToHost, srk_ctx.stream), "reading the loss"))
-        srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "the kernels before reading the loss");
+        srk_stream_sync("the kernels before reading the loss");
     return srk_ctx.failed ? NAN : v;
 }
 
@@ -159,5 +160,5 @@ void srk_set_scalar(float *dev, float v)
     srk_check_cuda(cudaMemcpyAsync(dev, &v, sizeof v, cudaMemcpyHostToDevice, srk_ctx.stream), "setting d loss");
     /* pageable source: the copy is staged before the call returns, but be
      * explicit, v is a local */
-    srk_check_cuda(cudaStreamSynchronize(srk_ctx.stream), "setting d loss");
+    srk_stream_sync("setting d loss");
 }

@@ -99,6 +99,9 @@ void srk_fail(const char *fmt, ...)
     ;
 /* checks a runtime call; false (and the error recorded) when it failed */
 int srk_check_cuda(cudaError_t e, const char *what);
+/* the host waits for the compute stream (after checking, under their
+ * timeouts, the collectives it waits for); false on an error */
+int srk_stream_sync(const char *what);
 void *srk_scratch(int id, size_t bytes);
 /* device memory from the arena (backend.cu); NULL when exhausted */
 void *srk_dev_alloc(size_t bytes);

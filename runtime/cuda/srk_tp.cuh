@@ -3,11 +3,12 @@
  * all-gather, the vocab-parallel embedding and cross-entropy.
  *
  * Collectives go through the comm layer (sr_comm.h) on device memory: NCCL
- * on a GPU, MPI in the emulator (whose device memory is host memory). The
- * comm layer orders itself after the legacy default stream only, so the
- * compute stream is synchronized before each collective (srk_comm_fence),
- * and sr_comm_* returns once the result is in place. The comm layer moves
- * float32: bf16 tensors are converted to float scratch and back.
+ * on a GPU, or MPI staged through host memory (--comm mpi, and the
+ * emulator). The comm layer orders each collective after the kernels queued
+ * before it, and sr_comm_wait_device orders the kernels queued after it
+ * behind its result (NCCL: stream events, no host wait; MPI: the host
+ * waits), so nothing here synchronizes. The comm layer moves float32: bf16
+ * tensors are converted to float scratch and back.
  * A failed collective inside a step cannot return through generated code:
  * like tp.c, it is fatal (message, then every rank aborted).
  */
@@ -21,15 +22,17 @@
 #include "sr_program.h"
 #include "srk_norm.cuh"
 
-/* the compute stream's work is done before a collective reads its buffers */
-void srk_comm_fence(void);
-
 static inline void srk_tp_fatal(const char *what)
 {
     fprintf(stderr, "error: tensor-parallel %s failed: %s\n", what, sr_errmsg());
     sr_comm_abort(1);
     exit(1);
 }
+
+/* a launched collective (its status, its request): kernels queued next see
+ * its result. The request by address: the call that sets it is the other
+ * argument, and arguments are evaluated in no fixed order */
+static inline sr_status srk_tp_then(sr_status st, sr_req **q) { return st == SR_OK ? sr_comm_wait_device(*q) : st; }
 
 /* out (n) = sum over the tensor group of in (n) */
 template <class TO, class TI>
@@ -44,9 +47,9 @@ void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
     if (srk_dt<TO>::value != SRK_F32) buf = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)n);
     if (!buf) return;
     srk_copy(buf, in, n);
-    srk_comm_fence();
     if (srk_ctx.failed) return;
-    if (sr_comm_allreduce(e->tp_comm, buf, n, "activation", NULL) != SR_OK) srk_tp_fatal("all-reduce");
+    sr_req *q = NULL;
+    if (srk_tp_then(sr_comm_allreduce(e->tp_comm, buf, n, "activation", &q), &q) != SR_OK) srk_tp_fatal("all-reduce");
     if ((void *)buf != (void *)out) srk_copy(out, buf, n);
 }
 
@@ -71,9 +74,9 @@ void srk_tp_allgather(sr_exec *e, TO *out, const TI *in, long outer, long local,
     float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
     if (!send || !tmp) return;
     srk_copy(send, in, blk);
-    srk_comm_fence();
     if (srk_ctx.failed) return;
-    if (tp > 1 && sr_comm_allgather(e->tp_comm, send, tmp, blk, "activation", NULL) != SR_OK)
+    sr_req *q = NULL;
+    if (tp > 1 && srk_tp_then(sr_comm_allgather(e->tp_comm, send, tmp, blk, "activation", &q), &q) != SR_OK)
         srk_tp_fatal("all-gather");
     if (tp == 1) srk_copy(tmp, send, blk);
     SR_LAUNCH(tp_gather_permute_kernel<TO>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
@@ -124,9 +127,9 @@ void srk_tp_reduce_scatter(sr_exec *e, TO *out, const TI *in, long outer, long l
     SR_LAUNCH(tp_scatter_permute_kernel<TI>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
               tmp, in, outer, local, inner, tp);
     if (tp > 1) {
-        srk_comm_fence();
         if (srk_ctx.failed) return;
-        if (sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, "activation", NULL) != SR_OK)
+        sr_req *q = NULL;
+        if (srk_tp_then(sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, "activation", &q), &q) != SR_OK)
             srk_tp_fatal("reduce-scatter");
         srk_copy(out, recv, blk);
     } else {
@@ -344,9 +347,10 @@ void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logi
     float *mx = s, *g = mx + N, *allmx = g + (long)tp * N, *sums = allmx + N, *rows = sums + 2 * N;
     SR_LAUNCH(ce_vp_max_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, mx, logits, (int)Vl);
     if (tp > 1) {
-        srk_comm_fence();
         if (srk_ctx.failed) return;
-        if (sr_comm_allgather(e->tp_comm, mx, g, N, "cross-entropy max", NULL) != SR_OK) srk_tp_fatal("cross-entropy");
+        sr_req *q = NULL;
+        if (srk_tp_then(sr_comm_allgather(e->tp_comm, mx, g, N, "cross-entropy max", &q), &q) != SR_OK)
+            srk_tp_fatal("cross-entropy");
         SR_LAUNCH(ce_vp_allmax_kernel, srk_blocks(N, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, allmx,
                   (const float *)g, N, tp);
     } else {
@@ -355,9 +359,9 @@ void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logi
     SR_LAUNCH(ce_vp_sums_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, sums, (const float *)allmx, logits,
               targets, N, (int)Vl, lo);
     if (tp > 1) {
-        srk_comm_fence();
         if (srk_ctx.failed) return;
-        if (sr_comm_allreduce(e->tp_comm, sums, 2 * N, "cross-entropy sums", NULL) != SR_OK)
+        sr_req *q = NULL;
+        if (srk_tp_then(sr_comm_allreduce(e->tp_comm, sums, 2 * N, "cross-entropy sums", &q), &q) != SR_OK)
             srk_tp_fatal("cross-entropy");
     }
     SR_LAUNCH(ce_vp_rows_kernel, srk_blocks(N, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, lse, rows,

@@ -59,6 +59,9 @@ static sr_status host_sync(void) { return SR_OK; }
 const sr_backend sr_backend_host = {
     .name = "host",
     .comm = SR_COMM_MPI,
+    .comms = 1u << SR_COMM_MPI,
+    .comm_why = "this program was built for the CPU (shardc build --backend host); its tensors are "
+                "in host memory, which MPI moves",
     .init = host_init,
     .shutdown = host_shutdown,
     .alloc = host_alloc,

@@ -7,8 +7,9 @@
  *
  * The host backend (sr_backend_host, runtime/host/backend.c) is plain memory; the CUDA
  * backend (runtime/cuda) keeps everything in one device's memory and uses
- * NCCL for collectives. A generated program names its backend in
- * sr_program.backend (NULL means host).
+ * NCCL for collectives, or MPI staged through host memory (a program's
+ * --comm mpi). A generated program names its backend in sr_program.backend
+ * (NULL means host).
  */
 #ifndef SR_BACKEND_H
 #define SR_BACKEND_H
@@ -25,7 +26,13 @@ extern "C" {
 
 typedef struct sr_backend {
     const char *name;                 /* "host", "cuda" */
-    sr_comm_backend comm;             /* which comm backend moves this memory */
+    sr_comm_backend comm;             /* the comm backend a program uses by default */
+    unsigned comms;                   /* bit 1 << b for each sr_comm_backend b that can move
+                                       * this memory (comm is one of them) */
+    const char *comm_why;             /* why the others cannot: the reason a program's
+                                       * usage error gives (e.g. "... has no NCCL") */
+    const sr_comm_device *device;     /* how the comm layer reaches this memory
+                                       * (sr_grid_init_device); NULL: host memory */
     /* picks the device for this rank; an error (no GPU, ...) is one line */
     sr_status (*init)(int local_rank);
     void (*shutdown)(void);

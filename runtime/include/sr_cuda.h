@@ -2,12 +2,17 @@
  *
  * sr_backend_cuda keeps a program's tensors in one device's memory, all of
  * it carved out of one cudaMalloc'd arena; the kernels run on one compute
- * stream. Collectives (NCCL, runtime/cuda/comm_nccl.c) run on their own
- * stream and must order themselves after the compute stream's work on the
- * buffers they move: record an event on sr_cuda_stream() and make the NCCL
- * stream wait for it (cudaEventRecord + cudaStreamWaitEvent) before each
- * collective; the compute stream must likewise wait for a collective before
- * reading its result (the optimizer does, through sync()).
+ * stream. The comm layer reaches that memory through sr_backend_cuda.device
+ * (an sr_comm_device, given to sr_grid_init_device) and orders itself:
+ * NCCL (runtime/cuda/comm_nccl.c) records an event on the compute stream and
+ * makes its own stream wait for it before each collective, and
+ * sr_comm_wait_device makes the compute stream wait for a collective's
+ * completion event; the MPI path (--comm mpi) copies device buffers to
+ * page-locked host memory on the compute stream and back. So neither the
+ * generated code nor the runtime synchronizes the stream around a
+ * collective. Before the host waits for the compute stream (reading the
+ * loss, copies, sync()), the backend settles the collectives that stream
+ * waits for (sr_comm_settle_all), so their timeouts still hold.
  */
 #ifndef SR_CUDA_H
 #define SR_CUDA_H
@@ -29,13 +34,6 @@ int sr_cuda_preflight(int argc, char **argv);
 
 /* the compute stream, a cudaStream_t (NULL before init) */
 void *sr_cuda_stream(void);
-
-/* 0 (default): before every collective and every grad_ready hook the
- * generated code waits for the compute stream (cudaStreamSynchronize), so a
- * comm layer that only orders itself after the legacy default stream reads
- * finished buffers. A comm layer that makes its stream wait for an event
- * recorded on sr_cuda_stream() sets this to 1 and the waits go away. */
-extern int sr_cuda_comm_ordered;
 
 /* Sizes the arena before the first allocation (bytes; 0 = the default: the
  * device's free memory less 10% (at least 2 GiB) for cuBLAS, NCCL and the

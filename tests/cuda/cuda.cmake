@@ -11,6 +11,13 @@
 #   cuda_step_emu_bf16         the bf16 program vs the host program (2e-2)
 #   cuda_train_emu             the emulated CUDA binary under the runtime's training
 #                              driver: losses vs the host binary, tp=2 over MPI, no-GPU error
+#   cuda_comm_device_np2, _np3 the comm layer on (emulated) device memory under mpirun: every op
+#                              staged through page-locked host buffers (MPI, what --comm mpi
+#                              runs), async forms, wait_device, groups, host buffers, chunks
+#   cuda_comm_device_timeout   rank 1 skips a device all-reduce: the others time out after 1 s
+#   cuda_comm_mpi              --comm mpi / SHARDC_COMM=mpi: the emulated CUDA binary at dp=2,
+#                              tp=2, pp=2 matches the host binary's losses; --comm nccl is a
+#                              usage error on host and emulated builds (tests/cuda/comm_mpi.sh)
 #   cuda_nvcc_examples         (nvcc only) every example's CUDA binary was built and, on a
 #                              machine without a GPU, says so in one line and exits non-zero
 
@@ -62,10 +69,35 @@ if(TARGET shardrt_cuda_emu)
   set_tests_properties(cuda_step_emu_fp32 cuda_step_emu_fp32_dropout cuda_step_emu_bf16 PROPERTIES
     FIXTURES_REQUIRED cuda_step ENVIRONMENT "OMP_NUM_THREADS=1")
 
+  # ---- the comm layer on device memory (the MPI path: staging) --------------------------
+  add_executable(test_comm_device ${_tc}/test_comm_device.c)
+  set_target_properties(test_comm_device PROPERTIES LINKER_LANGUAGE CXX)
+  target_link_libraries(test_comm_device PRIVATE shardrt_cuda_emu shardrt)
+  target_compile_options(test_comm_device PRIVATE ${SHARDC_WARN})
+  target_compile_definitions(test_comm_device PRIVATE _POSIX_C_SOURCE=200809L)
+  foreach(np 2 3)
+    add_test(NAME cuda_comm_device_np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(cuda_comm_device_np${np} PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 120
+      PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
+  endforeach()
+  # the expected failure: mpirun's status (sr_comm_abort(3)) and the output together
+  add_test(NAME cuda_comm_device_timeout
+    COMMAND bash -c [=[out=$("$@" 2>&1); rc=$?; printf '%s\n' "$out"; echo "mpirun exit status: $rc"
+[ "$rc" -eq 3 ] && printf '%s\n' "$out" | grep -q "^1 passed, 0 failed$"]=]
+            bash ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> --timeout ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(cuda_comm_device_timeout PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 60)
+
   # ---- the emulated binary under the training driver ----------------------------------
   add_test(NAME cuda_train_emu COMMAND bash ${_tc}/train_emu.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>
     ${_root})
   set_tests_properties(cuda_train_emu PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}")
+  # --comm mpi / SHARDC_COMM (the nvcc examples' --help too, where they are built)
+  add_test(NAME cuda_comm_mpi COMMAND bash ${_tc}/comm_mpi.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>
+    ${_root} ${CMAKE_BINARY_DIR}/cuda_examples)
+  set_tests_properties(cuda_comm_mpi PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 300)
 endif()
 
 # ---- nvcc: every example's CUDA binary, and the kernel test for the GPU -------------

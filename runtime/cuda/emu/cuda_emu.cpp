@@ -567,6 +567,9 @@ cudaError_t cudaFree(void *p)
     free(p);
     return cudaSuccess;
 }
+/* page-locked host memory is plain host memory here */
+cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind)
 {
     if (n && dst != src) memmove(dst, src, n);

@@ -533,6 +533,8 @@ inline cudaError_t cudaMalloc(T **p, size_t n)
     return cudaMalloc((void **)p, n);
 }
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t n);
+cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s = 0);
 cudaError_t cudaMemset(void *p, int v, size_t n);

@@ -1,0 +1,435 @@
+/* test_comm_device.c: the communication layer on device memory, the path a
+ * CUDA program's --comm mpi takes (runtime/comm_device.c), under mpirun on
+ * the CPU emulator of the CUDA backend (device memory is the backend's
+ * arena; the staging copies are its calls, counted here).
+ *
+ *   test_comm_device            every grid shape of the world; every op on
+ *                               device buffers blocking, async + sr_comm_wait
+ *                               and async + sr_comm_wait_device, odd sizes,
+ *                               zero length, in place, chunked MPI calls; the
+ *                               staging copies (one to the host, one back per
+ *                               op that moves data) and the pool (page-locked
+ *                               buffers reused, not reallocated); host buffers
+ *                               on the same grid (not staged); mixed buffers;
+ *                               a short recv; groups (send/recv pairs, misuse)
+ *   test_comm_device --timeout  rank 1 skips an all-reduce on device memory:
+ *                               the others get SR_ERR_COMM after the 1 s
+ *                               timeout, blocking and through
+ *                               sr_comm_wait_device; every rank then
+ *                               sr_comm_abort(3)
+ *
+ * Checks are collective as in tests/unit/test_comm.c: rank 0 prints one line
+ * per check and ends with "N passed, M failed".
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sr_comm.h"
+#include "sr_cuda.h"
+
+static int me, nworld;
+static int n_pass, n_fail;
+static const sr_backend *be = &sr_backend_cuda;
+
+static void check_(int ok, int line, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int bad = !ok, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!ok) printf("rank %d: FAIL - %s (test_comm_device.c:%d; last error: %s)\n", me, msg, line, sr_errmsg());
+    if (me == 0) printf("%s - %s\n", any ? "FAIL" : "ok  ", msg);
+    fflush(stdout);
+    if (any) n_fail++;
+    else n_pass++;
+}
+#define CHECK(cond, ...) check_((cond) != 0, __LINE__, __VA_ARGS__)
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the backend's device calls, counted ---------------------------------- */
+static const sr_comm_device *real;
+static long n_to_host, n_to_device, n_pinned;
+static void *c_stream(void) { return real->stream(); }
+static int c_on_device(const void *p) { return real->on_device(p); }
+static void *c_host_alloc(size_t b)
+{
+    n_pinned++;
+    return real->host_alloc(b);
+}
+static void c_host_free(void *p) { real->host_free(p); }
+static sr_status c_to_host(void *d, const void *s, size_t b)
+{
+    n_to_host++;
+    return real->to_host(d, s, b);
+}
+static sr_status c_to_device(void *d, const void *s, size_t b)
+{
+    n_to_device++;
+    return real->to_device(d, s, b);
+}
+static const sr_comm_device counted = {c_stream, c_on_device, c_host_alloc, c_host_free, c_to_host, c_to_device};
+
+/* ---- device buffers --------------------------------------------------------- */
+typedef struct dbuf {
+    float *d, *h; /* device memory and its host image */
+    int64_t n;
+} dbuf;
+
+static dbuf dnew(int64_t n)
+{
+    dbuf b = {be->alloc(sizeof(float) * (size_t)(n > 0 ? n : 1)), calloc((size_t)(n > 0 ? n : 1), sizeof(float)), n};
+    return b;
+}
+static void dput(dbuf *b) { be->h2d(b->d, b->h, sizeof(float) * (size_t)b->n); }
+static void dget(dbuf *b) { be->d2h(b->h, b->d, sizeof(float) * (size_t)b->n); }
+static void dfree(dbuf *b)
+{
+    be->free(b->d);
+    free(b->h);
+}
+
+/* mode 0 blocking, 1 async + sr_comm_wait, 2 async + sr_comm_wait_device */
+#define RUN(st, mode, call)                                                            \
+    do {                                                                               \
+        sr_req *rq_ = NULL;                                                            \
+        sr_req **req = (mode) ? &rq_ : NULL;                                           \
+        (st) = (call);                                                                 \
+        if ((st) == SR_OK && (mode) == 1) (st) = sr_comm_wait(rq_);                    \
+        if ((st) == SR_OK && (mode) == 2) (st) = sr_comm_wait_device(rq_);             \
+    } while (0)
+
+static int t_allreduce(sr_comm *c, int64_t n, int mode)
+{
+    int r = sr_comm_rank(c), size = sr_comm_size(c);
+    dbuf b = dnew(n);
+    for (int64_t i = 0; i < n; i++) b.h[i] = (float)((r + 1) * (i % 101 + 1));
+    dput(&b);
+    sr_status st;
+    RUN(st, mode, sr_comm_allreduce(c, n ? b.d : NULL, n, "ar", req));
+    dget(&b);
+    int ok = st == SR_OK;
+    float S = (float)(size * (size + 1) / 2);
+    for (int64_t i = 0; ok && i < n; i++) ok = b.h[i] == S * (float)(i % 101 + 1);
+    dfree(&b);
+    return ok;
+}
+
+static int t_reduce_scatter(sr_comm *c, int64_t n, int mode, int inplace)
+{
+    int r = sr_comm_rank(c), size = sr_comm_size(c);
+    dbuf s = dnew(n * size), o = dnew(n);
+    for (int b = 0; b < size; b++)
+        for (int64_t i = 0; i < n; i++) s.h[b * n + i] = (float)((r + 1) * (b + 1) + i % 13);
+    dput(&s);
+    float *recv = inplace ? s.d + (int64_t)r * n : o.d;
+    sr_status st;
+    RUN(st, mode, sr_comm_reduce_scatter(c, s.d, recv, n, "rs", req));
+    dget(&s);
+    dget(&o);
+    const float *got = inplace ? s.h + (int64_t)r * n : o.h;
+    int ok = st == SR_OK;
+    float S = (float)(size * (size + 1) / 2);
+    for (int64_t i = 0; ok && i < n; i++) ok = got[i] == S * (float)(r + 1) + (float)(size * (i % 13));
+    dfree(&s);
+    dfree(&o);
+    return ok;
+}
+
+static int t_allgather(sr_comm *c, int64_t n, int mode, int inplace)
+{
+    int r = sr_comm_rank(c), size = sr_comm_size(c);
+    dbuf all = dnew(n * size), own = dnew(n);
+    for (int64_t i = 0; i < n * size; i++) all.h[i] = -1;
+    float *mine = inplace ? all.h + (int64_t)r * n : own.h;
+    for (int64_t i = 0; i < n; i++) mine[i] = (float)(r * 1000 + i % 997);
+    dput(&all);
+    dput(&own);
+    sr_status st;
+    RUN(st, mode, sr_comm_allgather(c, inplace ? all.d + (int64_t)r * n : own.d, all.d, n, "ag", req));
+    dget(&all);
+    int ok = st == SR_OK;
+    for (int b = 0; b < size && ok; b++)
+        for (int64_t i = 0; ok && i < n; i++) ok = all.h[b * n + i] == (float)(b * 1000 + i % 997);
+    dfree(&all);
+    dfree(&own);
+    return ok;
+}
+
+static int t_broadcast(sr_comm *c, int64_t n, int mode, int root)
+{
+    int r = sr_comm_rank(c);
+    dbuf b = dnew(n);
+    for (int64_t i = 0; i < n; i++) b.h[i] = r == root ? (float)(root * 7 + i % 89) : -1.0f;
+    dput(&b);
+    sr_status st;
+    RUN(st, mode, sr_comm_broadcast(c, b.d, n, root, "bc", req));
+    dget(&b);
+    int ok = st == SR_OK;
+    for (int64_t i = 0; ok && i < n; i++) ok = b.h[i] == (float)(root * 7 + i % 89);
+    dfree(&b);
+    return ok;
+}
+
+/* send right, receive from the left: both posted (in a group when asked),
+ * then both waited; blocking: even ranks send first */
+static int t_ring(sr_comm *c, int64_t n, int mode, int grouped)
+{
+    int r = sr_comm_rank(c), size = sr_comm_size(c);
+    int right = (r + 1) % size, left = (r - 1 + size) % size;
+    dbuf out = dnew(n), in = dnew(n);
+    for (int64_t i = 0; i < n; i++) out.h[i] = (float)(r * 1000 + i % 997), in.h[i] = -1;
+    dput(&out);
+    dput(&in);
+    sr_status st = SR_OK;
+    if (size == 1) {
+        be->copy(in.d, out.d, sizeof(float) * (size_t)n); /* nothing to test */
+    } else if (mode || grouped) {
+        sr_req *rr = NULL, *rs = NULL;
+        if (grouped) st = sr_comm_group_begin();
+        if (st == SR_OK) st = sr_comm_recv(c, in.d, n, left, 5, "ring in", &rr);
+        if (st == SR_OK) st = sr_comm_send(c, out.d, n, right, 5, "ring out", &rs);
+        if (grouped) {
+            sr_status e = sr_comm_group_end();
+            if (st == SR_OK) st = e;
+        }
+        sr_status s1 = mode == 2 ? sr_comm_wait_device(rs) : sr_comm_wait(rs);
+        sr_status s2 = mode == 2 ? sr_comm_wait_device(rr) : sr_comm_wait(rr);
+        if (st == SR_OK) st = s1 != SR_OK ? s1 : s2;
+    } else if (r % 2 == 0) {
+        st = sr_comm_send(c, out.d, n, right, 6, "ring out", NULL);
+        if (st == SR_OK) st = sr_comm_recv(c, in.d, n, left, 6, "ring in", NULL);
+    } else {
+        st = sr_comm_recv(c, in.d, n, left, 6, "ring in", NULL);
+        if (st == SR_OK) st = sr_comm_send(c, out.d, n, right, 6, "ring out", NULL);
+    }
+    dget(&in);
+    int ok = st == SR_OK;
+    for (int64_t i = 0; ok && i < n; i++) ok = in.h[i] == (float)(left * 1000 + i % 997);
+    dfree(&out);
+    dfree(&in);
+    return ok;
+}
+
+static const int64_t SIZES[] = {0, 1, 7, 1000, 4099};
+static const int64_t SMALL_SIZES[] = {0, 1, 3, 5, 6, 23}; /* around the 5-float chunks */
+
+static void ops_suite(sr_comm *c, const char *shape, const int64_t *sizes, int nsizes)
+{
+    static const char *const modes[] = {"blocking", "async + wait", "async + wait_device"};
+    const char *g = sr_comm_name(c);
+    int size = sr_comm_size(c);
+    for (int m = 0; m < 3; m++) {
+        int ok[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        for (int k = 0; k < nsizes; k++) {
+            int64_t n = sizes[k];
+            ok[0] &= t_allreduce(c, n, m);
+            ok[1] &= t_reduce_scatter(c, n, m, 0);
+            ok[2] &= t_reduce_scatter(c, n, m, 1);
+            ok[3] &= t_allgather(c, n, m, 0);
+            ok[4] &= t_allgather(c, n, m, 1);
+            ok[5] &= t_broadcast(c, n, m, 0) && t_broadcast(c, n, m, size - 1);
+            ok[6] &= t_ring(c, n, m, 0);
+            ok[7] &= t_ring(c, n, m, 1);
+        }
+        static const char *const what[] = {"all-reduce", "reduce-scatter", "reduce-scatter in place", "all-gather",
+                                           "all-gather in place", "broadcast (first and last root)", "send/recv ring",
+                                           "send/recv ring in a group"};
+        for (int k = 0; k < 8; k++)
+            CHECK(ok[k], "%s: %s group (%d): %s on device memory, %s", shape, g, size, what[k], modes[m]);
+    }
+}
+
+/* the staging copies and the pool, on the world group */
+static void staging_checks(sr_comm *w)
+{
+    int size = sr_comm_size(w);
+    long h0 = n_to_host, d0 = n_to_device;
+    int ok = t_allreduce(w, 513, 0);
+    CHECK(ok && n_to_host - h0 == 1 && n_to_device - d0 == 1,
+          "all-reduce of 513 floats: one copy to the host, one back (got %ld, %ld)", n_to_host - h0, n_to_device - d0);
+    h0 = n_to_host, d0 = n_to_device;
+    ok = t_broadcast(w, 64, 0, 0);
+    long want_back = sr_comm_rank(w) == 0 ? 0 : 1, want_out = sr_comm_rank(w) == 0 ? 1 : 0;
+    CHECK(ok && n_to_host - h0 == want_out && n_to_device - d0 == want_back,
+          "broadcast: the root copies to the host, the others back to the device (rank %d: %ld, %ld)",
+          sr_comm_rank(w), n_to_host - h0, n_to_device - d0);
+    h0 = n_to_host, d0 = n_to_device;
+    ok = t_allreduce(w, 0, 1);
+    CHECK(ok && n_to_host == h0 && n_to_device == d0, "zero elements: nothing staged");
+    ok = t_allreduce(w, 1000, 1) && t_reduce_scatter(w, 300, 2, 0); /* the pool's size now */
+    long p0 = n_pinned;
+    for (int i = 0; i < 20; i++) ok &= t_allreduce(w, 1000 + i, 1) && t_reduce_scatter(w, 300, 2, 0);
+    CHECK(ok && n_pinned == p0, "40 more ops of sizes seen before: page-locked buffers reused (%ld new)",
+          n_pinned - p0);
+
+    /* host memory on the device grid: plain MPI, nothing staged */
+    float hb[9];
+    for (int i = 0; i < 9; i++) hb[i] = (float)(sr_comm_rank(w) + i);
+    h0 = n_to_host, d0 = n_to_device;
+    sr_status st = sr_comm_allreduce(w, hb, 9, "host", NULL);
+    float base = (float)(size * (size - 1) / 2);
+    CHECK(st == SR_OK && hb[0] == base && hb[8] == base + 8.0f * (float)size && n_to_host == h0 && n_to_device == d0,
+          "host buffers on a device grid: summed over plain MPI, not staged");
+    dbuf d = dnew(4 * size);
+    st = sr_comm_allgather(w, hb, d.d, 4, "mixed", NULL);
+    CHECK(st == SR_ERR_ARG && strstr(sr_errmsg(), "device memory and the other in host memory"),
+          "a host send buffer with a device receive buffer: SR_ERR_ARG (%s)", sr_errmsg());
+    dfree(&d);
+
+    /* a recv that gets fewer floats than it asked for */
+    if (size >= 2) {
+        dbuf b = dnew(16);
+        int r = sr_comm_rank(w);
+        h0 = n_to_device;
+        if (r == 0) st = sr_comm_send(w, b.d, 6, 1, 4, "short", NULL);
+        else if (r == 1) st = sr_comm_recv(w, b.d, 11, 0, 4, "short", NULL);
+        else st = SR_ERR_COMM;
+        ok = r == 0 ? st == SR_OK
+                    : st == SR_ERR_COMM && (r > 1 || (strstr(sr_errmsg(), "received 6 floats but expected 11") &&
+                                                      n_to_device == h0));
+        CHECK(ok, "device recv of 11 floats matched by a send of 6: SR_ERR_COMM, nothing copied back");
+        dfree(&b);
+        CHECK(t_allreduce(w, 9, 0), "the world group still works after that");
+    }
+    CHECK(sr_comm_settle(w) == SR_OK && sr_comm_settle_all() == SR_OK, "settle with nothing deferred: SR_OK");
+}
+
+static void group_checks(sr_comm *w)
+{
+    float x[4] = {0};
+    sr_status st = sr_comm_group_end();
+    CHECK(st == SR_ERR_STATE, "sr_comm_group_end without begin: SR_ERR_STATE (%s)", sr_errmsg());
+    st = sr_comm_group_begin();
+    sr_status inner = sr_comm_allreduce(w, x, 4, "inside", NULL);
+    CHECK(st == SR_OK && inner == SR_ERR_ARG && strstr(sr_errmsg(), "inside sr_comm_group_begin"),
+          "a blocking call inside a group: SR_ERR_ARG (%s)", sr_errmsg());
+    sr_req *q = NULL;
+    st = sr_comm_allreduce(w, x, 4, "grouped", &q);
+    sr_status early = sr_comm_wait(q);
+    int tested = sr_comm_test(q);
+    CHECK(st == SR_OK && early == SR_ERR_STATE && !tested && strstr(sr_errmsg(), "sr_comm_group_end first"),
+          "waiting inside the group: SR_ERR_STATE, and test says not complete (%s)", sr_errmsg());
+    sr_comm_group_begin(); /* nested */
+    sr_status e1 = sr_comm_group_end();
+    sr_status e2 = sr_comm_group_end();
+    st = sr_comm_wait(q);
+    CHECK(e1 == SR_OK && e2 == SR_OK && st == SR_OK, "nested groups end; the request completes after the outer end");
+}
+
+static void shapes_suite(const char *prefix, int reduced)
+{
+    const int64_t *sizes = reduced ? SMALL_SIZES : SIZES;
+    int nsizes = reduced ? 6 : 5;
+    for (int dp = 1; dp <= nworld; dp++)
+        for (int tp = 1; tp <= nworld; tp++)
+            for (int pp = 1; pp <= nworld; pp++) {
+                if (dp * tp * pp != nworld) continue;
+                char shape[96];
+                snprintf(shape, sizeof shape, "%sdp=%d tp=%d pp=%d", prefix, dp, tp, pp);
+                sr_grid g;
+                sr_status st = sr_grid_init_device(&g, dp, tp, pp, SR_COMM_MPI, &counted, 60);
+                CHECK(st == SR_OK, "%s: sr_grid_init_device (MPI)", shape);
+                if (st != SR_OK) continue;
+                sr_comm *axes[4] = {g.world_comm, g.dp_comm, g.tp_comm, g.pp_comm};
+                for (int a = 0; a < 4; a++)
+                    if (a == 0 || (!reduced && sr_comm_size(axes[a]) > 1) || (reduced && a == 1))
+                        ops_suite(axes[a], shape, sizes, nsizes);
+                sr_grid_free(&g);
+            }
+}
+
+static int run_normal(void)
+{
+    CHECK(be->device != NULL && be->device->stream() != NULL, "the CUDA backend (emulated) offers its device");
+    shapes_suite("", 0);
+    sr_grid g;
+    sr_status st = sr_grid_init_device(&g, nworld, 1, 1, SR_COMM_MPI, &counted, 60);
+    CHECK(st == SR_OK, "grid dp=%d for the staging and group checks", nworld);
+    if (st == SR_OK) {
+        staging_checks(g.world_comm);
+        group_checks(g.world_comm);
+        sr_grid_free(&g);
+    }
+    setenv("SR_COMM_MAX_CHUNK", "5", 1); /* several MPI calls per op */
+    shapes_suite("chunks of 5: ", 1);
+    unsetenv("SR_COMM_MAX_CHUNK");
+    return 0;
+}
+
+/* rank 1 skips an all-reduce; the others must time out */
+static int run_timeout(void)
+{
+    sr_grid g;
+    sr_status st = sr_grid_init_device(&g, nworld, 1, 1, SR_COMM_MPI, &counted, 1.0);
+    if (st != SR_OK) {
+        printf("rank %d: FAIL - grid: %s\n", me, sr_errmsg());
+        sr_comm_abort(1);
+    }
+    sr_comm_set_step(g.dp_comm, 12);
+    dbuf b = dnew(1024);
+    int fails = 0;
+    if (me == 1) {
+        printf("rank 1: skipping the all-reduce 'grad bucket 3'\n");
+    } else {
+        double t0 = now();
+        sr_req *q = NULL;
+        st = sr_comm_allreduce(g.dp_comm, b.d, 1024, "grad bucket 3", &q);
+        if (st == SR_OK) st = sr_comm_wait_device(q);
+        double dt = now() - t0;
+        printf("rank %d: got %s after %.2f s: %s\n", me, sr_status_str(st), dt, sr_errmsg());
+        char want[200];
+        snprintf(want, sizeof want, "rank %d: all-reduce 'grad bucket 3' on the data group (%d ranks) did not complete "
+                 "within 1 s at step 12", me, nworld);
+        fails += !(st == SR_ERR_COMM && dt >= 0.95 && dt < 5 && strstr(sr_errmsg(), want));
+        st = sr_comm_allreduce(g.dp_comm, b.d, 4, "next", NULL);
+        fails += !(st == SR_ERR_COMM && strstr(sr_errmsg(), "unusable"));
+        printf("rank %d: %s - device all-reduce timed out after 1 s; the group then refuses\n", me,
+               fails ? "FAIL" : "ok  ");
+    }
+    int tot = 0;
+    MPI_Allreduce(&fails, &tot, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (me == 0) printf("%d passed, %d failed\n", tot ? 0 : 1, tot);
+    fflush(stdout);
+    sr_grid_free(&g);
+    sr_comm_abort(tot ? 1 : 3);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (sr_comm_init(&argc, &argv) != SR_OK) {
+        fprintf(stderr, "test_comm_device: %s\n", sr_errmsg());
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &nworld);
+    real = be->device;
+    if (be->init(me) != SR_OK) {
+        fprintf(stderr, "rank %d: test_comm_device: %s\n", me, sr_errmsg());
+        sr_comm_abort(1);
+    }
+    if (argc > 1 && !strcmp(argv[1], "--timeout")) return run_timeout();
+    run_normal();
+    int counts[2] = {n_pass, n_fail};
+    MPI_Bcast(counts, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    if (me == 0) printf("%d passed, %d failed\n", counts[0], counts[1]);
+    fflush(stdout);
+    be->shutdown();
+    sr_comm_finalize();
+    return counts[1] ? 1 : 0;
+}
