@@ -8,7 +8,8 @@
 #      from the same data and seed: losses within 1e-4 relative; and the bf16
 #      CUDA binary: within 2e-2;
 #   4. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
-#      refuses two ranks on one device, over the MPI path (SHARDC_COMM=mpi);
+#      refuses two ranks on one device (its error must say to use --comm mpi),
+#      over the MPI path (--comm mpi: staged through page-locked host memory);
 #   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
 #      H200 dense bf16 peak 989 TFLOP/s); target >= 45%.
@@ -81,9 +82,11 @@ if timeout 120 mpirun --oversubscribe -np 2 "$ex/tinygpt_fp32" $dpopts --dp 2 --
   how="NCCL"
 else
   echo "   NCCL: $(grep -m1 -iE "error|duplicate" "$w/dp.txt")"
-  how="MPI path"
+  if grep -q -- "--comm mpi" "$w/dp.txt"; then ok "NCCL's refusal says to use --comm mpi"; else
+    bad "NCCL failed without saying to use --comm mpi"; fi
+  how="MPI path (--comm mpi)"
   rm -f "$w/dp.jsonl"
-  SHARDC_COMM=mpi timeout 120 mpirun --oversubscribe -np 2 -x SHARDC_COMM "$ex/tinygpt_fp32" $dpopts --dp 2 \
+  timeout 120 mpirun --oversubscribe -np 2 "$ex/tinygpt_fp32" $dpopts --dp 2 --comm mpi \
     --log "$w/dp.jsonl" > "$w/dp.txt" 2>&1 || { echo "   MPI path: $(grep -m1 -i error "$w/dp.txt")"; how=""; }
 fi
 if [ -n "$how" ]; then
