@@ -22,6 +22,7 @@ double ir_op_flops(const Ir *ir, const IrOp *op, int bwd, long B, long T)
     const char *e = bwd ? ir_ops[op->kind].flops_bwd : ir_ops[op->kind].flops_fwd;
     if (!e || !*e) return 0;
     long syms[SX_MAXSYM] = {B, T, 1, 1};
+    if (ir->seq_sym > 0) syms[ir->seq_sym] = T / ir->seq_tp; /* sequence parallelism's T_tp */
     Dim n = shape_numel(&((IrValue *)ir->values.v[op->out])->shape);
     double total = 0, term = 1;
     for (const char *p = e;;) {

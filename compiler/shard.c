@@ -522,6 +522,7 @@ int shard_lower(Program *P)
     if (P->layout.sequence_parallel) {
         if (ir->nsym >= SX_MAXSYM) sx_ice("no symbol left for the local sequence");
         ir->seq_sym = ir->nsym++;
+        ir->seq_tp = tp;
         ir->symname[ir->seq_sym] = sx_fmt("%s_tp", ir->symname[1]);
     }
     for (int i = 0; i < ir->values.n; i++) {

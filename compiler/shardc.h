@@ -280,6 +280,7 @@ typedef struct Ir {
     int nsym;
     int seq_sym;  /* sequence parallelism: the symbol of T / tp (its value is e->T / tp); 0: none
                    * (symbols 0 and 1 are the batch and the sequence) */
+    int seq_tp;   /* with seq_sym: the tp that divides T (cost models evaluate T_tp = T / seq_tp) */
     const char *model_name;
     sx_loc model_loc;
 } Ir;
