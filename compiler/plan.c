@@ -61,6 +61,7 @@ typedef struct Opts {
     int dp, tp, pp, mb, vs;
     const char *sched;
     int zero, rc, bf16;
+    int sp;             /* --sequence-parallel */
     long long batch, seq;
     int gpus;
     const Gpu *gpu;
@@ -108,6 +109,7 @@ typedef struct Dev {
 
 typedef struct Plan {
     int dp, tp, pp, v, m, world, zero, rc, bf16;
+    int sp;                    /* sequence parallelism (tp > 1) */
     char sched[16];
     long long G, T;
     double B;
@@ -604,15 +606,20 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     /* tensor-parallel collectives: ops of the lowered IR (shard_lower), the
      * backward's gradient sums (autodiff), and the two inside the
      * vocab-parallel cross-entropy (runtime/tp.c: an all-gather of the row
-     * maxima, an all-reduce of the sums and target logits; 4-byte floats) */
+     * maxima, an all-reduce of the sums and target logits; 4-byte floats).
+     * A collective's size is its whole (gathered, or not yet scattered)
+     * buffer. Sequence parallelism replaces an all-reduce by a
+     * reduce-scatter forward whose backward all-gathers the gradient
+     * (sr_tp_reduce_scatter_bwd); an all-gather's backward is a slice,
+     * after the all-reduce of the gradient that autodiff inserts for the
+     * column-parallel layer that reads the gathered value. */
     double ceb = A->eb; /* bytes of a communicated activation element */
     if (tp > 1) {
         for (int i = 0; i < ir->ops.n; i++) {
             IrOp *op = ir->ops.v[i];
             if (dev_of(A, i) != d) continue;
             int again = pl->rc && op->stage >= 0; /* recomputation repeats the forward's */
-            double S = val_elems(A, op->out) * ceb;
-            if (op->kind == OP_TP_ALLREDUCE || op->kind == OP_TP_ALLGATHER) {
+            if (op->kind == OP_TP_ALLREDUCE || op->kind == OP_TP_ALLGATHER || op->kind == OP_TP_REDUCE_SCATTER) {
                 IrValue *x = ir->values.v[op->in[0]];
                 IrOp *def = x->def >= 0 ? ir->ops.v[x->def] : NULL;
                 const char *what = op->kind == OP_TP_ALLGATHER ? "split activation"
@@ -620,9 +627,15 @@ static void dev_analyze(Ana *A, int d, Dev *D)
                                    : def->kind == OP_MATMUL || def->kind == OP_MATMUL_T ? "row-parallel output"
                                    : def->kind == OP_EMBEDDING_VP ? "vocab-parallel embedding"
                                                                   : "partial sum";
-                int kind = op->kind == OP_TP_ALLREDUCE ? C_AR : C_AG;
+                if (op->kind == OP_TP_ALLGATHER && pl->sp && x->sh.kind == SH_SPLIT && x->sh.dim == 1)
+                    what = "sequence-split activation";
+                int kind = op->kind == OP_TP_ALLREDUCE ? C_AR : op->kind == OP_TP_ALLGATHER ? C_AG : C_RS;
+                double S = val_elems(A, kind == C_RS ? op->in[0] : op->out) * ceb;
                 add_coll(D, what, G_TENSOR, kind, PH_FWD, tp, S, m);
                 if (again) add_coll(D, what, G_TENSOR, kind, PH_RC, tp, S, m);
+                const IrBwd *b = A->bwd_of[i] >= 0 ? ir->bwd.v[A->bwd_of[i]] : NULL;
+                if (kind == C_RS && b && b->din[0] >= 0)
+                    add_coll(D, sx_fmt("%s grad", what), G_TENSOR, C_AG, PH_BWD, tp, S, m);
             } else if (op->kind == OP_CROSS_ENTROPY_VP) {
                 double N = dim_val(op->sz[0], A->sym);
                 add_coll(D, "cross-entropy row maxima", G_TENSOR, C_AG, PH_FWD, tp, N * tp * 4.0, m);
@@ -634,10 +647,19 @@ static void dev_analyze(Ana *A, int d, Dev *D)
             if (b->kind != BWD_ALLREDUCE || !bwd_on(A, b, d)) continue;
             IrValue *g = ir->values.v[b->dout];
             IrValue *x = ir->values.v[g->primal];
-            /* a parameter's: once per step, after the microbatches (runtime/train.c) */
-            int par = x->kind == VK_PARAM;
-            add_coll(D, par ? "replicated parameter grad" : "column-parallel input grad", G_TENSOR, C_AR,
-                     par ? PH_STEP : PH_BWD, tp, val_elems(A, b->dout) * (par ? A->gb : ceb), par ? 1 : m);
+            /* a parameter's: once per step, after the microbatches (runtime/train.c);
+             * with sequence parallelism those of the parameters used on
+             * sequence parts (sr_program.tp_partial_grads) */
+            int par = x->kind == VK_PARAM, sliced = 0;
+            for (int k = 0; k < ir->ops.n && !par; k++) {
+                IrOp *u = ir->ops.v[k];
+                sliced |= u->kind == OP_TP_SLICE && u->in[0] == x->id;
+            }
+            const char *what = par ? (pl->sp ? "sequence-parallel param grad" : "replicated parameter grad")
+                               : sliced ? "sequence-sliced input grad"
+                                        : "column-parallel input grad";
+            add_coll(D, what, G_TENSOR, C_AR, par ? PH_STEP : PH_BWD, tp,
+                     val_elems(A, b->dout) * (par ? A->gb : ceb), par ? 1 : m);
         }
     }
     /* pipeline: the values that cross each chunk boundary, each way */
@@ -792,6 +814,7 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     pl->zero = o->zero;
     pl->rc = o->rc;
     pl->bf16 = o->bf16;
+    pl->sp = ir->seq_sym > 0;
     pl->R = P->layout_repeats;
     pl->ok = 1;
     const Const *cb = sema_find_const(&P->train, "batch"), *cs = sema_find_const(&P->train, "seq");
@@ -802,6 +825,12 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
         snprintf(pl->reason, sizeof pl->reason, "no %s: give the train section a `%s` or pass %s",
                  pl->G <= 0 ? "global batch" : "sequence length", pl->G <= 0 ? "batch" : "seq",
                  pl->G <= 0 ? "--batch G" : "--seq T");
+        return;
+    }
+    if (pl->sp && pl->T % pl->tp) {
+        pl->ok = 0;
+        snprintf(pl->reason, sizeof pl->reason, "sequence %lld is not divisible by tensor=%d (sequence parallelism "
+                 "splits it)", pl->T, pl->tp);
         return;
     }
     if (pl->G % ((long long)pl->dp * m)) {
@@ -839,6 +868,7 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     for (int i = 0; i < SX_MAXSYM; i++) A.sym[i] = 1;
     A.sym[0] = pl->B;
     if (ir->nsym > 1) A.sym[1] = (double)pl->T;
+    if (pl->sp) A.sym[ir->seq_sym] = (double)(pl->T / ir->seq_tp); /* a rank's part of the sequence */
     A.eb = o->bf16 ? 2.0 : 4.0;
     A.pb = o->bf16 ? 2.0 : 4.0;
     A.gb = o->bf16 ? 2.0 : 4.0;
@@ -960,7 +990,9 @@ static void add_override(Program *P, const char *name, const char *value, const 
 }
 
 
-static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *sched, int v, int search)
+/* sp: sequence parallelism as --sequence-parallel and the file say (-1), or
+ * off (0) or on (1) as --search tries it */
+static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *sched, int v, int sp, int search)
 {
     Program *P = sx_alloc(sizeof *P);
     P->ir.output = -1;
@@ -972,11 +1004,13 @@ static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *
     if (o->batch) add_override(P, "batch", sx_fmt("%lld", o->batch), "--batch");
     if (o->seq) add_override(P, "seq", sx_fmt("%lld", o->seq), "--seq");
     if (search) add_override(P, "virtual_stages", "1", "--search");
+    if (sp == 0) add_override(P, "parallel.sequence_parallel", "0", "--search");
     P->layout.cli_dp = dp;
     P->layout.cli_tp = tp;
     P->layout.cli_pp = pp;
     P->layout.cli_mb = mb;
     P->layout.cli_recompute = 0; /* the plan models recomputation itself (--recompute) */
+    P->layout.cli_sp = sp == 1 || (sp < 0 && o->sp);
     P->layout.cli_sched = sched;
     for (int i = 0; i < o->ninc; i++) vec_push(&P->search_dirs, (void *)o->inc[i]);
     drv_add_stdlib_dirs(P);
@@ -997,9 +1031,11 @@ static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *
         return NULL;
     }
     if (drv_back(P, NULL, stdout)) return NULL;
-    if (P->ir.nsym > 2) {
+    /* batch and sequence, and under sequence parallelism the lowering's
+     * third, a rank's part of the sequence (T_tp = T / tp) */
+    if (P->ir.nsym - (P->ir.seq_sym > 0) > 2) {
         sx_error(&P->ir.model_loc, "shardc plan knows two symbolic dims (batch, sequence); %s has %d",
-                 P->ir.model_name, P->ir.nsym);
+                 P->ir.model_name, P->ir.nsym - (P->ir.seq_sym > 0));
         return NULL;
     }
     return P;
@@ -1063,8 +1099,8 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
            pl->nparams >= 1e6 ? sx_fmt(" (%s)", fmt_count(pl->nparams)) : "");
     printf("  batch        %lld sequences x %lld tokens = %s tokens per step; microbatch %g x %d per data rank\n",
            pl->G, pl->T, fmt_int((double)pl->G * pl->T), pl->B, pl->m);
-    printf("  layout       data %d x tensor %d x pipeline %d = %d GPU%s", pl->dp, pl->tp, pl->pp, pl->world,
-           pl->world > 1 ? "s" : "");
+    printf("  layout       data %d x tensor %d%s x pipeline %d = %d GPU%s", pl->dp, pl->tp,
+           pl->sp ? " (sequence parallel)" : "", pl->pp, pl->world, pl->world > 1 ? "s" : "");
     if (pl->pp > 1) printf("; schedule %s%s", pl->sched, pl->v > 1 ? sx_fmt(" x %d virtual", pl->v) : "");
     printf("; ZeRO %d; recompute %s; %s\n", pl->zero, pl->rc ? "block" : "none",
            pl->bf16 ? "bf16 mixed precision" : "fp32");
@@ -1123,7 +1159,7 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     printf("  %-30s %14s %15s\n", "optimizer", fmt_si(pl->f_opt, "FLOP"), fmt_si(pl->f_opt, "FLOP"));
 
     printf("\ncommunication per step, per rank\n");
-    printf("  %-24s %-14s %-15s %-9s %-28s %11s %9s %11s\n", "role", "op", "group", "phase", "what", "size", "calls",
+    printf("  %-24s %-14s %-15s %-9s %-30s %11s %9s %11s\n", "role", "op", "group", "phase", "what", "size", "calls",
            "sent");
     for (int r = 0; r < nr; r++) {
         const Dev *D = &pl->dev[wst[r]];
@@ -1132,12 +1168,12 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
             const Coll *c = &D->coll[i];
             double sent = sent_factor(c->kind, c->n) * c->size * c->calls;
             tot += sent;
-            printf("  %-24s %-14s %-15s %-9s %-28s %11s %9s %11s\n", i ? "" : names[r], coll_name[c->kind],
+            printf("  %-24s %-14s %-15s %-9s %-30s %11s %9s %11s\n", i ? "" : names[r], coll_name[c->kind],
                    sx_fmt("%s (%d)", group_name[c->group], c->n), phase_name[c->phase], c->what,
                    fmt_bytes(c->size), fmt_int(c->calls), fmt_bytes(sent));
         }
         if (!D->ncoll) printf("  %-24s none\n", names[r]);
-        else printf("  %-24s %-84s %11s\n", "", "each rank sends", fmt_bytes(tot));
+        else printf("  %-24s %-86s %11s\n", "", "each rank sends", fmt_bytes(tot));
     }
 
     printf("\nstep time (cost model: docs/plan.md)\n");
@@ -1254,6 +1290,7 @@ static void json_layout(Json *j, const Plan *pl)
     j_open(j, "layout", '{', 0);
     j_num(j, "dp", pl->dp);
     j_num(j, "tp", pl->tp);
+    j_num(j, "sequence_parallel", pl->sp);
     j_num(j, "pp", pl->pp);
     j_num(j, "world", pl->world);
     j_num(j, "microbatches", pl->m);
@@ -1434,10 +1471,11 @@ static void push(Cand **v, int *n, int *cap, const Cand *c)
 
 static void layout_str(const Plan *pl, char *buf, size_t n)
 {
+    const char *sp = pl->sp ? " sp" : "";
     if (pl->pp > 1)
-        snprintf(buf, n, "dp %d tp %d pp %d mb %d %s%s", pl->dp, pl->tp, pl->pp, pl->m, pl->sched,
+        snprintf(buf, n, "dp %d tp %d%s pp %d mb %d %s%s", pl->dp, pl->tp, sp, pl->pp, pl->m, pl->sched,
                  pl->v > 1 ? sx_fmt(" v%d", pl->v) : "");
-    else snprintf(buf, n, "dp %d tp %d pp %d mb %d", pl->dp, pl->tp, pl->pp, pl->m);
+    else snprintf(buf, n, "dp %d tp %d%s pp %d mb %d", pl->dp, pl->tp, sp, pl->pp, pl->m);
 }
 
 static int search(const Opts *o)
@@ -1453,15 +1491,19 @@ static int search(const Opts *o)
         for (int pp = 1; pp <= N / tp; pp++) {
             if ((N / tp) % pp) continue;
             int dp = N / tp / pp;
-            /* the compiler per (dp, tp, pp) and per number of virtual stages
-             * (the pipeline partition depends on it), diagnostics kept aside */
+            /* the compiler per (dp, tp, pp), with and without sequence
+             * parallelism when tp > 1 (unless --sequence-parallel asks for
+             * it), and per number of virtual stages (the pipeline partition
+             * depends on it), diagnostics kept aside */
+            int sp0 = tp > 1 && o->sp, sp1 = tp > 1;
+            for (int sp = sp0; sp <= sp1; sp++)
             for (int v = 1, vmax = 1; v <= vmax; v++) {
                 sx_reset();
                 fflush(stderr);
                 FILE *tmp = tmpfile();
                 int saved = dup(2);
                 if (tmp) dup2(fileno(tmp), 2);
-                Program *P = load(o, dp, tp, pp, 1, v > 1 ? "interleaved" : "1f1b", v, 1);
+                Program *P = load(o, dp, tp, pp, 1, v > 1 ? "interleaved" : "1f1b", v, sp, 1);
                 fflush(stderr);
                 if (tmp) {
                     dup2(saved, 2);
@@ -1470,7 +1512,7 @@ static int search(const Opts *o)
                 Cand c;
                 memset(&c, 0, sizeof c);
                 if (!P) {
-                    if (v == 1) { /* the layout itself is invalid */
+                    if (v == 1 && sp == sp0) { /* the layout itself is invalid */
                         c.status = 2;
                         c.pl.dp = dp, c.pl.tp = tp, c.pl.pp = pp, c.pl.v = 1;
                         snprintf(c.pl.sched, sizeof c.pl.sched, "-");
@@ -1609,6 +1651,8 @@ static void usage(FILE *f)
             "  --virtual-stages V         model chunks per stage (interleaved)\n"
             "  --zero 0|1|2|3             ZeRO stage (memory and communication)\n"
             "  --recompute none|block     recompute each repeated block in the backward\n"
+            "  --sequence-parallel        with --tp > 1: activations outside attention and the MLP split\n"
+            "                             along the sequence (--search: tried both ways unless given)\n"
             "  --precision fp32|bf16      fp32 (4+4+8 bytes per parameter), or bf16 mixed (2+2+12)\n"
             "  --batch G, --seq T         global batch and sequence (default: the train section)\n"
             "hardware and cost model:\n"
@@ -1715,6 +1759,7 @@ int plan_main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--search")) o.search = 1;
+        else if (!strcmp(a, "--sequence-parallel")) o.sp = 1;
         else if ((t = TAKE("--set"))) {
             if (t < 0) return 2;
             const char *eq = strchr(val, '=');
@@ -1808,7 +1853,7 @@ int plan_main(int argc, char **argv)
             return uerr("%s", sx_fmt("--gpus %d but data %d x tensor %d x pipeline %d = %d", o.gpus, o.dp, tp, pp,
                                      o.dp * tp * pp));
     }
-    Program *P = load(&o, o.dp, o.tp, o.pp, o.mb, o.sched, o.vs, 0);
+    Program *P = load(&o, o.dp, o.tp, o.pp, o.mb, o.sched, o.vs, -1, 0);
     int rc = 1;
     if (P) {
         Layout *L = &P->layout;

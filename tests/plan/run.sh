@@ -198,6 +198,34 @@ json "tensor=2: 25 all-reduces forward and 25 backward per microbatch, the loss'
   "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['group'] == 'tensor' and c['phase'] == 'backward') == 25 * 2" \
   "[c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['what'].startswith('cross-entropy')] == [2, 2]" \
   "all(abs(c['sent_bytes_per_step'] - c['bytes'] * c['calls_per_step'] * (2*(c['group_size']-1)/c['group_size'] if c['op'] == 'all-reduce' else (c['group_size']-1)/c['group_size'] if c['op'] != 'send' else 1)) < 1 for c in d['roles'][0]['collectives'] if c['op'] != 'recv')"
+# sequence parallelism: each block all-reduce becomes a reduce-scatter and an
+# all-gather (the same bytes sent, ring algorithms); the backward all-gathers
+# the reduce-scatters' gradients and still all-reduces the gathered inputs'
+# (then slices them); the LayerNorms' and row-parallel biases' gradients are
+# summed once per step; a rank keeps 1/tp of the sequence-split activations
+plan "$gpt2" --tp 2 --set vocab_size=50304 --microbatches 2 --sequence-parallel --json > "$tmp/sp.json" 2>/dev/null
+json "tensor=2, sequence parallel: 25 reduce-scatters and 25 all-gathers forward, the forward's bytes of the all-reduces" "$tmp/sp.json" \
+  "d['layout']['sequence_parallel'] == 1" \
+  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'forward' and c['op'] == 'reduce-scatter' and c['bytes'] == 8*1024*768*4/2) == 25 * 2" \
+  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'forward' and c['op'] == 'all-gather' and c['bytes'] == 8*1024*768*4/2) == 25 * 2" \
+  "not any(c['op'] == 'all-reduce' and c['phase'] == 'forward' and c['bytes'] == 8*1024*768*4/2 for c in d['roles'][0]['collectives'])" \
+  "sum(c['sent_bytes_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'forward') == sum(c['sent_bytes_per_step'] for c in json.load(open('$tmp/c.json'))['roles'][0]['collectives'] if c['phase'] == 'forward')"
+json "tensor=2, sequence parallel: backward 25 all-gathers, 25 + 1 all-reduces; 74 parameter gradient sums per step" "$tmp/sp.json" \
+  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'backward' and c['op'] == 'all-gather') == 25 * 2" \
+  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'backward' and c['op'] == 'all-reduce' and c['what'] == 'column-parallel input grad') == 25 * 2" \
+  "[c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['what'] == 'sequence-sliced input grad'] == [2]" \
+  "[(c['calls_per_step'], c['phase']) for c in d['roles'][0]['collectives'] if c['what'] == 'sequence-parallel param grad'] == [(74, 'step')]"
+json "tensor=2, sequence parallel: less activation memory than without, the same matmul FLOPs" "$tmp/sp.json" \
+  "d['roles'][0]['memory']['activations'] < json.load(open('$tmp/c.json'))['roles'][0]['memory']['activations']" \
+  "d['flops']['matmul_per_step'] == json.load(open('$tmp/c.json'))['flops']['matmul_per_step']"
+sed 's/^  schedule = "1f1b"/&\n  sequence_parallel = 1/' "$tiny" > "$tmp/tinysp.model"
+expect_rc 0 "parallel { sequence_parallel = 1 }: planned (the lowering's T/tp is a symbol of its own)" \
+  plan "$tmp/tinysp.model" --tp 2 --json
+json "parallel { sequence_parallel = 1 } is the flag's plan" "$tmp/out" "d['layout']['sequence_parallel'] == 1"
+expect_rc 1 "--sequence-parallel without tensor > 1" plan "$tiny" --sequence-parallel
+grep -q "needs tensor > 1" "$tmp/err" && ok "... says it needs tensor > 1" || bad "... says it needs tensor > 1"
+expect_rc 1 "--sequence-parallel with a sequence not divisible by tensor" plan "$tiny" --tp 2 --sequence-parallel --seq 31
+grep -q "sequence 31 is not divisible by tensor=2" "$tmp/err" && ok "... says so" || bad "... says so"
 plan "$tiny" --pp 2 --microbatches 4 --json > "$tmp/p.json" 2>/dev/null
 json "pipeline=2: one activation [B, T, C] each way per microbatch; the tied embedding's gradient summed" "$tmp/p.json" \
   "[(c['op'], c['calls_per_step'], c['bytes']) for c in d['roles'][0]['collectives'] if c['group'] == 'pipeline' and c['phase'] != 'step'] == [('send', 4, 4*128*128*4), ('recv', 4, 4*128*128*4)]" \
@@ -236,16 +264,32 @@ if command -v mpirun >/dev/null && "$shardc" build "$tiny" $small -o "$tmp/tg1" 
    "$shardc" build "$tiny" $small --pp 2 -o "$tmp/tgp" >/dev/null 2>&1; then
   head -c 300000 "$src/docs/language.md" "$src/compiler/shape.c" "$src/compiler/sema.c" > "$tmp/text.txt"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-  # ranks  binary  tp dp pp zero microbatches schedule
-  for lay in "2 tg2 2 1 1 0 1 1f1b" "2 tg1 1 2 1 0 1 1f1b" "4 tg2 2 2 1 0 1 1f1b" "2 tg1 1 2 1 1 2 1f1b" \
-             "2 tgp 1 1 2 0 4 1f1b" "2 tgp 1 1 2 0 4 gpipe" "4 tgp 1 2 2 0 2 1f1b"; do
-    set -- $lay; np=$1; bin=$2; t=$3; d=$4; p=$5; z=$6; mb=$7; sc=$8
+  # sequence parallelism (reduce-scatters, all-gathers, the per-step sums
+  # of the LayerNorms' and row-parallel biases' gradients, T/tp activations)
+  sp=""
+  for b in "tgs --tp 2" "tgsp --tp 2 --pp 2"; do
+    set -- $b
+    if "$shardc" build "$tiny" $small "${@:2}" --sequence-parallel -o "$tmp/$1" >/dev/null 2>"$tmp/err"; then
+      sp="$sp $1"
+    else
+      bad "shardc build ${*:2} --sequence-parallel: $(head -1 "$tmp/err")"
+    fi
+  done
+  # ranks  binary  tp dp pp zero microbatches schedule  sequence-parallel
+  for lay in "2 tg2 2 1 1 0 1 1f1b 0" "2 tg1 1 2 1 0 1 1f1b 0" "4 tg2 2 2 1 0 1 1f1b 0" "2 tg1 1 2 1 1 2 1f1b 0" \
+             "2 tgp 1 1 2 0 4 1f1b 0" "2 tgp 1 1 2 0 4 gpipe 0" "4 tgp 1 2 2 0 2 1f1b 0" \
+             "2 tgs 2 1 1 0 2 1f1b 1" "4 tgsp 2 1 2 0 4 1f1b 1" "4 tgsp 2 1 2 0 4 gpipe 1"; do
+    set -- $lay; np=$1; bin=$2; t=$3; d=$4; p=$5; z=$6; mb=$7; sc=$8; s=""
+    if [ "$9" = 1 ]; then
+      case " $sp " in *" $bin "*) s=--sequence-parallel;; *) continue;; esac
+    fi
+    rm -f "$tmp/comm.txt"
     (cd "$tmp" && mpirun --oversubscribe --bind-to none -np $np ./$bin --data text.txt --batch 8 --seq 32 \
        --steps 2 --threads 1 --tp $t --dp $d --pp $p --zero $z --microbatches $mb --schedule $sc \
        --comm-stats comm.txt) > /dev/null 2> "$tmp/run.err"
-    plan "$tiny" $small --batch 8 --seq 32 --tp $t --dp $d --pp $p --zero $z --microbatches $mb --schedule $sc \
+    plan "$tiny" $small --batch 8 --seq 32 --tp $t --dp $d --pp $p --zero $z --microbatches $mb --schedule $sc $s \
       --json > "$tmp/m.json" 2>/dev/null
-    name="tp=$t dp=$d pp=$p zero=$z m=$mb $sc"
+    name="tp=$t${s:+ sp} dp=$d pp=$p zero=$z m=$mb $sc"
     python3 - "$tmp/m.json" "$tmp/comm.txt" "$tmp/run.err" <<'PY' && ok "$name: the runtime's collectives and memory are the plan's" || bad "$name: measured against planned"
 import json, re, sys
 d = json.load(open(sys.argv[1])); r = d['roles'][0]
@@ -299,6 +343,21 @@ if peak is not None and total:
 sys.exit(0 if good else 1)
 PY
   done
+  # recomputation repeats the blocks' forward collectives, not the embedding's
+  # (the plan's activations under recomputation are its own model, not checked here)
+  if "$shardc" build "$tiny" $small --tp 2 --recompute block -o "$tmp/tgr" >/dev/null 2>"$tmp/err"; then
+    rm -f "$tmp/comm.txt"
+    (cd "$tmp" && mpirun --oversubscribe --bind-to none -np 2 ./tgr --data text.txt --batch 8 --seq 32 --steps 2 \
+       --threads 1 --tp 2 --comm-stats comm.txt) > /dev/null 2>&1
+    plan "$tiny" $small --batch 8 --seq 32 --tp 2 --recompute block --json > "$tmp/m.json" 2>/dev/null
+    c=$(python3 -c "import json; c = json.load(open('$tmp/m.json'))['roles'][0]['comm_counters']['tensor']
+print('tensor allreduce calls %d bytes %d' % (2 * c['calls'][0], 2 * c['bytes'][0]))")
+    got=$(grep '^tensor allreduce' "$tmp/comm.txt" 2>/dev/null)
+    [ "$got" = "$c" ] && ok "tp=2 recompute=block: the runtime's tensor all-reduces are the plan's ($got)" ||
+      bad "tp=2 recompute=block: runtime '$got', plan '$c'"
+  else
+    bad "shardc build --tp 2 --recompute block: $(head -1 "$tmp/err")"
+  fi
 else
   echo "skip measured against planned (no mpirun, or shardc build failed)"
 fi
@@ -317,6 +376,13 @@ json "--search on 8 GPUs: valid layouts ranked by step time; n_head=12 over tens
   "not any(x['layout']['tp'] == 8 for x in d['layouts'] if x['status'] == 'ok')" \
   "{(x['layout']['dp'], x['layout']['tp'], x['layout']['pp']) for x in d['layouts'] if x['status'] == 'ok'} == {(8,1,1), (4,2,1), (2,4,1), (4,1,2), (2,2,2), (1,4,2), (2,1,4), (1,2,4), (1,1,8)}" \
   "print: 'best: %s, %.2f ms, MFU %.1f%%' % (d['layouts'][0]['layout'], 1e3 * d['layouts'][0]['step'], 100 * d['layouts'][0]['mfu'])"
+json "--search tries sequence parallelism where tensor > 1, and only there" "$tmp/s.json" \
+  "any(x['layout']['sequence_parallel'] for x in d['layouts'] if x['status'] == 'ok')" \
+  "all(x['layout']['tp'] > 1 for x in d['layouts'] if x['status'] != 'invalid' and x['layout']['sequence_parallel'])" \
+  "{(x['layout']['dp'], x['layout']['tp'], x['layout']['pp']) for x in d['layouts'] if x['status'] == 'ok' and x['layout']['sequence_parallel']} == {(4,2,1), (2,4,1), (2,2,2), (1,4,2), (1,2,4)}"
+plan "$gpt2" --search --gpus 8 --set vocab_size=50304 --sequence-parallel --json > "$tmp/s3.json" 2>/dev/null
+json "--search --sequence-parallel: every layout with tensor > 1 is sequence parallel" "$tmp/s3.json" \
+  "all(bool(x['layout']['sequence_parallel']) == (x['layout']['tp'] > 1) for x in d['layouts'] if x['status'] != 'invalid')"
 plan "$gpt2" --search --gpus 8 --set vocab_size=50304 > "$tmp/s.txt" 2>&1
 grep -q "^invalid (1):" "$tmp/s.txt" && grep -q "dp 1 tp 8 pp 1 .*n_head=12 is not divisible by 8" "$tmp/s.txt" &&
   ok "--search lists the invalid layout with the reason" || bad "--search lists the invalid layout"
@@ -337,6 +403,12 @@ for want in "^memory per rank  *stage 0 (first)  *stage 1  *stage 2 (last)$" "^ 
 done
 awk '/^memory per rank/{on=1} /^$/{on=0} on{print length($0)}' "$tmp/h.txt" | sort -u | wc -l | grep -q "^1$" &&
   ok "human output: the memory table's columns line up" || bad "human output: the memory table's columns line up"
+plan "$tiny" --tp 2 --sequence-parallel > "$tmp/hs.txt" 2>&1
+for want in "^  layout  .*tensor 2 (sequence parallel)" "reduce-scatter  *tensor (2)  *forward  *row-parallel output" \
+            "all-gather  *tensor (2)  *backward  *row-parallel output grad" \
+            "all-reduce  *tensor (2)  *step  *sequence-parallel param grad"; do
+  grep -q -- "$want" "$tmp/hs.txt" && ok "human output, sequence parallel: /$want/" || bad "human output, sequence parallel: /$want/"
+done
 plan "$zero" --dp 64 --precision bf16 > "$tmp/hz.txt" 2>&1
 grep -q "stage 1 (optimizer)  *29.2 GiB = 31.41 GB" "$tmp/hz.txt" && grep -q "stage 3 (+ weights)  *1.7 GiB = 1.88 GB" "$tmp/hz.txt" &&
   ok "human output: ZeRO table in GiB and GB" || { bad "human output: ZeRO table"; grep "stage" "$tmp/hz.txt"; }
