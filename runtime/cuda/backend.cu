@@ -292,6 +292,12 @@ static void cuda_scale(float *x, float s, int64_t n)
     srk_params_written();
 }
 
+static void cuda_add(float *y, const float *x, int64_t n)
+{
+    srk_site(NULL, 0, "add");
+    srk_add_fwd(y, y, x, (long)n, (long)n);
+}
+
 static void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1, float beta2,
                        float eps, float wd, long t)
 {
@@ -423,6 +429,7 @@ extern "C" const sr_backend sr_backend_cuda = {
     .zero = cuda_zero,
     .sumsq = cuda_sumsq,
     .scale = cuda_scale,
+    .add = cuda_add,
     .adamw = cuda_adamw,
     .sync = cuda_sync,
     .peak_bytes = cuda_peak_bytes,

@@ -47,6 +47,7 @@ static void host_copy(void *dst, const void *src, size_t bytes)
 static void host_zero(float *x, int64_t n) { sr_zero(x, (long)n); }
 static double host_sumsq(const float *x, int64_t n) { return sr_sumsq(x, (long)n); }
 static void host_scale(float *x, float s, int64_t n) { sr_scale_fwd(x, x, s, (long)n); }
+static void host_add(float *y, const float *x, int64_t n) { sr_add_fwd(y, y, x, (long)n, (long)n); }
 
 static void host_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                        float beta1, float beta2, float eps, float wd, long t)
@@ -72,6 +73,7 @@ const sr_backend sr_backend_host = {
     .zero = host_zero,
     .sumsq = host_sumsq,
     .scale = host_scale,
+    .add = host_add,
     .adamw = host_adamw,
     .sync = host_sync,
     .peak_bytes = host_peak,

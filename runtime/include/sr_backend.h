@@ -44,6 +44,7 @@ typedef struct sr_backend {
     void (*zero)(float *x, int64_t n);
     double (*sumsq)(const float *x, int64_t n);      /* accumulated in double */
     void (*scale)(float *x, float s, int64_t n);      /* x *= s */
+    void (*add)(float *y, const float *x, int64_t n); /* y += x */
     /* torch.optim.AdamW, as sr_adamw_step in shardrt.h */
     void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float wd, long t);
