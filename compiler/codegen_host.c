@@ -244,27 +244,11 @@ static void emit_forward(Gen *g, Vec *calls)
     if (cur) fprintf(g->f, "}\n\n");
 }
 
-/* a parameter gradient's sum over the tensor group: the runtime does it once
- * per step (sr_program.tp_partial_grads), after the microbatches */
-static int step_sum(const IrBwd *b) { return b->kind == BWD_ALLREDUCE && b->fwd < 0; }
-
 static void emit_backward(Gen *g, Vec *calls)
 {
     Ir *ir = g->ir;
     char *cur = NULL;
-    /* the last backward step that adds to each parameter's gradient */
-    int *last = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
-    for (int i = 0; i < ir->params.n; i++) last[i] = -1;
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        if (step_sum(b)) continue; /* after the step's last backward, not in it */
-        int gs[5] = {b->din[0], b->din[1], b->din[2], b->din[3], b->kind == BWD_ALLREDUCE ? b->dout : -1};
-        for (int k = 0; k < 5; k++) {
-            if (gs[k] < 0) continue;
-            IrValue *pv = ir_value(ir, ir_value(ir, gs[k])->primal);
-            if (pv->kind == VK_PARAM) last[pv->param] = j;
-        }
-    }
+    int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
     IrOp *prev = NULL;
     memset(g->zeroed, 0, (size_t)ir->values.n + 1);
     const char *kind = g->mode == BW_INPUT ? "bwdi" : g->mode == BW_WEIGHT ? "bwdw" : "bwd";
@@ -273,7 +257,7 @@ static void emit_backward(Gen *g, Vec *calls)
         IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
         if (!op) sx_ice("backward step %d has no op", j);
         prev = op;
-        if (b->pstage != g->stage || step_sum(b)) continue;
+        if (b->pstage != g->stage || cg_step_sum(b)) continue; /* the runtime sums those once per step */
         /* what this pass does of the step */
         int any_param = 0, any_act = 0;
         if (b->kind == BWD_FORWARD) {
@@ -325,17 +309,6 @@ static void emit_backward(Gen *g, Vec *calls)
                         ((IrParam *)ir->params.v[i])->name);
     }
     if (cur) fprintf(g->f, "}\n\n");
-}
-
-/* floats per token of a boundary activation (its elements over B*T) */
-static int64_t row_floats(const Ir *ir, int id, int tp)
-{
-    const IrValue *v = ir->values.v[id];
-    Dim n = shape_numel(&v->shape);
-    /* split along the sequence: B * T/tp tokens of n.c floats = n.c/tp per token */
-    if (ir->seq_sym > 0 && n.p[0] == 1 && n.p[ir->seq_sym] == 1 && !n.p[1] && n.c % tp == 0) return n.c / tp;
-    if (n.p[0] != 1 || n.p[1] != 1) sx_ice("boundary activation %%%d is not per token", id);
-    return n.c;
 }
 
 static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
@@ -573,20 +546,13 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         fprintf(f, "%s};\n", n ? "" : "-1");
         nused[st] = n;
     }
-    int npartial = 0;
-    fprintf(f, "\nstatic const int tp_partial_grads[] = {");
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        if (step_sum(b))
-            fprintf(f, "%s%d", npartial++ ? ", " : "", ir_value(ir, ir_value(ir, b->dout)->primal)->param);
-    }
-    fprintf(f, "%s};\n", npartial ? "" : "-1");
+    int npartial = cg_emit_tp_partial_grads(ir, f);
     fprintf(f, "\nstatic const sr_stage stages[%d] = {\n", ir->nstages);
     for (int st = 0; st < ir->nstages; st++) {
         const IrStage *sg = &ir->stages[st];
         int64_t rin = 0, rout = 0;
-        if (sg->act_in >= 0) rin = row_floats(ir, sg->act_in, P->layout.tp);
-        if (sg->act_out >= 0) rout = row_floats(ir, sg->act_out, P->layout.tp);
+        if (sg->act_in >= 0) rin = cg_row_floats(ir, sg->act_in, P->layout.tp);
+        if (sg->act_out >= 0) rout = cg_row_floats(ir, sg->act_out, P->layout.tp);
         int multi = ir->nstages > 1;
         fprintf(f, "    {work_bytes%d, stage%d_forward, stage%d_backward, %s, %s, %lld, %lld, %d, %d, %d, stage%d_params},\n",
                 st, st, st, multi ? sx_fmt("stage%d_backward_input", st) : "NULL",

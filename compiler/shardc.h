@@ -387,6 +387,22 @@ int pp_partition(Program *P);
 void pp_dump(const Program *P, FILE *f);
 double ir_op_flops(const Ir *ir, const IrOp *op, int bwd, long B, long T);
 
+/* codegen.c: what both code generators decide alike.
+ * cg_step_sum: backward step b is a parameter gradient's sum over the tensor
+ * group (sequence parallelism), which the runtime does once per step
+ * (sr_program.tp_partial_grads), after the microbatches: a backward skips it.
+ * cg_last_grad_steps: last[i], the backward step after which parameter i's
+ * gradient is complete in a backward (where the data-parallel grad_ready
+ * hook fires), -1 if none adds to it.
+ * cg_emit_tp_partial_grads: writes `static const int tp_partial_grads[]`
+ * (the parameters of the step sums); returns how many.
+ * cg_row_floats: floats per token (of B*T) of boundary activation id: its
+ * elements over B*T, over tp more when split along the sequence. */
+int cg_step_sum(const IrBwd *b);
+int *cg_last_grad_steps(Ir *ir);
+int cg_emit_tp_partial_grads(Ir *ir, FILE *f);
+int64_t cg_row_floats(Ir *ir, int id, int tp);
+
 /* codegen_host.c: C source for the host backend */
 int cg_host(Program *P, FILE *out, const char *source_path);
 
