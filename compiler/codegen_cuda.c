@@ -38,7 +38,8 @@ typedef struct CGen {
     Ir *ir;
     FILE *f;
     int bf16;
-    int64_t *param_off; /* float offset of each parameter */
+    ParamLayout L;      /* where the parameters live */
+    int64_t *param_off; /* float offset of each parameter in the arena of the stage being emitted */
     char *zeroed;       /* activation gradients already zeroed in this backward */
     char *store;        /* ST_* of every value */
     int *aux_of_attn;   /* value -> the attention op whose aux it is, -1 */
@@ -600,13 +601,16 @@ static void emit_stage(CGen *g, int s, int logits)
     const IrStage *st = &ir->stages[s];
     int last = s == ir->nstages - 1;
     g->stage = s;
+    g->param_off = g->L.off[s % g->L.nranks]; /* its pipeline rank's arena */
     fprintf(f, "/* ---- stage %d", s);
     if (ir->nstages > 1)
         fprintf(f, ": layers %d..%d%s%s", st->first_block, st->first_block + st->nblocks - 1,
                 s == 0 ? ", embedding" : "", last ? ", head and loss" : "");
     fprintf(f, " ---- */\n\n");
     fprintf(f, "static size_t off%d[%d];\n", s, st->nslots + 1);
-    fprintf(f, "#undef F\n#undef A\n#undef I\n");
+    fprintf(f, "#undef F\n#undef A\n#undef I\n#undef ARENA_FLOATS\n");
+    fprintf(f, "#define ARENA_FLOATS %lldLL /* the parameter arena of this stage's pipeline rank */\n",
+            (long long)g->L.n[s % g->L.nranks]);
     fprintf(f, "#define F(k) ((float *)(e->work + off%d[k]))\n", s);
     fprintf(f, "#define A(k) ((act_t *)(e->work + off%d[k]))\n", s);
     fprintf(f, "#define I(k) ((int32_t *)(e->work + off%d[k]))\n", s);
@@ -638,7 +642,7 @@ static void emit_stage(CGen *g, int s, int logits)
     emit_forward(g, &fcalls);
     fprintf(f, "static void stage%d_forward(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, s);
     fprintf(f, "    srk_site(__FILE__, __LINE__, \"forward\");\n");
-    fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
+    fprintf(f, "    srk_bind_params(e->params, ARENA_FLOATS, e->step);\n");
     for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
     if (last) {
         fprintf(f, "    srk_site(__FILE__, __LINE__, \"loss\");\n");
@@ -655,7 +659,7 @@ static void emit_stage(CGen *g, int s, int logits)
         emit_backward(g, &bcalls);
         fprintf(f, "static void stage%d_%s(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, suffix[mode], s);
         fprintf(f, "    srk_site(__FILE__, __LINE__, \"backward\");\n");
-        fprintf(f, "    srk_bind_params(e->params, N_PARAM_FLOATS, e->step);\n");
+        fprintf(f, "    srk_bind_params(e->params, ARENA_FLOATS, e->step);\n");
         if (last && mode != BW_WEIGHT) fprintf(f, "    srk_set_scalar(%s, e->dloss); /* d loss */\n", buf(g, ir->seed));
         for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
         fprintf(f, "}\n\n");
@@ -672,15 +676,10 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     g.f = f;
     g.bf16 = precision_bf16 != 0;
     Ir *ir = &P->ir;
-    g.param_off = sx_alloc(sizeof(int64_t) * (size_t)(ir->params.n + 1));
+    cg_param_layout(P, 64, &g.L); /* 256-byte aligned tensors (cuBLASLt, vector loads) */
+    g.param_off = g.L.global;
+    int64_t off = g.L.nglobal;
     g.zeroed = sx_alloc((size_t)ir->values.n + 1);
-    int64_t off = 0;
-    for (int i = 0; i < ir->params.n; i++) {
-        IrParam *p = ir->params.v[i];
-        g.param_off[i] = off;
-        off += shape_numel(&ir_value(ir, p->value)->shape).c; /* this rank's shard */
-        off = (off + 63) & ~(int64_t)63; /* 256-byte aligned tensors (cuBLASLt, vector loads) */
-    }
     int vocab = 0, max_seq = 0, logits = -1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
@@ -736,6 +735,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, "#define P(o) (e->params + (o))\n#define G(o) (e->grads + (o))\n\n");
     fprintf(f, "[[maybe_unused]] static inline size_t srk_max_size(size_t a, size_t b) { return a > b ? a : b; }\n\n");
     for (int s = 0; s < ir->nstages; s++) emit_stage(&g, s, logits);
+    g.param_off = g.L.global; /* the table: whole-model offsets */
 
     fprintf(f, "static const sr_param_desc params[%d] = {\n", ir->params.n);
     for (int i = 0; i < ir->params.n; i++) {
@@ -774,6 +774,15 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         fprintf(f, "%s};\n", n ? "" : "-1");
         nused[st] = n;
     }
+    if (g.L.nranks > 1) { /* each pipeline rank's own arena */
+        fprintf(f, "\nstatic const int64_t rank_param_floats[%d] = {", g.L.nranks);
+        for (int r = 0; r < g.L.nranks; r++) fprintf(f, "%s%lld", r ? ", " : "", (long long)g.L.n[r]);
+        fprintf(f, "};\nstatic const int64_t rank_param_offsets[%d] = {", g.L.nranks * ir->params.n);
+        for (int k = 0; k < g.L.nranks * ir->params.n; k++)
+            fprintf(f, "%s%lld", !k ? "\n    " : k % 16 ? ", " : ",\n    ",
+                    (long long)g.L.off[k / ir->params.n][k % ir->params.n]);
+        fprintf(f, "};\n");
+    }
     fprintf(f, "\nstatic sr_stage stages[%d];\nstatic sr_program program;\n\n", ir->nstages);
     fprintf(f, "int main(int argc, char **argv)\n{\n");
     fprintf(f, "    srk_configure(%d); /* %s */\n", g.bf16, g.bf16 ? "bf16 compute" : "fp32");
@@ -807,6 +816,9 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, "    program.pp = %d;\n    program.virtual_stages = %d;\n    program.n_stages = %d;\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     fprintf(f, "    program.stages = stages;\n");
+    if (g.L.nranks > 1)
+        fprintf(f, "    program.rank_param_floats = rank_param_floats;\n"
+                   "    program.rank_param_offsets = rank_param_offsets;\n");
     emit_defaults(&g, max_seq);
     fprintf(f, "    program.config_json = ");
     emit_cstr(f, config_json(P));

@@ -17,7 +17,8 @@ typedef struct Gen {
     Program *P;
     Ir *ir;
     FILE *f;
-    int64_t *param_off; /* float offset of each parameter */
+    ParamLayout L;      /* where the parameters live */
+    int64_t *param_off; /* float offset of each parameter in the arena of the stage being emitted */
     char *zeroed;       /* activation gradients already zeroed in this backward */
     int stage;          /* the pipeline stage being emitted */
     int mode;           /* backward: BW_FULL, BW_INPUT (zb-h1 B) or BW_WEIGHT (zb-h1 W) */
@@ -49,6 +50,14 @@ static char *cdim(Gen *g, Dim d)
 
 static char *shape_comment(Gen *g, const IrValue *v) { return shape_str(&v->shape, g->ir); }
 
+/* a parameter (P) or its gradient (G) in the arena of the stage's rank */
+static char *param_buf(Gen *g, const char *arena, int param)
+{
+    if (g->param_off[param] < 0)
+        sx_ice("stage %d reads parameter %d, which its pipeline rank does not hold", g->stage, param);
+    return sx_fmt("%s(%lld)", arena, (long long)g->param_off[param]);
+}
+
 /* the C expression of a value's buffer */
 static char *buf(Gen *g, int id)
 {
@@ -57,10 +66,10 @@ static char *buf(Gen *g, int id)
     case VK_INPUT:
         return v->input == 0 ? "e->inputs" : "e->targets";
     case VK_PARAM:
-        return sx_fmt("P(%lld)", (long long)g->param_off[v->param]);
+        return param_buf(g, "P", v->param);
     case VK_GRAD: {
         IrValue *p = ir_value(g->ir, v->primal);
-        if (p->kind == VK_PARAM) return sx_fmt("G(%lld)", (long long)g->param_off[p->param]);
+        if (p->kind == VK_PARAM) return param_buf(g, "G", p->param);
         break;
     }
     default:
@@ -397,6 +406,7 @@ static void emit_stage(Gen *g, int s, int logits)
     const IrStage *st = &ir->stages[s];
     int last = s == ir->nstages - 1;
     g->stage = s;
+    g->param_off = g->L.off[s % g->L.nranks]; /* its pipeline rank's arena */
     fprintf(f, "/* ---- stage %d", s);
     if (ir->nstages > 1)
         fprintf(f, ": layers %d..%d%s%s", st->first_block, st->first_block + st->nblocks - 1,
@@ -448,6 +458,57 @@ static void emit_stage(Gen *g, int s, int logits)
     g->mode = BW_FULL;
 }
 
+/* floats of parameter i on this tensor rank, rounded up to `align` */
+static int64_t param_floats(Ir *ir, int i, int64_t align)
+{
+    int64_t n = shape_numel(&ir_value(ir, ((IrParam *)ir->params.v[i])->value)->shape).c;
+    return (n + align - 1) / align * align;
+}
+
+void cg_param_layout(Program *P, int64_t align, ParamLayout *L)
+{
+    Ir *ir = &P->ir;
+    int n = ir->params.n, R = ir->nstages > 1 ? P->layout.pp : 1;
+    L->nranks = R;
+    L->global = sx_alloc(sizeof(int64_t) * (size_t)(n + 1));
+    L->off = sx_alloc(sizeof(int64_t *) * (size_t)R);
+    L->n = sx_alloc(sizeof(int64_t) * (size_t)R);
+    L->nglobal = 0;
+    for (int i = 0; i < n; i++) {
+        L->global[i] = L->nglobal;
+        L->nglobal += param_floats(ir, i, align);
+    }
+    if (R == 1) {
+        L->off[0] = L->global;
+        L->n[0] = L->nglobal;
+        return;
+    }
+    /* held[i * R + r]: a stage of pipeline rank r (stage s runs on s % pp)
+     * reads parameter i; one that no op reads stays with rank 0, which
+     * saves it */
+    char *held = sx_alloc((size_t)n * (size_t)R + 1);
+    for (int k = 0; k < ir->ops.n; k++) {
+        IrOp *op = ir->ops.v[k];
+        for (int j = 0; j < op->nin; j++) {
+            IrValue *v = ir_value(ir, op->in[j]);
+            if (v->kind == VK_PARAM) held[(size_t)v->param * (size_t)R + (size_t)(op->pstage % R)] = 1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int any = 0;
+        for (int r = 0; r < R; r++) any |= held[(size_t)i * (size_t)R + (size_t)r];
+        if (!any) held[(size_t)i * (size_t)R] = 1;
+    }
+    for (int r = 0; r < R; r++) {
+        L->off[r] = sx_alloc(sizeof(int64_t) * (size_t)(n + 1));
+        L->n[r] = 0;
+        for (int i = 0; i < n; i++) {
+            L->off[r][i] = held[(size_t)i * (size_t)R + (size_t)r] ? L->n[r] : -1;
+            if (L->off[r][i] >= 0) L->n[r] += param_floats(ir, i, align);
+        }
+    }
+}
+
 int cg_host(Program *P, FILE *f, const char *source_path)
 {
     Gen g;
@@ -456,15 +517,9 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     g.ir = &P->ir;
     g.f = f;
     Ir *ir = &P->ir;
-    g.param_off = sx_alloc(sizeof(int64_t) * (size_t)(ir->params.n + 1));
+    cg_param_layout(P, 16, &g.L); /* 64-byte aligned tensors */
+    g.param_off = g.L.global;
     g.zeroed = sx_alloc((size_t)ir->values.n + 1);
-    int64_t off = 0;
-    for (int i = 0; i < ir->params.n; i++) {
-        IrParam *p = ir->params.v[i];
-        g.param_off[i] = off;
-        off += shape_numel(&ir_value(ir, p->value)->shape).c; /* this rank's shard */
-        off = (off + 15) & ~(int64_t)15; /* 64-byte aligned tensors */
-    }
     /* the loss head: vocabulary and logits; the position table bounds T */
     int vocab = 0, max_seq = 0, logits = -1;
     for (int i = 0; i < ir->ops.n; i++) {
@@ -518,7 +573,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         emit_cstr(f, p->name);
         fprintf(f, ", %d, {", ls->nd);
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
-        fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.param_off[i],
+        fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.L.global[i],
                 init_name(p->init), fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
                 split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
         emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
@@ -560,12 +615,27 @@ int cg_host(Program *P, FILE *f, const char *source_path)
                 sg->first_block, sg->nblocks, nused[st], st);
     }
     fprintf(f, "};\n\n");
+    if (g.L.nranks > 1) { /* each pipeline rank's own arena */
+        int R = g.L.nranks, n = ir->params.n;
+        fprintf(f, "static const int64_t rank_param_floats[%d] = {", R);
+        for (int r = 0; r < R; r++) fprintf(f, "%s%lld", r ? ", " : "", (long long)g.L.n[r]);
+        fprintf(f, "};\nstatic const int64_t rank_param_offsets[%d] = {\n", R * n);
+        for (int r = 0; r < R; r++) {
+            fprintf(f, "    /* pipeline rank %d */", r);
+            for (int i = 0; i < n; i++)
+                fprintf(f, "%s%lld", !i ? "\n    " : i % 16 ? ", " : ",\n    ", (long long)g.L.off[r][i]);
+            fprintf(f, ",\n");
+        }
+        fprintf(f, "};\n\n");
+    }
     fprintf(f, "static const sr_program program = {\n    .name = ");
     emit_cstr(f, ir->model_name);
     fprintf(f, ",\n    .source = ");
     emit_cstr(f, source_path);
     fprintf(f, ",\n    .n_params = %d,\n    .params = params,\n    .n_param_floats = %lld,\n", ir->params.n,
-            (long long)off);
+            (long long)g.L.nglobal);
+    if (g.L.nranks > 1)
+        fprintf(f, "    .rank_param_floats = rank_param_floats,\n    .rank_param_offsets = rank_param_offsets,\n");
     fprintf(f, "    .vocab = %d,\n    .max_seq = %d,\n    .tp = %d,\n", vocab, max_seq, P->layout.tp);
     fprintf(f, "    .work_bytes = work_bytes0,\n    .forward = stage0_forward,\n    .backward = stage0_backward,\n");
     fprintf(f, "    .recompute = %d,\n", P->layout.recompute);

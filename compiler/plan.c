@@ -81,6 +81,8 @@ static const char *coll_name[] = {"all-reduce", "reduce-scatter", "all-gather", 
 static const char *phase_name[] = {"forward", "backward", "recompute", "step"};
 
 #define MAXCOLL 32
+/* floats per message of the tied-gradient sum (runtime/pipeline.c) */
+#define TIED_CHUNK 1048576.0
 typedef struct Coll {
     char what[40];
     int group, kind, phase, n; /* n: ranks in the group */
@@ -90,8 +92,6 @@ typedef struct Coll {
 
 typedef struct Dev {
     double params, arena;      /* parameter elements on a rank; the runtime's padded arena */
-    double resident;           /* parameter elements the runtime holds (all of them with a pipeline) */
-    double local_work;         /* pipeline rank 0: a workspace per stage (evaluation, sampling) */
     int ntensors, layers;
     double work, saved, rc_keep; /* bytes per microbatch: workspace, saved for backward, kept
                                   * with recomputation (largest chunk's, chunks' mean) */
@@ -513,15 +513,29 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         D->arena += ceil(n / 16.0) * 16.0; /* the runtime aligns each tensor to 64 bytes */
         D->ntensors++;
     }
-    /* a parameter read on several pipeline ranks (a tied embedding): its
-     * gradient is summed over the pipeline group, every rank taking part
-     * (runtime/pipeline.c; Megatron sums over the holders only) */
+    /* a parameter held by several pipeline ranks (a tied embedding): its
+     * holders alone sum its gradient, point to point (runtime/pipeline.c;
+     * Megatron's embedding group): the others send theirs to the owner (the
+     * lowest), which receives them into a buffer of TIED_CHUNK at most,
+     * adds them and sends the sum back, all in messages of TIED_CHUNK */
+    double tied_buf = 0;
     for (int i = 0; i < ir->params.n && pl->pp > 1; i++) {
-        int holders = 0;
-        for (int s = 0; s < pl->pp; s++) holders += A->pdev[(size_t)i * pl->pp + s];
-        IrParam *p = ir->params.v[i];
-        if (holders > 1)
-            add_coll(D, "tied parameter gradients", G_PIPE, C_AR, PH_STEP, pl->pp, val_elems(A, p->value) * A->gb, 1);
+        int owner = -1, others = 0;
+        for (int s = 0; s < pl->pp; s++)
+            if (A->pdev[(size_t)i * pl->pp + s]) {
+                if (owner < 0) owner = s;
+                else others++;
+            }
+        if (!others || !A->pdev[(size_t)i * pl->pp + d]) continue;
+        double n = val_elems(A, ((IrParam *)ir->params.v[i])->value);
+        double full = floor(n / TIED_CHUNK), rest = n - full * TIED_CHUNK, peers = d == owner ? others : 1;
+        for (int k = 0; k < 2; k++) { /* the owner receives then sends, the others send then receive */
+            int kind = (d == owner) == (k == 0) ? C_RECV : C_SEND;
+            add_coll(D, "tied parameter gradient", G_PIPE, kind, PH_STEP, 2, TIED_CHUNK * A->gb, full * peers);
+            if (rest > 0) add_coll(D, "tied parameter gradient", G_PIPE, kind, PH_STEP, 2, rest * A->gb, peers);
+        }
+        if (d == owner && (n < TIED_CHUNK ? n : TIED_CHUNK) * A->gb > tied_buf)
+            tied_buf = (n < TIED_CHUNK ? n : TIED_CHUNK) * A->gb;
     }
     arena_lo[np] = D->arena;
     for (int r = 0; r < pl->R; r++)
@@ -570,26 +584,12 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     /* what a runtime that keeps only the saved values of the waiting
      * microbatches would hold (Megatron's; the static plan's is above) */
     D->m_act_saved = work + (units - 1) * keep;
-    /* what this host runtime holds besides (runtime/pipeline.c): every
-     * pipeline rank keeps the whole parameter arena (it updates only its
-     * stages' parameters), and pipeline rank 0 a workspace of every stage to
-     * run the whole model for evaluation and sampling */
-    double resident = D->params;
-    if (pp > 1) {
-        resident = 0;
-        for (int i = 0; i < ir->params.n; i++) {
-            IrParam *p = ir->params.v[i];
-            resident += ceil(val_elems(A, p->value) / 16.0) * 16.0;
-        }
-        if (d == 0)
-            for (int c = 0; c < A->C; c++) {
-                Act X;
-                chunk_activations(A, c, &X);
-                D->m_other += X.work;
-                D->local_work += X.work;
-            }
-    }
-    D->resident = resident;
+    /* a pipeline rank holds its stages' parameters only, in an arena of its
+     * own (64-byte aligned tensors: the runtime's whole allocation); the
+     * owner of a tied parameter its receive buffer */
+    double resident = pp > 1 ? D->arena : D->params;
+    D->m_other += tied_buf;
+    if (pp > 1) D->m_other += tok; /* and the run's token buffers, for evaluation and sampling */
     /* model states, and the same under every ZeRO stage */
     int dp = pl->dp;
     for (int z = 0; z < 4; z++) {
@@ -923,6 +923,11 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
             IrValue *x = ir->values.v[op->in[k]];
             if (x->kind == VK_PARAM) A.pdev[(size_t)x->param * pl->pp + A.chunk[i] % pl->pp] = 1;
         }
+    }
+    for (int i = 0; i < ir->params.n; i++) { /* one no op reads stays on rank 0 (cg_param_layout) */
+        int any = 0;
+        for (int s = 0; s < pl->pp; s++) any |= A.pdev[(size_t)i * pl->pp + s];
+        if (!any) A.pdev[(size_t)i * pl->pp] = 1;
     }
     for (int i = 0; i < nops && pl->tp > 1; i++) {
         IrOp *op = ir->ops.v[i];
@@ -1352,9 +1357,7 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
               D->work, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
               /* Megatron's count: saved activations only, each rank its own stages' model states */
               "in_flight", D->inflight, "boundary_buffers", D->m_bound, "activations_saved_only", D->m_act_saved,
-              "total_saved_only", D->total - D->m_act + D->m_act_saved -
-                                      (D->resident - D->params) * (D->zs[0][0] + D->zs[0][1] + D->zs[0][2]) /
-                                          (D->resident > 0 ? D->resident : 1) - D->local_work,
+              "total_saved_only", D->total - D->m_act + D->m_act_saved,
               NULL);
         j_bool(j, "fits", pl->budget <= 0 || D->total <= pl->budget);
         j_open(j, "zero_stages", '[', 0);

@@ -406,6 +406,20 @@ int64_t cg_row_floats(Ir *ir, int id, int tp);
 /* codegen_host.c: C source for the host backend */
 int cg_host(Program *P, FILE *out, const char *source_path);
 
+/* codegen_host.c, for both backends: where parameters live in a generated
+ * program's arenas. `global`: the whole model in declaration order, each
+ * tensor aligned to `align` floats (sr_param_desc.offset, and the arena of a
+ * program without a pipeline). With a pipeline, pipeline rank r holds only
+ * the parameters its stages read, packed the same way in an arena of its
+ * own: off[r][i] (-1 where it holds none), n[r] floats. Without one,
+ * nranks is 1 and off[0] is global. */
+typedef struct ParamLayout {
+    int nranks;
+    int64_t *global, nglobal;
+    int64_t **off, *n;
+} ParamLayout;
+void cg_param_layout(Program *P, int64_t align, ParamLayout *L);
+
 /* passes.c: the pass list */
 int drv_front(Program *P, const char *dump, FILE *out);
 int drv_back(Program *P, const char *dump, FILE *out);

@@ -27,8 +27,8 @@ struct sr_dp {
     sr_status err;         /* first failure inside a hook, reported by finish */
 };
 
-sr_status sr_dp_init(sr_dp **out, const sr_program *prog, sr_comm *comm, float *grads,
-                     int64_t bucket_bytes, sr_trace *trace)
+sr_status sr_dp_init(sr_dp **out, const sr_program *prog, const int64_t *offsets, int64_t n_floats,
+                     sr_comm *comm, float *grads, int64_t bucket_bytes, sr_trace *trace)
 {
     sr_dp *dp = calloc(1, sizeof *dp);
     if (!dp) return sr_seterr(SR_ERR_NOMEM, "out of memory");
@@ -43,21 +43,23 @@ sr_status sr_dp_init(sr_dp **out, const sr_program *prog, sr_comm *comm, float *
         return sr_seterr(SR_ERR_NOMEM, "out of memory");
     }
     /* reverse declaration order: the order backward completes gradients.
-     * Consecutive parameters are adjacent in the arena, so a bucket is one
-     * contiguous range (including the alignment padding between them). */
+     * Consecutive parameters held are adjacent in the arena, so a bucket is
+     * one contiguous range (including the alignment padding between them). */
     int64_t limit = bucket_bytes / 4 > 0 ? bucket_bytes / 4 : 1;
     bucket *cur = NULL;
+    int64_t end = n_floats; /* where the held parameter after this one starts */
     for (int i = prog->n_params - 1; i >= 0; i--) {
-        const sr_param_desc *d = &prog->params[i];
-        int64_t end = i + 1 < prog->n_params ? prog->params[i + 1].offset : prog->n_param_floats;
-        if (!cur || cur->hi - d->offset > limit) {
+        dp->bucket_of[i] = -1;
+        if (offsets[i] < 0) continue;
+        if (!cur || cur->hi - offsets[i] > limit) {
             cur = &dp->b[dp->nb++];
             cur->hi = end;
             snprintf(cur->label, sizeof cur->label, "grad bucket %d", dp->nb - 1);
         }
-        cur->lo = d->offset;
+        cur->lo = offsets[i];
         cur->nparams++;
         dp->bucket_of[i] = (int)(cur - dp->b);
+        end = offsets[i];
     }
     *out = dp;
     return SR_OK;
@@ -98,7 +100,7 @@ static void launch(sr_dp *dp, bucket *b)
 void sr_dp_grad_ready(sr_exec *e, int param)
 {
     sr_dp *dp = e->user;
-    if (!dp || !dp->armed || param < 0 || param >= dp->prog->n_params) return;
+    if (!dp || !dp->armed || param < 0 || param >= dp->prog->n_params || dp->bucket_of[param] < 0) return;
     bucket *b = &dp->b[dp->bucket_of[param]];
     if (--b->pending == 0 && !b->launched) launch(dp, b);
     /* MPI progresses non-blocking collectives only inside MPI calls */

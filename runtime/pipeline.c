@@ -7,12 +7,13 @@
  * workspace from a pool sized by the schedule's peak, which is what the run
  * reports as the stage's activation memory.
  *
- * Parameters: every pipeline rank keeps the whole parameter arena but
- * computes gradients and updates only the parameters its stages use; a
- * parameter used on several ranks (the tied embedding) has its gradient
- * summed over the pipeline group, so its copies stay equal. Before an
- * evaluation or a checkpoint the owners' values are copied to every rank
- * (rt_pipe_sync), after which pipeline rank 0 can run the whole model alone.
+ * Parameters: a pipeline rank holds only the parameters its stages use,
+ * in an arena laid out by the compiler (sr_program.rank_param_offsets); a
+ * parameter held by several ranks (the tied embedding: first and last) has
+ * its gradient summed among its holders, so the copies stay equal, and is
+ * owned by the lowest of them (which counts it in the gradient norm and
+ * saves it). Evaluation and sampling run through the pipeline too
+ * (rt_pipe_forward): stage after stage, the boundary activation sent on.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -45,10 +46,23 @@ struct rt_pipe {
     chunk *chunks;
     size_t act_bytes;    /* one slot's workspace + boundary buffers */
     double t_step0, busy_us, step_us; /* bubble measurement over the steps */
-    char *owner;         /* owner[i]: this rank owns parameter i (the first rank using it) */
-    char *uses;          /* uses[i]: one of this rank's stages uses parameter i */
-    char *tied;          /* tied[i]: parameter i is used on more than one pipeline rank */
+    int *owner;          /* owner[i]: the lowest pipeline rank holding parameter i */
+    char *tied;          /* tied[i]: parameter i is held by more than one pipeline rank */
+    float *tied_tmp;     /* the owner's receive buffer for tied gradients (TIED_CHUNK floats at most) */
 };
+
+/* tied gradients move in pieces of at most this many floats, which bounds
+ * the owner's receive buffer */
+#define TIED_CHUNK ((int64_t)1 << 20)
+/* message tags outside a step's (tag_of) */
+#define TAG_TIED 32000
+#define TAG_EVAL 32001
+
+/* pipeline rank rk holds parameter i */
+static int holds(const sr_program *prog, int rk, int i)
+{
+    return prog->rank_param_offsets[(int64_t)rk * prog->n_params + i] >= 0;
+}
 
 static int tag_of(const struct rt_pipe *pp, int mb, int stage, int grad)
 {
@@ -117,36 +131,29 @@ sr_status rt_pipe_init(run *r)
     int pool = peak[pp->rank] > 0 ? peak[pp->rank] : 1;
     free(peak);
     pp->chunks = calloc((size_t)pp->v, sizeof(chunk));
-    pp->owner = calloc((size_t)prog->n_params + 1, 1);
-    pp->uses = calloc((size_t)prog->n_params + 1, 1);
+    pp->owner = calloc((size_t)prog->n_params + 1, sizeof(int));
     pp->tied = calloc((size_t)prog->n_params + 1, 1);
-    if (!pp->chunks || !pp->owner || !pp->uses || !pp->tied) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    /* which ranks use each parameter: owner = the lowest */
-    int *first_rank = malloc(sizeof(int) * ((size_t)prog->n_params + 1));
-    int *nranks = calloc((size_t)prog->n_params + 1, sizeof(int));
-    if (!first_rank || !nranks) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < prog->n_params; i++) first_rank[i] = -1;
-    for (int rk = 0; rk < pp->p; rk++) {
-        char *seen = calloc((size_t)prog->n_params + 1, 1);
-        if (!seen) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-        for (int c = 0; c < pp->v; c++) {
-            const sr_stage *st = &prog->stages[c * pp->p + rk];
-            for (int k = 0; k < st->n_params; k++) seen[st->params[k]] = 1;
-        }
-        for (int i = 0; i < prog->n_params; i++)
-            if (seen[i]) {
-                if (first_rank[i] < 0) first_rank[i] = rk;
-                nranks[i]++;
-                if (rk == pp->rank) pp->uses[i] = 1;
-            }
-        free(seen);
-    }
+    if (!pp->chunks || !pp->owner || !pp->tied) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    /* the holders of each parameter (rt_param_layout checked every one has one) */
+    int64_t tmp_n = 0;
     for (int i = 0; i < prog->n_params; i++) {
-        pp->owner[i] = first_rank[i] == pp->rank || (first_rank[i] < 0 && pp->rank == 0);
-        pp->tied[i] = nranks[i] > 1;
+        int n = 0;
+        pp->owner[i] = -1;
+        for (int rk = 0; rk < pp->p; rk++)
+            if (holds(prog, rk, i)) {
+                if (pp->owner[i] < 0) pp->owner[i] = rk;
+                n++;
+            }
+        pp->tied[i] = n > 1;
+        if (n > 1 && pp->owner[i] == pp->rank) {
+            int64_t k = prog->params[i].numel < TIED_CHUNK ? prog->params[i].numel : TIED_CHUNK;
+            if (k > tmp_n) tmp_n = k;
+        }
     }
-    free(first_rank);
-    free(nranks);
+    if (tmp_n > 0) {
+        pp->tied_tmp = r->be->alloc(sizeof(float) * (size_t)tmp_n);
+        if (!pp->tied_tmp) return sr_seterr(SR_ERR_NOMEM, "out of memory for the tied gradients");
+    }
     for (int c = 0; c < pp->v; c++) {
         chunk *ch = &pp->chunks[c];
         ch->stage = c * pp->p + pp->rank;
@@ -159,14 +166,6 @@ sr_status rt_pipe_init(run *r)
                                          (size_t)rows(r) * sizeof(float) *
                                              (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row));
     }
-    /* pipeline rank 0 can run the whole model alone (evaluation, sampling) */
-    r->local_work = calloc((size_t)prog->n_stages, sizeof(char *));
-    if (!r->local_work) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    if (pp->rank == 0)
-        for (int s = 0; s < prog->n_stages; s++) {
-            r->local_work[s] = r->be->alloc(prog->stages[s].work_bytes(r->B, r->o.seq));
-            if (!r->local_work[s]) return sr_seterr(SR_ERR_NOMEM, "out of memory for pipeline stage %d", s);
-        }
     return SR_OK;
 }
 
@@ -181,20 +180,16 @@ void rt_pipe_free(run *r)
         free(pp->chunks[c].slots);
     }
     free(pp->chunks);
-    for (int s = 0; r->local_work && s < r->prog->n_stages; s++)
-        if (r->local_work[s]) r->be->free(r->local_work[s]);
-    free(r->local_work);
-    r->local_work = NULL;
+    if (pp->tied_tmp) r->be->free(pp->tied_tmp);
     free(pp->owner);
-    free(pp->uses);
     free(pp->tied);
     sr_sched_free(&pp->sched);
     free(pp);
     r->pipe = NULL;
 }
 
-int rt_pipe_owns(const run *r, int param) { return !r->pipe || r->pipe->owner[param]; }
-int rt_pipe_uses(const run *r, int param) { return !r->pipe || r->pipe->uses[param]; }
+int rt_pipe_owner(const run *r, int param) { return r->pipe ? r->pipe->owner[param] : 0; }
+int rt_pipe_owns(const run *r, int param) { return !r->pipe || r->pipe->owner[param] == r->pipe->rank; }
 
 /* the slot of (mb, chunk): found, or taken from the free ones */
 static slot *slot_for(chunk *c, int mb, int take)
@@ -349,55 +344,78 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
     return sr_comm_allreduce_double(comm, loss_sum, 1);
 }
 
-/* gradients of parameters used on several pipeline ranks, summed there */
+/* gradients of parameters held by several pipeline ranks (the tied
+ * embedding), summed among the holders only: the others send theirs to the
+ * owner, which adds them (in rank order) and sends the sum back. */
 sr_status rt_pipe_sync_grads(run *r)
 {
     struct rt_pipe *pp = r->pipe;
-    for (int i = 0; i < r->prog->n_params; i++) {
-        if (!pp->tied[i]) continue;
-        const sr_param_desc *d = &r->prog->params[i];
-        SR_CHECK(sr_comm_allreduce(r->grid.pp_comm, r->grads + d->offset, d->numel, "tied parameter gradient", NULL));
+    const sr_program *prog = r->prog;
+    sr_comm *comm = r->grid.pp_comm;
+    for (int i = 0; i < prog->n_params; i++) {
+        if (!pp->tied[i] || r->poff[i] < 0) continue;
+        float *g = r->grads + r->poff[i];
+        int64_t n = prog->params[i].numel;
+        int own = pp->owner[i];
+        for (int rk = own + 1; rk < pp->p; rk++) {
+            if (!holds(prog, rk, i) || (pp->rank != own && pp->rank != rk)) continue;
+            for (int64_t a = 0; a < n; a += TIED_CHUNK) {
+                int64_t k = n - a < TIED_CHUNK ? n - a : TIED_CHUNK;
+                if (pp->rank == rk) {
+                    SR_CHECK(sr_comm_send(comm, g + a, k, own, TAG_TIED, "tied parameter gradient", NULL));
+                } else {
+                    SR_CHECK(sr_comm_recv(comm, pp->tied_tmp, k, rk, TAG_TIED, "tied parameter gradient", NULL));
+                    r->be->add(g + a, pp->tied_tmp, k);
+                }
+            }
+        }
+        for (int rk = own + 1; rk < pp->p; rk++) {
+            if (!holds(prog, rk, i) || (pp->rank != own && pp->rank != rk)) continue;
+            for (int64_t a = 0; a < n; a += TIED_CHUNK) {
+                int64_t k = n - a < TIED_CHUNK ? n - a : TIED_CHUNK;
+                if (pp->rank == own)
+                    SR_CHECK(sr_comm_send(comm, g + a, k, rk, TAG_TIED, "tied parameter gradient", NULL));
+                else
+                    SR_CHECK(sr_comm_recv(comm, g + a, k, own, TAG_TIED, "tied parameter gradient", NULL));
+            }
+        }
     }
     return SR_OK;
 }
 
-/* every rank gets the owners' values of `arena` (parameters or AdamW moments) */
-sr_status rt_pipe_sync(run *r, float *arena, int64_t n)
+/* One forward of the whole model through the pipeline (evaluation,
+ * sampling), collective over the pipeline group: the stages run one after
+ * another, each on its rank in the first slot of its chunk (no step is in
+ * flight then), the boundary activation sent on. e holds the rows, tokens
+ * and settings; the rank that ran the last stage gets e->loss and
+ * e->logits, and *last = 1. */
+sr_status rt_pipe_forward(run *r, sr_exec *e, int *last)
 {
     struct rt_pipe *pp = r->pipe;
-    if (!pp || pp->p == 1) return SR_OK;
-    float *h = rt_host_view(r, arena, n);
-    if (!h) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < r->prog->n_params; i++)
-        if (!pp->owner[i]) {
-            const sr_param_desc *d = &r->prog->params[i];
-            memset(h + d->offset, 0, sizeof(float) * (size_t)d->numel);
-        }
-    sr_status s = sr_comm_allreduce(r->grid.pp_comm, h, r->prog->n_param_floats, "parameters", NULL);
-    rt_host_done(r, h, arena, n, s == SR_OK);
-    return s;
-}
-
-/* the model's whole forward on this rank, stage after stage (pipeline rank
- * 0 after rt_pipe_sync): evaluation and sampling */
-void rt_pipe_forward_all(run *r, sr_exec *e)
-{
-    struct rt_pipe *pp = r->pipe;
-    const sr_program *prog = r->prog;
-    (void)pp;
-    const float *prev = NULL;
-    for (int s = 0; s < prog->n_stages; s++) {
-        const sr_stage *st = &prog->stages[s];
+    sr_comm *comm = r->grid.pp_comm;
+    *last = 0;
+    for (int c = 0; c < pp->v; c++) {
+        chunk *ch = &pp->chunks[c];
+        int s = ch->stage;
+        slot *sl = &ch->slots[0];
+        int64_t n = (int64_t)e->B * e->T;
         sr_exec x = *e;
-        x.work = r->local_work[s];
-        x.act_in = prev;
-        st->forward(&x);
-        prev = x.act_out;
-        if (s == prog->n_stages - 1) {
+        x.work = sl->work;
+        x.act_in = s > 0 ? sl->act_in : NULL;
+        if (s > 0)
+            SR_CHECK(sr_comm_recv(comm, sl->act_in, n * ch->st->act_in_row, (s - 1) % pp->p, TAG_EVAL,
+                                  "activation", NULL));
+        ch->st->forward(&x);
+        if (s < pp->S - 1) {
+            SR_CHECK(sr_comm_send(comm, x.act_out, n * ch->st->act_out_row, (s + 1) % pp->p, TAG_EVAL,
+                                  "activation", NULL));
+        } else {
             e->loss = x.loss;
             e->logits = x.logits;
+            *last = 1;
         }
     }
+    return SR_OK;
 }
 
 void rt_pipe_report(run *r)

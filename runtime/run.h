@@ -55,7 +55,10 @@ typedef struct run {
     int rank0;                  /* the rank that prints, logs, saves and samples */
     sr_dp *dp;                  /* bucketed gradient all-reduce (dp > 1 without ZeRO) */
     sr_trace *trace;
-    int64_t n_alloc;            /* floats of the parameter and gradient arenas (padded for ZeRO) */
+    int64_t *poff;              /* poff[i]: parameter i's float offset in this rank's arenas;
+                                 * -1: another pipeline rank holds it */
+    int64_t n_local;            /* floats of this rank's parameter layout */
+    int64_t n_alloc;            /* floats of the parameter and gradient arenas (n_local padded for ZeRO) */
     int64_t shard_lo, shard_n;  /* this rank's range of the arenas for the optimizer */
     float *shard_tmp;           /* ZeRO-1: reduce-scattered gradients, gathered parameters */
     const sr_backend *be;       /* where params, grads, m, v, work, inputs, targets live */
@@ -63,7 +66,6 @@ typedef struct run {
     sr_param_desc *full;        /* the parameters in the full layout of checkpoints */
     int64_t n_full;             /* floats of that layout */
     struct rt_pipe *pipe;       /* the pipeline executor (pipeline.c), NULL without one */
-    char **local_work;          /* pipeline rank 0: a workspace per stage, to run them all */
 } run;
 
 /* train.c */
@@ -85,14 +87,14 @@ sr_status rt_pipe_init(run *r);
 void rt_pipe_free(run *r);
 sr_status rt_pipe_step(run *r, long k, double *loss_sum);
 sr_status rt_pipe_sync_grads(run *r);
-sr_status rt_pipe_sync(run *r, float *arena, int64_t n);
-void rt_pipe_forward_all(run *r, sr_exec *e);
+sr_status rt_pipe_forward(run *r, sr_exec *e, int *last);
 void rt_pipe_report(run *r);
 size_t rt_pipe_activation_bytes(run *r);
-int rt_pipe_owns(const run *r, int param);
-int rt_pipe_uses(const run *r, int param);
+int rt_pipe_owner(const run *r, int param); /* the pipeline rank that counts and saves it */
+int rt_pipe_owns(const run *r, int param);  /* this rank is its owner (always without a pipeline) */
 
 /* state.c: parameters and optimizer state in and out */
+sr_status rt_param_layout(run *r);
 sr_status rt_agree(run *r, sr_status s, const char *what);
 sr_status rt_init_random(run *r);
 sr_status rt_init_from(run *r, const char *path);

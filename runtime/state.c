@@ -61,6 +61,42 @@ static float normal_at(int64_t gi, float std, uint64_t seed, uint64_t stream)
     return (float)(std * rad * (gi % 2 ? sin(two_pi * u2) : cos(two_pi * u2)));
 }
 
+/* Where this rank keeps each parameter (r->poff, r->n_local): the whole
+ * model at the descriptor's offsets, or with a pipeline the compiler's
+ * layout of this pipeline rank's arena, checked here. */
+sr_status rt_param_layout(run *r)
+{
+    const sr_program *prog = r->prog;
+    int n = prog->n_params, pp = r->grid.pp, me = r->grid.pp_rank;
+    r->poff = malloc(sizeof(int64_t) * ((size_t)n + 1));
+    if (!r->poff) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    if (prog->n_stages <= 1) {
+        for (int i = 0; i < n; i++) r->poff[i] = prog->params[i].offset;
+        r->n_local = prog->n_param_floats;
+        return SR_OK;
+    }
+    const int64_t *off = prog->rank_param_offsets, *len = prog->rank_param_floats;
+    int ok = off && len;
+    for (int i = 0; i < n && ok; i++) {
+        int held = 0;
+        for (int rk = 0; rk < pp; rk++) {
+            int64_t o = off[(int64_t)rk * n + i];
+            ok = ok && o >= -1 && (o < 0 || o + prog->params[i].numel <= len[rk]);
+            held += o >= 0;
+        }
+        ok = ok && held > 0; /* every parameter lives somewhere, to be saved */
+        for (int s = me; s < prog->n_stages && ok; s += pp) /* and where its stages run */
+            for (int k = 0; k < prog->stages[s].n_params; k++)
+                ok = ok && off[(int64_t)me * n + prog->stages[s].params[k]] >= 0;
+    }
+    if (!ok)
+        return sr_seterr(SR_ERR_STATE, "the program's parameter layout of the pipeline ranks is inconsistent; "
+                         "rebuild it with shardc");
+    for (int i = 0; i < n; i++) r->poff[i] = off[(int64_t)me * n + i];
+    r->n_local = len[me];
+    return SR_OK;
+}
+
 sr_status rt_init_random(run *r)
 {
     const sr_program *prog = r->prog;
@@ -68,7 +104,8 @@ sr_status rt_init_random(run *r)
     if (!hp) return sr_seterr(SR_ERR_NOMEM, "out of memory while initializing");
     for (int i = 0; i < prog->n_params; i++) {
         const sr_param_desc *d = &prog->params[i];
-        float *p = hp + d->offset;
+        if (r->poff[i] < 0) continue; /* another pipeline rank's */
+        float *p = hp + r->poff[i];
         switch (d->init) {
         case SR_INIT_ZEROS: sr_zero(p, (long)d->numel); break;
         case SR_INIT_ONES:
@@ -172,28 +209,34 @@ static sr_status resolve_ckpt(const char *dir, char **out)
 static sr_status load_tensors_host(run *r, const char *path, float *arena, const char *suffix,
                                    const char *prefix);
 
-/* full tensors (host, full layout) -> this rank's shards (host, local layout) */
+/* full tensors (host, full layout) -> this rank's shards of the
+ * parameters it holds (host, its layout) */
 static void scatter_full(run *r, float *full, float *local)
 {
     for (int i = 0; i < r->prog->n_params; i++) {
         const sr_param_desc *d = &r->prog->params[i];
-        sr_param_shard(d, r->grid.tp_rank, full + r->full[i].offset, local + d->offset, 1);
+        if (r->poff[i] >= 0) sr_param_shard(d, r->grid.tp_rank, full + r->full[i].offset, local + r->poff[i], 1);
     }
 }
 
-/* this rank's shards (backend memory, local layout) -> full tensors on the
- * host; a collective over the tensor group: every rank of it calls it */
+/* this rank's shards (backend memory, its layout) -> whole tensors on the
+ * host of world rank 0 (the full layout): split tensors are gathered over
+ * the tensor group, and with a pipeline each tensor comes from the pipeline
+ * rank that owns it. Collective over the tensor and pipeline groups of data
+ * rank 0; other data ranks return at once (only world rank 0 writes). */
 static sr_status gather_full(run *r, const float *dev, float *full)
 {
-    float *h = rt_host_view(r, dev, r->prog->n_param_floats);
+    if (r->grid.dp_rank != 0) return SR_OK;
+    float *h = rt_host_view(r, dev, r->n_local);
     float *tmp = NULL;
     int tp = r->grid.tp;
     sr_status s = h ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while gathering parameters");
     for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
         const sr_param_desc *d = &r->prog->params[i];
         float *dst = full + r->full[i].offset;
+        if (!rt_pipe_owns(r, i)) continue; /* the owner sends it */
         if (d->split_dim < 0 || tp == 1) {
-            sr_param_shard(d, 0, dst, h + d->offset, 0);
+            sr_param_shard(d, 0, dst, h + r->poff[i], 0);
             continue;
         }
         free(tmp);
@@ -202,11 +245,21 @@ static sr_status gather_full(run *r, const float *dev, float *full)
             s = sr_seterr(SR_ERR_NOMEM, "out of memory while gathering %s", d->name);
             break;
         }
-        s = sr_comm_allgather(r->grid.tp_comm, h + d->offset, tmp, d->numel, d->name, NULL);
+        s = sr_comm_allgather(r->grid.tp_comm, h + r->poff[i], tmp, d->numel, d->name, NULL);
         for (int k = 0; k < tp && s == SR_OK; k++) sr_param_shard(d, k, dst, tmp + (int64_t)k * d->numel, 0);
     }
     free(tmp);
-    rt_host_done(r, h, (float *)dev, r->prog->n_param_floats, 0);
+    rt_host_done(r, h, (float *)dev, r->n_local, 0);
+    /* whole tensors to pipeline rank 0, in parameter order (so blocking
+     * transfers cannot deadlock); only the tensor rank 0 column */
+    for (int i = 0; r->pipe && r->grid.tp_rank == 0 && i < r->prog->n_params && s == SR_OK; i++) {
+        int own = rt_pipe_owner(r, i), me = r->grid.pp_rank;
+        const sr_param_desc *f = &r->full[i];
+        if (own == 0 || (me != 0 && me != own)) continue;
+        int tag = i & 0x3fff; /* MPI guarantees tags up to 32767 */
+        if (me == own) s = sr_comm_send(r->grid.pp_comm, full + f->offset, f->numel, 0, tag, f->name, NULL);
+        else s = sr_comm_recv(r->grid.pp_comm, full + f->offset, f->numel, own, tag, f->name, NULL);
+    }
     return s;
 }
 
@@ -215,11 +268,11 @@ static sr_status load_tensors(run *r, const char *path, float *arena, const char
                               const char *prefix)
 {
     float *full = rt_alloc_floats(r->n_full);
-    float *h = full ? rt_host_view(r, arena, r->prog->n_param_floats) : NULL;
+    float *h = full ? rt_host_view(r, arena, r->n_local) : NULL;
     sr_status s = h ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", path);
     if (s == SR_OK) s = load_tensors_host(r, path, full, suffix, prefix);
     if (s == SR_OK) scatter_full(r, full, h);
-    if (h) rt_host_done(r, h, arena, r->prog->n_param_floats, s == SR_OK);
+    if (h) rt_host_done(r, h, arena, r->n_local, s == SR_OK);
     free(full);
     return s;
 }
@@ -232,6 +285,7 @@ static sr_status load_tensors_host(run *r, const char *path, float *arena, const
     sr_status s = SR_OK;
     for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
         const sr_param_desc *d = &r->full[i]; /* files hold whole tensors */
+        if (r->poff[i] < 0) continue;         /* another pipeline rank reads it */
         char *name = malloc(strlen(d->name) + strlen(suffix) + 1);
         if (!name) {
             s = sr_seterr(SR_ERR_NOMEM, "out of memory");
@@ -634,11 +688,7 @@ sr_status rt_checkpoint(run *r, long step)
         r->m = fm;
         r->v = fv;
     }
-    /* every pipeline rank gets the values of the stages it does not run */
-    if (s == SR_OK && r->pipe) s = rt_pipe_sync(r, r->params, r->n_alloc);
-    if (s == SR_OK && r->pipe) s = rt_pipe_sync(r, r->m, r->n_alloc);
-    if (s == SR_OK && r->pipe) s = rt_pipe_sync(r, r->v, r->n_alloc);
-    /* whole tensors on the host: collective over the tensor group */
+    /* whole tensors on world rank 0's host: collective over the tensor and pipeline groups */
     float *hp = NULL, *hm = NULL, *hv = NULL;
     if (s == SR_OK) {
         hp = rt_alloc_floats(r->n_full);
@@ -665,7 +715,6 @@ sr_status rt_checkpoint(run *r, long step)
 /* --dump-grads: the first step's gradients, before clipping */
 sr_status rt_dump_grads(run *r, long step)
 {
-    if (r->pipe) SR_CHECK(rt_pipe_sync(r, r->grads, r->n_alloc));
     sr_status s = write_arena(r, r->o.dump_grads, r->grads, "", step);
     if (s == SR_OK) rt_info(r, "wrote the gradients of step %ld to %s", step, r->o.dump_grads);
     return s;

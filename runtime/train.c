@@ -483,12 +483,15 @@ int rt_first_seq(const run *r, int mb)
     return r->grid.dp_rank * (r->o.batch / r->grid.dp) + mb * r->B;
 }
 
-/* a forward of the whole model on this rank: one program, or (with a
- * pipeline) every stage in turn on pipeline rank 0 */
-static void forward_whole(run *r, sr_exec *e)
+/* a forward of the whole model: one program, or (with a pipeline) every
+ * stage in turn, a collective over the pipeline group; *last: this rank
+ * has the loss and the logits (the last stage's) */
+static sr_status forward_whole(run *r, sr_exec *e, int *last)
 {
-    if (r->pipe) rt_pipe_forward_all(r, e);
-    else r->prog->forward(e);
+    *last = 1;
+    if (r->pipe) return rt_pipe_forward(r, e, last);
+    r->prog->forward(e);
+    return SR_OK;
 }
 
 static sr_status evaluate(run *r, double *out)
@@ -497,18 +500,19 @@ static sr_status evaluate(run *r, double *out)
     int64_t E = sr_data_batches_per_epoch(&r->val, o->batch, o->seq);
     int64_t nb = o->eval_batches < E ? o->eval_batches : E; /* no batch counted twice */
     double sum = 0;
-    if (r->pipe) SR_CHECK(rt_pipe_sync(r, r->params, r->n_alloc)); /* rank 0 then has every stage */
-    for (int64_t b = 0; b < nb && r->grid.pp_rank == 0; b++)
+    for (int64_t b = 0; b < nb; b++)
         for (int mb = 0; mb < o->microbatches; mb++) {
-            int first = rt_first_seq(r, mb);
+            int first = rt_first_seq(r, mb), last;
             SR_CHECK(sr_data_batch(&r->val, b, o->batch, o->seq, first, r->B, r->h_inputs, r->h_targets));
             push_tokens(r, r->B);
             sr_exec e;
             rt_exec_init(r, &e, r->B, 0.0f, b);
             e.row0 = (int64_t)first * o->seq;
-            forward_whole(r, &e);
-            sum += e.loss;
+            SR_CHECK(forward_whole(r, &e, &last));
+            if (last) sum += e.loss;
         }
+    /* the last stage's sum to every pipeline rank (the others add 0) */
+    if (r->pipe) SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, &sum, 1));
     if (r->grid.dp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, &sum, 1));
     *out = sum / (double)(nb * o->microbatches * r->grid.dp);
     return SR_OK;
@@ -568,8 +572,10 @@ static sr_status sum_tp_partial_grads(run *r, long k)
     for (int j = 0; j < prog->n_tp_partial_grads; j++) {
         int i = prog->tp_partial_grads[j];
         const sr_param_desc *d = &prog->params[i];
-        int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
-        if (b <= a || !rt_pipe_uses(r, i)) continue; /* another pipeline rank's parameter */
+        int64_t o = r->poff[i];
+        if (o < 0) continue; /* another pipeline rank's parameter */
+        int64_t a = o > lo ? o : lo, b = o + d->numel < hi ? o + d->numel : hi;
+        if (b <= a) continue;
         SR_CHECK(sr_comm_allreduce(r->grid.tp_comm, r->grads + a, b - a, "sequence-parallel parameter gradient",
                                    NULL));
     }
@@ -617,8 +623,10 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     double sq[2] = {0, 0};
     for (int i = 0; i < prog->n_params; i++) {
         const sr_param_desc *d = &prog->params[i];
-        int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
-        if (b > a && rt_pipe_owns(r, i)) sq[d->split_dim >= 0] += r->be->sumsq(r->grads + a, b - a);
+        int64_t at = r->poff[i];
+        if (at < 0 || !rt_pipe_owns(r, i)) continue; /* a tied copy counts once, by its owner */
+        int64_t a = at > lo ? at : lo, b = at + d->numel < hi ? at + d->numel : hi;
+        if (b > a) sq[d->split_dim >= 0] += r->be->sumsq(r->grads + a, b - a);
     }
     if (r->pipe) SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, sq, 2)); /* each counted by its owner */
     if (r->shard_n != r->n_alloc) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, sq, 2));
@@ -631,8 +639,10 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     }
     for (int i = 0; i < prog->n_params; i++) {
         const sr_param_desc *d = &prog->params[i];
-        int64_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
-        if (b <= a || !rt_pipe_uses(r, i)) continue;
+        int64_t at = r->poff[i];
+        if (at < 0) continue;
+        int64_t a = at > lo ? at : lo, b = at + d->numel < hi ? at + d->numel : hi;
+        if (b <= a) continue;
         r->be->adamw(r->params + a, r->grads + a, r->m + (a - lo), r->v + (a - lo), b - a, lr,
                      o->beta1, o->beta2, o->eps, d->decay ? o->weight_decay : 0.0f, k + 1);
     }
@@ -844,10 +854,6 @@ static sr_status sample(run *r)
     const sr_program *prog = r->prog;
     int V = prog->vocab, T = o->seq;
     int byte_model = V == 256;
-    if (r->pipe) { /* pipeline rank 0 samples with every stage's parameters */
-        SR_CHECK(rt_pipe_sync(r, r->params, r->n_alloc));
-        if (r->grid.pp_rank != 0) return SR_OK;
-    }
     size_t plen = o->prompt ? strlen(o->prompt) : 1;
     if (plen == 0) plen = 1;
     int32_t *toks = malloc((plen + (size_t)o->sample) * sizeof *toks);
@@ -875,22 +881,34 @@ static sr_status sample(run *r)
         push_tokens(r, 1);
         sr_exec e;
         rt_exec_init(r, &e, 1, 0.0f, o->steps);
-        forward_whole(r, &e);
-        if (!e.logits) {
+        int last;
+        s = forward_whole(r, &e, &last);
+        if (s != SR_OK) break;
+        double tok = -1; /* -1: no logits */
+        if (last && e.logits) {
+            /* under tensor parallelism each rank holds V/tp columns of the logits */
+            int Vl = V / r->grid.tp;
+            r->be->d2h(row + (size_t)V, e.logits + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(float));
+            if (r->grid.tp > 1)
+                s = sr_comm_allgather(r->grid.tp_comm, row + (size_t)V, row, Vl, "logits for sampling", NULL);
+            else
+                memcpy(row, row + (size_t)V, (size_t)V * sizeof(float));
+            if (s != SR_OK) break;
+            float u = sr_rand_uniform(o->seed, SAMPLE_STREAM, (uint64_t)i);
+            tok = pick(row, V, o->temperature, o->top_k, u, c);
+        }
+        /* the last stage picks; every pipeline rank learns the token (the others add 0) */
+        if (r->pipe) {
+            if (!last) tok = 0;
+            s = sr_comm_allreduce_double(r->grid.pp_comm, &tok, 1);
+            if (s != SR_OK) break;
+        }
+        if (tok < 0) {
             s = sr_seterr(SR_ERR_STATE, "model %s has no logits output; it cannot sample",
                           prog->name ? prog->name : "?");
             break;
         }
-        /* under tensor parallelism each rank holds V/tp columns of the logits */
-        int Vl = V / r->grid.tp;
-        r->be->d2h(row + (size_t)V, e.logits + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(float));
-        if (r->grid.tp > 1)
-            s = sr_comm_allgather(r->grid.tp_comm, row + (size_t)V, row, Vl, "logits for sampling", NULL);
-        else
-            memcpy(row, row + (size_t)V, (size_t)V * sizeof(float));
-        if (s != SR_OK) break;
-        float u = sr_rand_uniform(o->seed, SAMPLE_STREAM, (uint64_t)i);
-        toks[n++] = pick(row, V, o->temperature, o->top_k, u, c);
+        toks[n++] = (int32_t)tok;
     }
     if (s == SR_OK && r->rank0) {
         if (r->line_open) {
@@ -960,7 +978,9 @@ static sr_status setup(run *r)
         SR_CHECK(sr_data_check(&r->val, o->batch, o->seq));
     }
 
-    int64_t n = prog->n_param_floats;
+    /* the parameters this rank holds: all, or its pipeline stages' */
+    SR_CHECK(rt_param_layout(r));
+    int64_t n = r->n_local;
     int dp = r->grid.dp;
     r->n_alloc = n;
     r->shard_lo = 0;
@@ -982,18 +1002,18 @@ static sr_status setup(run *r)
                          "optimizer state", (8.0 * (double)r->n_alloc + 8.0 * (double)r->shard_n) / 1e6);
     if (prog->n_stages > 1) SR_CHECK(rt_pipe_init(r));
     if (dp > 1 && !o->zero)
-        SR_CHECK(sr_dp_init(&r->dp, prog, r->grid.dp_comm, r->grads, (int64_t)((double)o->bucket_mb * 1e6),
-                            r->trace));
+        SR_CHECK(sr_dp_init(&r->dp, prog, r->poff, r->n_local, r->grid.dp_comm, r->grads,
+                            (int64_t)((double)o->bucket_mb * 1e6), r->trace));
     size_t w = prog->work_bytes(r->B, o->seq), w1 = prog->work_bytes(1, o->seq);
     r->work_size = w > w1 ? w : w1;
     size_t tok_bytes = (size_t)(r->B > 1 ? r->B : 1) * o->seq * sizeof(int32_t);
     /* a pipeline runs from its own per-stage workspaces (pipeline.c) */
-    r->work = prog->n_stages > 1 ? r->be->alloc(64) : r->be->alloc(r->work_size);
+    r->work = prog->n_stages > 1 ? NULL : r->be->alloc(r->work_size);
     r->inputs = r->be->alloc(tok_bytes);
     r->targets = r->be->alloc(tok_bytes);
     r->h_inputs = malloc(tok_bytes);
     r->h_targets = malloc(tok_bytes);
-    if (!r->work || !r->inputs || !r->targets || !r->h_inputs || !r->h_targets)
+    if ((!r->work && !r->pipe) || !r->inputs || !r->targets || !r->h_inputs || !r->h_targets)
         return sr_seterr(SR_ERR_NOMEM, "cannot allocate %.1f MB of activations for %d x %d "
                          "sequences; raise --microbatches or lower --seq",
                          (double)r->work_size / 1e6, r->B, o->seq);
@@ -1049,6 +1069,7 @@ static void cleanup(run *r)
     free(r->h_inputs);
     free(r->h_targets);
     free(r->full);
+    free(r->poff);
     sr_dp_free(r->dp);
     rt_pipe_free(r);
     if (r->trace) {

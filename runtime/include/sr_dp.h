@@ -27,8 +27,11 @@ extern "C" {
 
 typedef struct sr_dp sr_dp;
 
-sr_status sr_dp_init(sr_dp **out, const sr_program *prog, sr_comm *dp_comm, float *grads,
-                     int64_t bucket_bytes, sr_trace *trace);
+/* offsets[i]: parameter i's float offset in the gradient arena of n_floats
+ * floats, -1 where this rank does not hold it (a pipeline rank holds its
+ * stages' parameters only) */
+sr_status sr_dp_init(sr_dp **out, const sr_program *prog, const int64_t *offsets, int64_t n_floats,
+                     sr_comm *dp_comm, float *grads, int64_t bucket_bytes, sr_trace *trace);
 void sr_dp_free(sr_dp *dp);
 int sr_dp_buckets(const sr_dp *dp);
 /* before a microbatch's backward: `last` arms the launches */

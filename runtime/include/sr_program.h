@@ -32,7 +32,8 @@ typedef struct sr_param_desc {
     int ndim;
     int64_t dims[4];    /* this rank's shape: the full shape with split_dim divided by tp */
     int64_t numel;      /* of dims */
-    int64_t offset;     /* float offset of this parameter in the parameter arena */
+    int64_t offset;     /* float offset in the whole model's arena (the arena itself
+                         * without a pipeline; see sr_program.rank_param_offsets) */
     sr_init init;
     float std;          /* for SR_INIT_NORMAL */
     int decay;          /* 1: AdamW weight decay applies (ndim >= 2) */
@@ -62,7 +63,8 @@ typedef struct sr_train_defaults {
  * microbatch. The runtime owns every buffer. */
 typedef struct sr_exec {
     int B, T;                /* rows of this microbatch */
-    float *params;           /* parameter arena (n_param_floats) */
+    float *params;           /* this rank's parameter arena (n_param_floats, or with a
+                              * pipeline rank_param_floats[pipeline rank]) */
     float *grads;            /* gradient arena, same layout as params */
     char *work;              /* activation workspace of work_bytes(B, T) bytes */
     const int32_t *inputs;   /* (B, T) token ids */
@@ -165,6 +167,14 @@ typedef struct sr_program {
     int n_tp_partial_grads;
     const int *tp_partial_grads; /* parameter indices */
     const sr_stage *stages;  /* stage s runs on pipeline rank s % pp */
+    /* pipeline (pp > 1): pipeline rank r holds only the parameters its
+     * stages read (one no stage reads: rank 0), in an arena of its own of
+     * rank_param_floats[r] floats, in declaration order, where parameter i
+     * is at rank_param_offsets[r * n_params + i] (-1: not held); the
+     * generated stages address that arena. NULL without a pipeline: the
+     * arena is the whole model's, at params[i].offset. */
+    const int64_t *rank_param_floats;
+    const int64_t *rank_param_offsets;
 } sr_program;
 
 /* Runs the program: parses flags, trains, evaluates, saves, samples.

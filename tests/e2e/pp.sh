@@ -101,6 +101,85 @@ a=$(grep -o '"loss":[^,]*' full.jsonl | sed -n 11p | cut -d: -f2)
 b=$(grep -o '"loss":[^,]*' at1.jsonl | head -1 | cut -d: -f2); c=$(grep -o '"loss":[^,]*' at4.jsonl | head -1 | cut -d: -f2)
 check "saved at pp=2, loaded at pp=1: same next loss ($a vs $b)" $py -c "import sys; sys.exit(0 if abs($a-$b) <= 1e-5*abs($a) else 1)"
 check "saved at pp=2, loaded at pp=4: same next loss ($a vs $c)" $py -c "import sys; sys.exit(0 if abs($a-$c) <= 1e-5*abs($a) else 1)"
+# each tensor of a checkpoint comes from the pipeline rank that owns it:
+# the initial state saved at pp=1, 2 and 4 (and dp=2 x pp=2 with ZeRO-1) is the same file
+one="--data text.txt --batch 8 --seq 32 --threads 1 --microbatches 4 --quiet"
+./p1 $one --steps 0 --save s1
+$mpi -np 2 ./p2 $one --pp 2 --steps 0 --save s2
+$mpi -np 4 ./p4 $one --pp 4 --steps 0 --save s4
+$mpi -np 4 ./p2 $one --pp 2 --dp 2 --zero 1 --steps 0 --save sz
+identical() { # FILE...: not empty, and all the same bytes
+  local a=$1; shift
+  [ -s "$a" ] || return 1
+  for b in "$@"; do cmp -s "$a" "$b" || return 1; done
+}
+for f in model optimizer; do
+  check "the step-0 $f.safetensors of pp=1, pp=2, pp=4 and dp=2 x pp=2 ZeRO-1 are identical, byte for byte" \
+    identical s{1,2,4,z}/step-00000000/$f.safetensors
+done
+
+# evaluation and sampling run through the pipeline: from the same parameters
+# the same validation loss and the same sample as one rank
+ev="--data text.txt --val-data text.txt --batch 8 --seq 32 --threads 1 --microbatches 4 --load ck/step-00000010 --steps 10 --sample 48 --eval-batches 4"
+./p1 $ev > ev1.out 2> ev1.err
+$mpi -np 2 ./p2 $ev --pp 2 > ev2.out 2> ev2.err
+$mpi -np 2 ./p2v2 $ev --pp 2 --schedule interleaved > ev2v.out 2> ev2v.err
+$mpi -np 4 ./p4 $ev --pp 4 > ev4.out 2> ev4.err
+v1=$(grep -o "val loss [0-9.]*" ev1.err); v2=$(grep -o "val loss [0-9.]*" ev2.err)
+v2v=$(grep -o "val loss [0-9.]*" ev2v.err); v4=$(grep -o "val loss [0-9.]*" ev4.err)
+check "pp=2, pp=2 interleaved and pp=4 evaluate the loss of one rank ($v1; $v2, $v2v, $v4)" \
+  $py -c "import sys; sys.exit(0 if '$v1' and len({'$v1', '$v2', '$v2v', '$v4'}) == 1 else 1)"
+check "pp=2, pp=2 interleaved and pp=4 sample the tokens of one rank" identical ev1.out ev2.out ev2v.out ev4.out
+
+# model states: a pipeline rank holds only its stages' parameters, their
+# gradients and AdamW moments (the start-up line of every rank); the ranks'
+# parameters add up to the whole model plus the tied embedding's second copy
+mem="--data text.txt --batch 8 --seq 32 --threads 1 --microbatches 4 --steps 1"
+./p1 $mem 2> m1.txt
+$mpi -np 2 ./p2 $mem --pp 2 2> m2.txt
+$mpi -np 4 ./p4 $mem --pp 4 2> m4.txt
+$mpi -np 4 ./p2 $mem --pp 2 --dp 2 --zero 1 --microbatches 2 2> mz.txt
+cat > memcheck.py <<'PY'
+import re, sys
+def lines(f):
+    return {int(m[0]): tuple(float(x) for x in m[1:]) for m in
+            re.findall(r'rank (\d+) \(dp \d+/\d+\): parameters ([0-9.]+) MiB, gradients ([0-9.]+) MiB, '
+                       r'optimizer state ([0-9.]+) MiB', open(f).read())}
+whole = lines(sys.argv[1])[0][0]
+tied = 256 * 64 * 4 / 2**20  # wte: the embedding on the first stage, the head on the last
+ranks, dp, zero = lines(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+pp = len(ranks) // dp
+if len(ranks) != pp * dp or pp < 2:
+    print('     %d memory lines' % len(ranks)); sys.exit(1)
+par = [ranks[k * dp][0] for k in range(pp)]  # data rank 0 of each pipeline rank
+print('     whole model %.2f MiB; per pipeline rank %s MiB' % (whole, ', '.join('%.2f' % x for x in par)))
+ok = abs(sum(par) - whole - tied) <= 0.01 * pp + 0.002      # 2-decimal rounding, 64-byte alignment
+ok &= all(x < 1.5 * whole / pp + tied for x in par)          # a stage's share, not the model
+for r, (p, g, o) in ranks.items():
+    want = 2 * p / (dp if zero else 1)
+    ok &= g == p and abs(o - want) <= 0.011                  # gradients as parameters, AdamW m and v
+    ok &= p == par[r // dp]                                  # data ranks of a stage alike
+sys.exit(0 if ok else 1)
+PY
+check "pp=2: each rank holds its stage's parameters, gradients and optimizer state" $py memcheck.py m1.txt m2.txt 1 0
+check "pp=4: each rank holds about a quarter; the sum is the model plus the tied copy" $py memcheck.py m1.txt m4.txt 1 0
+check "dp=2 x pp=2 with ZeRO-1: the stage's share, its optimizer state halved" $py memcheck.py m1.txt mz.txt 2 1
+$mpi -np 4 ./p2 $run --pp 2 --dp 2 --zero 1 --microbatches 2 --log zpp.jsonl
+check "dp=2 x pp=2 with ZeRO-1 gives the single-rank losses" same ref.jsonl zpp.jsonl 1e-5
+# --dump-grads gathers each gradient from its owner (the tied one summed by its holders)
+./p1 $run --steps 1 --dump-grads g1.st > /dev/null 2>&1
+$mpi -np 4 ./p4 $run --pp 4 --steps 1 --dump-grads g4.st > /dev/null 2>&1
+$py - g1.st g4.st "$src/tests/reference" <<'PY' && ok "pp=4: every parameter's gradient is the single rank's (1e-5)" || bad "pp=4: every parameter's gradient is the single rank's"
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[3]); import st
+a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+worst = {k: float(np.abs(a[k] - b[k]).max() / (np.abs(a[k]).max() + 1e-30)) for k in a}
+bad = [f"{k} {v:.1e}" for k, v in worst.items() if v > 1e-5]
+print(f"  {len(a)} gradients, worst relative difference {max(worst.values()):.2e}")
+assert not bad, bad
+PY
 
 # a deadlocking or impossible layout is an error before anything runs
 $mpi -np 2 ./p2v2 $run --pp 2 --schedule interleaved --microbatches 3 --batch 9 > bad.txt 2>&1; rc=$?
