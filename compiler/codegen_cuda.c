@@ -419,18 +419,7 @@ static void emit_backward(CGen *g, Vec *calls)
 {
     Ir *ir = g->ir;
     char *cur = NULL;
-    /* the last backward step that adds to each parameter's gradient */
-    int *last = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
-    for (int i = 0; i < ir->params.n; i++) last[i] = -1;
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        int gs[5] = {b->din[0], b->din[1], b->din[2], b->din[3], b->kind == BWD_ALLREDUCE ? b->dout : -1};
-        for (int k = 0; k < 5; k++) {
-            if (gs[k] < 0) continue;
-            IrValue *pv = ir_value(ir, ir_value(ir, gs[k])->primal);
-            if (pv->kind == VK_PARAM) last[pv->param] = j;
-        }
-    }
+    int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
     IrOp *prev = NULL;
     memset(g->zeroed, 0, (size_t)ir->values.n + 1);
     const char *kind = g->mode == BW_INPUT ? "bwdi" : g->mode == BW_WEIGHT ? "bwdw" : "bwd";
@@ -439,7 +428,7 @@ static void emit_backward(CGen *g, Vec *calls)
         IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
         if (!op) sx_ice("backward step %d has no op", j);
         prev = op;
-        if (b->pstage != g->stage) continue;
+        if (b->pstage != g->stage || cg_step_sum(b)) continue; /* the runtime sums those once per step */
         /* what this pass does of the step */
         int any_param = 0, any_act = 0;
         if (b->kind == BWD_FORWARD) {
@@ -499,15 +488,6 @@ static void emit_backward(CGen *g, Vec *calls)
                         i, ((IrParam *)ir->params.v[i])->name);
     }
     if (cur) fprintf(g->f, "}\n\n");
-}
-
-/* floats per token of a boundary activation (its elements over B*T) */
-static int64_t row_floats(const Ir *ir, int id)
-{
-    const IrValue *v = ir->values.v[id];
-    Dim n = shape_numel(&v->shape);
-    if (n.p[0] != 1 || n.p[1] != 1) sx_ice("boundary activation %%%d is not per token", id);
-    return n.c;
 }
 
 /* ---- the program descriptor (assignments in main: robust to field order) ------------------ */
@@ -783,6 +763,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
                     (long long)g.L.off[k / ir->params.n][k % ir->params.n]);
         fprintf(f, "};\n");
     }
+    int npartial = cg_emit_tp_partial_grads(ir, f);
     fprintf(f, "\nstatic sr_stage stages[%d];\nstatic sr_program program;\n\n", ir->nstages);
     fprintf(f, "int main(int argc, char **argv)\n{\n");
     fprintf(f, "    srk_configure(%d); /* %s */\n", g.bf16, g.bf16 ? "bf16 compute" : "fp32");
@@ -796,8 +777,10 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
             fprintf(f, "    stages[%d].backward_input = stage%d_backward_input;\n", st, st);
             fprintf(f, "    stages[%d].backward_weight = stage%d_backward_weight;\n", st, st);
         }
-        fprintf(f, "    stages[%d].act_in_row = %lld;\n", st, sg->act_in >= 0 ? (long long)row_floats(ir, sg->act_in) : 0LL);
-        fprintf(f, "    stages[%d].act_out_row = %lld;\n", st, sg->act_out >= 0 ? (long long)row_floats(ir, sg->act_out) : 0LL);
+        int64_t rin = sg->act_in >= 0 ? cg_row_floats(ir, sg->act_in, P->layout.tp) : 0;
+        int64_t rout = sg->act_out >= 0 ? cg_row_floats(ir, sg->act_out, P->layout.tp) : 0;
+        fprintf(f, "    stages[%d].act_in_row = %lld;\n", st, (long long)rin);
+        fprintf(f, "    stages[%d].act_out_row = %lld;\n", st, (long long)rout);
         fprintf(f, "    stages[%d].first_block = %d;\n    stages[%d].nblocks = %d;\n", st, sg->first_block, st, sg->nblocks);
         fprintf(f, "    stages[%d].n_params = %d;\n    stages[%d].params = stage%d_params;\n", st, nused[st], st, st);
     }
@@ -813,6 +796,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, "    program.recompute = %d;\n", P->layout.recompute);
     fprintf(f, "    program.split_backward = %d;\n", P->ir.split_backward);
     fprintf(f, "    program.sequence_parallel = %d;\n", P->layout.sequence_parallel && P->layout.tp > 1);
+    fprintf(f, "    program.n_tp_partial_grads = %d;\n    program.tp_partial_grads = tp_partial_grads;\n", npartial);
     fprintf(f, "    program.pp = %d;\n    program.virtual_stages = %d;\n    program.n_stages = %d;\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     fprintf(f, "    program.stages = stages;\n");

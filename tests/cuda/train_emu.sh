@@ -6,9 +6,10 @@
 #  - a checkpoint the CUDA binary saves continues on the host binary;
 #  - bf16 losses within 2e-2;
 #  - data parallelism (dp=2, with ZeRO-1), tensor parallelism (tp=2, with
-#    and without sequence parallelism) and
-#    pipeline parallelism (pp=2, 1f1b and zb-h1) over the MPI path of the
-#    comm layer; recomputation;
+#    and without sequence parallelism, the latter with 2 microbatches),
+#    pipeline parallelism (pp=2, 1f1b and zb-h1) and tp=2 x pp=2 with
+#    sequence parallelism over the MPI path of the comm layer;
+#    recomputation;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
 set -u
 gen=$(realpath "$1"); shardc=$(realpath "$2"); src=$(realpath "$3")
@@ -67,10 +68,23 @@ if command -v mpirun >/dev/null; then
   check "tp=2 over MPI: 4 steps match the host binary's tp=2 to 1e-5" close h2.txt c2.txt 1e-5
   "$gen" "$m" --tp 2 --sequence-parallel --cuda sp.cu --build sp_cuda --emulate &&
     "$shardc" build "$m" --tp 2 --sequence-parallel -o sp_host
-  mpirun --oversubscribe -np 2 ./sp_host $opts --tp 2 --dropout 0.1 --steps 4 --log hs.jsonl
-  mpirun --oversubscribe -np 2 ./sp_cuda $opts --tp 2 --dropout 0.1 --steps 4 --log cs.jsonl
+  # 2 microbatches: the gradients of the parameters used on sequence shards
+  # (LayerNorms, row-parallel biases) are summed over the tensor group once
+  # per step by the runtime, not in every backward (which would count the
+  # first microbatch's part twice)
+  mpirun --oversubscribe -np 2 ./sp_host $opts --tp 2 --microbatches 2 --dropout 0.1 --steps 4 --log hs.jsonl
+  mpirun --oversubscribe -np 2 ./sp_cuda $opts --tp 2 --microbatches 2 --dropout 0.1 --steps 4 --log cs.jsonl
   losses hs.jsonl > hs.txt; losses cs.jsonl > cs.txt
-  check "tp=2 with sequence parallelism (dropout 0.1): 4 steps match the host binary to 1e-5" close hs.txt cs.txt 1e-5
+  check "tp=2 with sequence parallelism (2 microbatches, dropout 0.1): 4 steps match the host binary to 1e-5" \
+    close hs.txt cs.txt 1e-5
+  # a stage boundary carries each tensor rank's part of the sequence
+  "$gen" "$m" --tp 2 --pp 2 --sequence-parallel --cuda sp3.cu --build sp3_cuda --emulate &&
+    "$shardc" build "$m" --tp 2 --pp 2 --sequence-parallel -o sp3_host > /dev/null
+  mpirun --oversubscribe --bind-to none -np 4 ./sp3_host $opts --tp 2 --pp 2 --microbatches 2 --steps 3 --log hs3.jsonl
+  mpirun --oversubscribe --bind-to none -np 4 ./sp3_cuda $opts --tp 2 --pp 2 --microbatches 2 --steps 3 --log cs3.jsonl
+  losses hs3.jsonl > hs3.txt; losses cs3.jsonl > cs3.txt
+  check "tp=2 x pp=2 with sequence parallelism (1f1b, 2 microbatches): 3 steps match the host binary to 1e-5" \
+    close hs3.txt cs3.txt 1e-5
   "$shardc" build "$m" --pp 2 -o pp_host
   mpirun --oversubscribe -np 2 ./pp_host $opts --pp 2 --microbatches 2 --steps 4 --log hp.jsonl
   for sch in 1f1b zb-h1; do
