@@ -265,6 +265,17 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
     sr_comm *comm = r->grid.pp_comm;
     sr_comm_set_step(comm, k);
     double t_step = sr_trace_now_us(), busy = 0;
+    /* 1F1B's steady state issues a send and at once a recv (SEND_ACT then
+     * RECV_GRAD, SEND_GRAD then RECV_ACT), and the neighbour does the same
+     * the other way round. NCCL runs a rank's transfers in issue order on
+     * its stream, so two neighbours that both send first would each wait
+     * for a recv the other has not issued: such a pair is launched as one
+     * group (ncclGroupStart/End; a no-op on MPI, where it changes nothing).
+     * Inside the group the recv is async (blocking calls are refused); once
+     * the group is launched, the compute stream waits for it (the kernels
+     * that read it come next), and the send's request stays with its slot
+     * for drain() as any send's. */
+    int grouped = 0; /* a send's group is open: this instruction is its recv */
     for (int i = 0; i < sc->n[pp->rank]; i++) {
         const sr_instr *in = &sc->ins[pp->rank][i];
         if (in->op == SR_I_REDUCE || in->op == SR_I_STEP) continue; /* train.c does these */
@@ -274,15 +285,24 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
         if (!sl)
             return sr_seterr(SR_ERR_STATE, "pipeline stage %d: no activation slot for microbatch %d at "
                              "instruction %d (%s)", s, mb, i, sr_op_name(in->op));
-        if (in->op == SR_I_RECV_ACT || (in->op == SR_I_FWD && s == 0)) SR_CHECK(drain(sl));
+        /* a grouped recv's slot is drained after the group (no waits inside);
+         * the recv writes act_in, which no send reads */
+        if ((in->op == SR_I_RECV_ACT && !grouped) || (in->op == SR_I_FWD && s == 0)) SR_CHECK(drain(sl));
         int64_t n = rows(r);
         double t0 = sr_trace_now_us();
         sr_exec e;
+        sr_req *rq = NULL, **rqp = grouped ? &rq : NULL; /* the grouped recv's request */
+        int pair = (in->op == SR_I_SEND_ACT || in->op == SR_I_SEND_GRAD) && i + 1 < sc->n[pp->rank] &&
+                   (in[1].op == SR_I_RECV_ACT || in[1].op == SR_I_RECV_GRAD);
+        if (pair) {
+            SR_CHECK(sr_comm_group_begin());
+            grouped = 1;
+        }
+        sr_status st = SR_OK; /* of a send or a recv */
         switch (in->op) {
         case SR_I_RECV_ACT:
-            SR_CHECK(sr_comm_recv(comm, sl->act_in, n * c->st->act_in_row, (s - 1) % pp->p,
-                                  tag_of(pp, mb, s, 0), "activation", NULL));
-            span(r, SR_TRACK_P2P, "recv", t0, mb, in->chunk);
+            st = sr_comm_recv(comm, sl->act_in, n * c->st->act_in_row, (s - 1) % pp->p, tag_of(pp, mb, s, 0),
+                              "activation", rqp);
             break;
         case SR_I_FWD:
             SR_CHECK(fill_tokens(r, &r->train, k, sl));
@@ -294,14 +314,13 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
             span(r, SR_TRACK_COMPUTE, "forward", t0, mb, in->chunk);
             break;
         case SR_I_SEND_ACT:
-            SR_CHECK(sr_comm_send(comm, sl->act_out, n * c->st->act_out_row, (s + 1) % pp->p,
-                                  tag_of(pp, mb, s + 1, 0), "activation", &sl->send[0]));
-            span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
+            st = sr_comm_send(comm, sl->act_out, n * c->st->act_out_row, (s + 1) % pp->p, tag_of(pp, mb, s + 1, 0),
+                              "activation", &sl->send[0]);
+            if (st == SR_OK) span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
             break;
         case SR_I_RECV_GRAD:
-            SR_CHECK(sr_comm_recv(comm, sl->act_out_grad, n * c->st->act_out_row, (s + 1) % pp->p,
-                                  tag_of(pp, mb, s, 1), "activation gradient", NULL));
-            span(r, SR_TRACK_P2P, "recv", t0, mb, in->chunk);
+            st = sr_comm_recv(comm, sl->act_out_grad, n * c->st->act_out_row, (s + 1) % pp->p, tag_of(pp, mb, s, 1),
+                              "activation gradient", rqp);
             break;
         case SR_I_BWD:
         case SR_I_BWD_INPUT:
@@ -321,14 +340,27 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
             break;
         }
         case SR_I_SEND_GRAD:
-            SR_CHECK(sr_comm_send(comm, sl->act_in_grad, n * c->st->act_in_row, (s - 1) % pp->p,
-                                  tag_of(pp, mb, s - 1, 1), "activation gradient", &sl->send[1]));
+            st = sr_comm_send(comm, sl->act_in_grad, n * c->st->act_in_row, (s - 1) % pp->p, tag_of(pp, mb, s - 1, 1),
+                              "activation gradient", &sl->send[1]);
+            if (st != SR_OK) break;
             span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
             if (sc->kind != SR_SCHED_ZBH1) release(c, sl);
             break;
         default:
             break;
         }
+        if (rqp) { /* the pair's recv: launch the group, then order the device after the recv */
+            sr_status end = sr_comm_group_end();
+            grouped = 0;
+            if (st == SR_OK) st = end;
+            sr_status w = sr_comm_wait_device(rq); /* also after a failed end: it reports and frees */
+            if (st == SR_OK) st = w;
+            if (st == SR_OK && in->op == SR_I_RECV_ACT) st = drain(sl);
+        } else if (st != SR_OK && grouped) { /* the send failed: close its group */
+            sr_comm_group_end();
+        }
+        SR_CHECK(st);
+        if (in->op == SR_I_RECV_ACT || in->op == SR_I_RECV_GRAD) span(r, SR_TRACK_P2P, "recv", t0, mb, in->chunk);
     }
     for (int c = 0; c < pp->v; c++)
         for (int q = 0; q < pp->chunks[c].nslots; q++) {
