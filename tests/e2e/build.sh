@@ -46,10 +46,12 @@ check "the saved model loads with --init" ./tinygpt --data text.txt --init ckpt/
 # bad input: one line naming the file, exit 1; bad flags exit 2
 printf 'xxxx' > short.txt
 ./tinygpt --data short.txt --steps 1 --quiet 2> err.txt; rc=$?
-check "too-short data file is an error naming it (exit $rc)" [ $rc -eq 1 ] && grep -q short.txt err.txt
+check "too-short data file is an error naming it (exit $rc)" [ $rc -eq 1 ]
+check "too-short data file is an error naming it (exit $rc): the message" grep -q short.txt err.txt
 $py -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<256i', 20240520, 7, 10, *([0]*253)) + bytes(20))" > badver.bin
 ./tinygpt --data badver.bin --steps 1 --quiet 2> err.txt; rc=$?
-check "wrong .bin version is an error naming it (exit $rc)" [ $rc -eq 1 ] && grep -q badver.bin err.txt
+check "wrong .bin version is an error naming it (exit $rc)" [ $rc -eq 1 ]
+check "wrong .bin version is an error naming it (exit $rc): the message" grep -q badver.bin err.txt
 ./tinygpt --data text.txt --steps nope 2>/dev/null; rc=$?
 check "bad flag value exits 2 (got $rc)" [ $rc -eq 2 ]
 ./tinygpt --frobnicate 2>/dev/null; rc=$?

@@ -89,7 +89,8 @@ c0=$($mpi -np 4 ./p2t2 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 
 c1=$($mpi -np 4 ./r22 --data text.txt --batch 8 --seq 32 --steps 1 --threads 1 --microbatches 4 --tp 2 --pp 2 2>&1 | grep -o 'rank 0 (dp.*activations [0-9.]*' | grep -o '[0-9.]*$')
 check "recompute=block needs less activation memory at tp=2 x pp=2 ($c0 -> $c1 MiB)" $py -c "import sys; sys.exit(0 if $c1 < 0.7 * $c0 else 1)"
 $mpi -np 2 ./p2 $run --pp 2 --schedule zb-h1 > zb.txt 2>&1; rc=$?
-check "zb-h1 with a program not built for it is a usage error that says how (exit $rc)" [ $rc -eq 2 ] && grep -q "rebuild it with shardc build --schedule zb-h1" zb.txt
+check "zb-h1 with a program not built for it is a usage error that says how (exit $rc)" [ $rc -eq 2 ]
+check "zb-h1 with a program not built for it is a usage error that says how (exit $rc): the message" grep -q "rebuild it with shardc build --schedule zb-h1" zb.txt
 ./r1 $run --recompute none > /dev/null 2> rcerr.txt; rc=$?
 check "running with a recompute setting other than the build's is a usage error (exit $rc)" [ $rc -eq 2 ]
 
@@ -185,7 +186,8 @@ PY
 $mpi -np 2 ./p2v2 $run --pp 2 --schedule interleaved --microbatches 3 --batch 9 > bad.txt 2>&1; rc=$?
 check "interleaved with microbatches not a multiple of pp is refused (exit $rc)" [ $rc -ne 0 ]
 "$shardc" build "$src/examples/tinygpt.model" $cfg --pp 8 -o /dev/null 2> few.txt; rc=$?
-check "more stages than layers is a compile-time error" [ $rc -eq 1 ] && grep -q "cannot fill pipeline=8" few.txt
+check "more stages than layers is a compile-time error" [ $rc -eq 1 ]
+check "more stages than layers is a compile-time error: the message" grep -q "cannot fill pipeline=8" few.txt
 
 # traces: forward/backward/send/recv spans with microbatch numbers; the timeline picture
 mkdir -p tr

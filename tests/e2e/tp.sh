@@ -112,6 +112,7 @@ assert t["transformer.wte.weight"].shape == (256, 64)
 PY
 # a binary built for one degree refuses another, with the fix in the message
 $mpi -np 2 ./tg1 $run --tp 2 > wrong.txt 2>&1; rc=$?
-check "tp mismatch with the build is a clear usage error (exit $rc)" [ $rc -ne 0 ] && grep -q "rebuild it with shardc build --tp 2" wrong.txt
+check "tp mismatch with the build is a clear usage error (exit $rc)" [ $rc -ne 0 ]
+check "tp mismatch with the build is a clear usage error (exit $rc): the message" grep -q "rebuild it with shardc build --tp 2" wrong.txt
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
