@@ -8,14 +8,14 @@ usage: trace_overlap.py TRACE_DIR [--skip N]   (N first steps left out, default 
 
 Per rank, over the steps kept:
   spans      all-reduce spans (buckets x steps)
-  sum        sum of the spans' durations: what the run's closing line
-             "gradient all-reduce: X ms in total" adds up (buckets that are in
-             flight together count twice)
-  union      the time at least one all-reduce was in flight
+  sum        sum of the spans' durations (buckets that are in flight
+             together count twice)
+  union      the time at least one all-reduce was in flight: what the run's
+             closing line "gradient all-reduce: X ms in flight" reports
   hidden     the part of each span that lies inside a backward span (summed
-             over spans, as the runtime's "Y% hidden" counts it), and as a
-             share of sum
-  hidden(u)  the part of the union inside backward, as a share of union
+             over spans), and as a share of sum
+  hidden(u)  the part of the union inside backward, as a share of union (the
+             closing line's "Y% of it hidden")
   exposed    per step, from the end of the backward to the start of the
              optimizer: the time the compute thread waits for the gradients
              (the all-reduce left on the critical path), in total and per step

@@ -129,16 +129,38 @@ sr_status sr_dp_finish(sr_dp *dp)
     return first;
 }
 
+/* Buckets overlap one another, so their spans are merged first: the time
+ * any all-reduce was in flight (total), the part of it before the backward
+ * ended (hidden), and the part after it (what the step waited for). */
 void sr_dp_overlap(const sr_dp *dp, double *hidden_us, double *total_us, double backward_end_us)
 {
-    double h = 0, tot = 0;
-    for (int i = 0; i < dp->nb; i++) {
-        const bucket *b = &dp->b[i];
-        double d = b->t_done - b->t_launch;
-        tot += d;
-        double end = b->t_done < backward_end_us ? b->t_done : backward_end_us;
-        if (end > b->t_launch) h += end - b->t_launch;
+    double h = 0, tot = 0, cur_lo = 0, cur_hi = -1;
+    char *used = calloc((size_t)dp->nb + 1, 1);
+    for (int n = 0; used && n < dp->nb; n++) {
+        int k = -1; /* the next span by launch time (few buckets: a selection is enough) */
+        for (int i = 0; i < dp->nb; i++)
+            if (!used[i] && (k < 0 || dp->b[i].t_launch < dp->b[k].t_launch)) k = i;
+        used[k] = 1;
+        double lo = dp->b[k].t_launch, hi = dp->b[k].t_done;
+        if (hi <= lo) continue;
+        if (cur_hi >= cur_lo && lo <= cur_hi) { /* overlaps the current run: extend it */
+            if (hi > cur_hi) cur_hi = hi;
+            continue;
+        }
+        if (cur_hi > cur_lo) {
+            tot += cur_hi - cur_lo;
+            double e = cur_hi < backward_end_us ? cur_hi : backward_end_us;
+            if (e > cur_lo) h += e - cur_lo;
+        }
+        cur_lo = lo;
+        cur_hi = hi;
     }
+    if (cur_hi > cur_lo) {
+        tot += cur_hi - cur_lo;
+        double e = cur_hi < backward_end_us ? cur_hi : backward_end_us;
+        if (e > cur_lo) h += e - cur_lo;
+    }
+    free(used);
     *hidden_us = h;
     *total_us = tot;
 }

@@ -797,8 +797,10 @@ static sr_status train(run *r)
     long end = o->steps > r->start_step ? o->steps : r->start_step;
     if (o->comm_stats) SR_CHECK(write_comm_stats(r, end - r->start_step)); /* training traffic only */
     if (r->dp && r->comm_total_us > 0)
-        rt_info(r, "gradient all-reduce: %.1f ms in total, %.0f%% of it hidden behind backward",
-             r->comm_total_us / 1e3, 100.0 * r->comm_hidden_us / r->comm_total_us);
+        rt_info(r, "gradient all-reduce: %.1f ms in flight, %.0f%% of it hidden behind backward; "
+                "exposed wait %.2f ms per step",
+             r->comm_total_us / 1e3, 100.0 * r->comm_hidden_us / r->comm_total_us,
+             (r->comm_total_us - r->comm_hidden_us) / 1e3 / (double)(end - r->start_step > 0 ? end - r->start_step : 1));
     rt_pipe_report(r);
     if (r->have_val && last_eval != end) SR_CHECK(run_eval(r, end));
     int trained = o->steps > r->start_step;

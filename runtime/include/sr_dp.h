@@ -40,8 +40,9 @@ void sr_dp_begin(sr_dp *dp, int last, int64_t step);
 void sr_dp_grad_ready(sr_exec *e, int param);
 /* launches the buckets not launched yet, waits for every bucket */
 sr_status sr_dp_finish(sr_dp *dp);
-/* microseconds of bucket all-reduce that ran while backward was running, and
- * in total, over the last step (for the overlap figure) */
+/* over the last step: microseconds during which some bucket all-reduce was
+ * in flight (total; concurrent buckets counted once), and how much of that
+ * was before the backward ended (hidden); total - hidden is the exposed wait */
 void sr_dp_overlap(const sr_dp *dp, double *hidden_us, double *total_us, double backward_end_us);
 
 #ifdef __cplusplus

@@ -10,34 +10,11 @@
 #    environment;
 #  - --help shows --comm with the build's default (mpi here; nccl for the
 #    nvcc-built examples when NVCC_EXAMPLES_DIR has them).
-set -u
-gen=$(realpath "$1"); shardc=$(realpath "$2"); src=$(realpath "$3"); ex=${4:-}
-py=/usr/bin/python3
-w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
-cd "$w"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-close() { # A B TOL: the same losses, line by line, to TOL relative
-  $py - "$1" "$2" "$3" <<'PY'
-import sys
-a = [float(x) for x in open(sys.argv[1]).read().split()]
-b = [float(x) for x in open(sys.argv[2]).read().split()]
-tol = float(sys.argv[3])
-bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > tol * abs(x)]
-if len(a) != len(b) or not a or bad:
-    print("   host", a, "\n   cuda", b, "\n   mismatches", bad[:3])
-    sys.exit(1)
-PY
-}
+source "$(dirname "$0")/lib.sh"
+ex=${4:-}
 # usage error: exit 2, exactly one "error:" line, saying $2 ($1: the output)
 usage_err() { [ "$3" -eq 2 ] && [ "$(grep -c 'error:' "$1")" -eq 1 ] && grep -qF -- "$2" "$1"; }
 mpi() { mpirun --oversubscribe -np 2 "$@"; }
-
-for i in $(seq 40); do cat "$src"/stdlib/*.model "$src"/examples/*.model; done | head -c 300000 > text.txt
-m="$src/examples/tinygpt.model"
 opts="--data text.txt --batch 8 --seq 32 --lr 1e-3 --warmup 2 --steps 4 --quiet"
 
 check "builds: tinygpt for the host and emulated CUDA, plain, --tp 2 and --pp 2" bash -c "

@@ -11,31 +11,7 @@
 #    sequence parallelism over the MPI path of the comm layer;
 #    recomputation;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
-set -u
-gen=$(realpath "$1"); shardc=$(realpath "$2"); src=$(realpath "$3")
-py=/usr/bin/python3
-w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
-cd "$w"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-# same losses, line by line, to a relative tolerance
-close() {
-  $py - "$1" "$2" "$3" <<'PY'
-import sys
-a = [float(x) for x in open(sys.argv[1]).read().split()]
-b = [float(x) for x in open(sys.argv[2]).read().split()]
-tol = float(sys.argv[3])
-bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > tol * abs(x)]
-if len(a) != len(b) or not a or bad:
-    print("   host", a, "\n   cuda", b, "\n   mismatches", bad[:3])
-    sys.exit(1)
-PY
-}
-for i in $(seq 40); do cat "$src"/stdlib/*.model "$src"/examples/*.model; done | head -c 300000 > text.txt
-m="$src/examples/tinygpt.model"
+source "$(dirname "$0")/lib.sh"
 opts="--data text.txt --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet"
 
 check "emulated CUDA build of tinygpt (fp32)" "$gen" "$m" --cuda tg.cu --build tg_cuda --emulate

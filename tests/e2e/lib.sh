@@ -25,5 +25,19 @@ print(f"  {len(a)} steps, worst relative loss difference {worst:.2e} (tolerance 
 sys.exit(0 if worst <= tol else 1)
 PY
 }
+# same_grads A B: two --dump-grads files hold the same gradients, each within
+# 1e-5 of its largest magnitude
+same_grads() { $py - "$1" "$2" "$src/tests/reference" <<'PY'
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[3]); import st
+a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+worst = {k: float(np.abs(a[k] - b[k]).max() / (np.abs(a[k]).max() + 1e-30)) for k in a}
+bad = [f"{k} {v:.1e}" for k, v in worst.items() if v > 1e-5]
+print(f"  {len(a)} gradients, worst relative difference {max(worst.values()):.2e}")
+assert not bad, bad
+PY
+}
 cat "$src"/stdlib/*.model "$src"/examples/*.model > text.txt
 for i in 1 2 3 4 5 6; do cat text.txt text.txt > t2 && mv t2 text.txt; done
