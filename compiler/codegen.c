@@ -7,7 +7,9 @@
  * Needs: the backward program (autodiff.c, recompute.c) and the stage cut
  * (pipeline.c).
  * Guarantees: functions of the IR only; cg_emit_tp_partial_grads writes one
- * C (and C++) definition that both back ends reference from sr_program.
+ * C (and C++) definition that both back ends reference from sr_program;
+ * cg_param_layout gives both the same parameter arena per pipeline rank
+ * (only the alignment differs).
  */
 #include "shardc.h"
 
@@ -54,4 +56,55 @@ int64_t cg_row_floats(Ir *ir, int id, int tp)
     if (ir->seq_sym > 0 && n.p[0] == 1 && n.p[ir->seq_sym] == 1 && !n.p[1] && n.c % tp == 0) return n.c / tp;
     if (n.p[0] != 1 || n.p[1] != 1) sx_ice("boundary activation %%%d is not per token", id);
     return n.c;
+}
+
+/* floats of parameter i on this tensor rank, rounded up to `align` */
+static int64_t param_floats(Ir *ir, int i, int64_t align)
+{
+    int64_t n = shape_numel(&ir_value(ir, ((IrParam *)ir->params.v[i])->value)->shape).c;
+    return (n + align - 1) / align * align;
+}
+
+void cg_param_layout(Program *P, int64_t align, ParamLayout *L)
+{
+    Ir *ir = &P->ir;
+    int n = ir->params.n, R = ir->nstages > 1 ? P->layout.pp : 1;
+    L->nranks = R;
+    L->global = sx_alloc(sizeof(int64_t) * (size_t)(n + 1));
+    L->off = sx_alloc(sizeof(int64_t *) * (size_t)R);
+    L->n = sx_alloc(sizeof(int64_t) * (size_t)R);
+    L->nglobal = 0;
+    for (int i = 0; i < n; i++) {
+        L->global[i] = L->nglobal;
+        L->nglobal += param_floats(ir, i, align);
+    }
+    if (R == 1) {
+        L->off[0] = L->global;
+        L->n[0] = L->nglobal;
+        return;
+    }
+    /* held[i * R + r]: a stage of pipeline rank r (stage s runs on s % pp)
+     * reads parameter i; one that no op reads stays with rank 0, which
+     * saves it */
+    char *held = sx_alloc((size_t)n * (size_t)R + 1);
+    for (int k = 0; k < ir->ops.n; k++) {
+        IrOp *op = ir->ops.v[k];
+        for (int j = 0; j < op->nin; j++) {
+            IrValue *v = ir_value(ir, op->in[j]);
+            if (v->kind == VK_PARAM) held[(size_t)v->param * (size_t)R + (size_t)(op->pstage % R)] = 1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int any = 0;
+        for (int r = 0; r < R; r++) any |= held[(size_t)i * (size_t)R + (size_t)r];
+        if (!any) held[(size_t)i * (size_t)R] = 1;
+    }
+    for (int r = 0; r < R; r++) {
+        L->off[r] = sx_alloc(sizeof(int64_t) * (size_t)(n + 1));
+        L->n[r] = 0;
+        for (int i = 0; i < n; i++) {
+            L->off[r][i] = held[(size_t)i * (size_t)R + (size_t)r] ? L->n[r] : -1;
+            if (L->off[r][i] >= 0) L->n[r] += param_floats(ir, i, align);
+        }
+    }
 }

@@ -403,10 +403,7 @@ int *cg_last_grad_steps(Ir *ir);
 int cg_emit_tp_partial_grads(Ir *ir, FILE *f);
 int64_t cg_row_floats(Ir *ir, int id, int tp);
 
-/* codegen_host.c: C source for the host backend */
-int cg_host(Program *P, FILE *out, const char *source_path);
-
-/* codegen_host.c, for both backends: where parameters live in a generated
+/* codegen.c: where parameters live in a generated
  * program's arenas. `global`: the whole model in declaration order, each
  * tensor aligned to `align` floats (sr_param_desc.offset, and the arena of a
  * program without a pipeline). With a pipeline, pipeline rank r holds only
@@ -419,6 +416,9 @@ typedef struct ParamLayout {
     int64_t **off, *n;
 } ParamLayout;
 void cg_param_layout(Program *P, int64_t align, ParamLayout *L);
+
+/* codegen_host.c: C source for the host backend */
+int cg_host(Program *P, FILE *out, const char *source_path);
 
 /* passes.c: the pass list */
 int drv_front(Program *P, const char *dump, FILE *out);
