@@ -48,7 +48,8 @@ static int split_op(Ir *ir, const IrOp *op)
  * that feeds a split computation (the input of a column-parallel layer, the
  * final norm's output before a vocab-parallel head) is a partial sum on each
  * rank; it is summed over the tensor group (Megatron's "f" all-reduce) before
- * anything reads it. A replicated contribution to such a gradient is added
+ * anything reads it, or, read only by an all-gather's backward, reduce-scattered
+ * by it (IrBwd.rs). A replicated contribution to such a gradient is added
  * on rank 0 only, so the sum counts it once. */
 static void tensor_parallel_grads(Program *P)
 {
@@ -66,8 +67,15 @@ static void tensor_parallel_grads(Program *P)
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
         IrOp *op = ir_op(ir, b->fwd);
-        /* the sum comes right before the gradient is first read */
-        if (partial[op->out]) {
+        /* the sum comes right before the gradient is first read. The
+         * gradient of an all-gather's output (sequence parallelism: the
+         * sequence-split activation gathered for a column-parallel layer)
+         * is read only by the all-gather's rule, which keeps this rank's
+         * block: the sum and the slice are one reduce-scatter (Megatron's
+         * "g-bar"), (n-1)/n S bytes instead of 2(n-1)/n S */
+        if (partial[op->out] && op->kind == OP_TP_ALLGATHER && b->kind == BWD_RULE && b->din[0] >= 0) {
+            b->rs = 1;
+        } else if (partial[op->out]) {
             IrBwd *ar = sx_alloc(sizeof *ar);
             ar->kind = BWD_ALLREDUCE;
             ar->fwd = op->id;
@@ -175,7 +183,7 @@ void ad_dump(const Ir *ir, FILE *f)
             continue;
         }
         IrOp *op = ir_op(m, b->fwd);
-        fprintf(f, "  %s.grad(%%%d)", ir_ops[op->kind].name, b->dout);
+        fprintf(f, "  %s.grad(%%%d)%s", ir_ops[op->kind].name, b->dout, b->rs ? " reduce-scatter(tensor)" : "");
         const char *sep = " -> ";
         for (int k = 0; k < op->nin; k++)
             if (b->din[k] >= 0) {

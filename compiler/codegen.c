@@ -18,6 +18,25 @@ int cg_step_sum(const IrBwd *b)
     return b->kind == BWD_ALLREDUCE && b->fwd < 0;
 }
 
+/* the all-gather's backward when autodiff folded the sum of its partial
+ * dout into it (IrBwd.rs): reduce-scatter dout (outer, tp*local, inner),
+ * this rank's block summed over the group, into dx (outer, local, inner).
+ * The same operands as the op table's TP_ALLGATHER BWD (memplan's
+ * lifetimes hold) */
+static const char *const allgather_bwd_rs[2] = {
+    "sr_tp_allgather_bwd_rs(e, $d0, $do, $s0, $s1, $s2)",
+    "srk_tp_allgather_bwd_rs(e, $d0, $do, $s0, $s1, $s2)",
+};
+
+const char *cg_bwd_template(const IrBwd *b, const IrOp *op, int cuda)
+{
+    if (b->rs) {
+        if (op->kind != OP_TP_ALLGATHER) sx_ice("reduce-scatter backward on op %s", ir_ops[op->kind].name);
+        return allgather_bwd_rs[cuda != 0];
+    }
+    return cuda ? ir_ops[op->kind].cuda_bwd : ir_ops[op->kind].bwd;
+}
+
 int *cg_last_grad_steps(Ir *ir)
 {
     int *last = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));

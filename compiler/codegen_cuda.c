@@ -460,10 +460,10 @@ static void emit_backward(CGen *g, Vec *calls)
                     site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cdim(g, shape_numel(&dv->shape)),
                     dv->primal);
         } else {
-            const char *tmpl = ir_ops[op->kind].cuda_bwd;
+            const char *tmpl = cg_bwd_template(b, op, 1);
             if (!*tmpl) sx_ice("op %s has no CUDA backward template", ir_ops[op->kind].name);
             /* memplan sized lifetimes by the host template: read nothing more */
-            if (ad_template_uses(tmpl) & ~ad_template_uses(ir_ops[op->kind].bwd))
+            if (ad_template_uses(tmpl) & ~ad_template_uses(cg_bwd_template(b, op, 0)))
                 sx_ice("the CUDA backward template of %s reads operands the host one does not", ir_ops[op->kind].name);
             fprintf(g->f, "    /* %s:%d  d %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
             for (int k = 0; k < op->nin; k++) {

@@ -310,7 +310,7 @@ static void emit_backward(Gen *g, Vec *calls)
             fprintf(g->f, "    sr_zero(%s, %s); /* d%%%d %s */\n", buf(g, d), cdim(g, shape_numel(&dv->shape)),
                     pv->id, shape_comment(g, dv));
         }
-        fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].bwd, op, b));
+        fprintf(g->f, "    %s;\n", expand(g, cg_bwd_template(b, op, 0), op, b));
         }
         for (int i = 0; i < ir->params.n && g->mode != BW_INPUT; i++)
             if (last[i] == j)

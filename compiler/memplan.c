@@ -77,7 +77,7 @@ static int timeline(Ir *ir, int s, int *first, int *last)
                 for (int a = 0; a < ir_ops[op->kind].naux; a++) touch(first, last, op->aux[a], t);
                 continue;
             }
-            unsigned u = ad_template_uses(ir_ops[op->kind].bwd);
+            unsigned u = ad_template_uses(cg_bwd_template(b, op, 0));
             for (int k = 0; k < op->nin; k++)
                 if (u & (1u << k)) touch(first, last, op->in[k], t);
             if (u & (1u << 4)) touch(first, last, op->out, t);

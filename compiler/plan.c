@@ -610,9 +610,10 @@ static void dev_analyze(Ana *A, int d, Dev *D)
      * A collective's size is its whole (gathered, or not yet scattered)
      * buffer. Sequence parallelism replaces an all-reduce by a
      * reduce-scatter forward whose backward all-gathers the gradient
-     * (sr_tp_reduce_scatter_bwd); an all-gather's backward is a slice,
-     * after the all-reduce of the gradient that autodiff inserts for the
-     * column-parallel layer that reads the gathered value. */
+     * (sr_tp_reduce_scatter_bwd); an all-gather's backward reduce-scatters
+     * the gathered value's gradient, a partial sum where a column-parallel
+     * layer reads that value (IrBwd.rs, sr_tp_allgather_bwd_rs: autodiff
+     * folds the sum and the slice into one collective). */
     double ceb = A->eb; /* bytes of a communicated activation element */
     if (tp > 1) {
         for (int i = 0; i < ir->ops.n; i++) {
@@ -636,6 +637,8 @@ static void dev_analyze(Ana *A, int d, Dev *D)
                 const IrBwd *b = A->bwd_of[i] >= 0 ? ir->bwd.v[A->bwd_of[i]] : NULL;
                 if (kind == C_RS && b && b->din[0] >= 0)
                     add_coll(D, sx_fmt("%s grad", what), G_TENSOR, C_AG, PH_BWD, tp, S, m);
+                if (kind == C_AG && b && b->rs && b->din[0] >= 0)
+                    add_coll(D, sx_fmt("%s grad", what), G_TENSOR, C_RS, PH_BWD, tp, S, m);
             } else if (op->kind == OP_CROSS_ENTROPY_VP) {
                 double N = dim_val(op->sz[0], A->sym);
                 add_coll(D, "cross-entropy row maxima", G_TENSOR, C_AG, PH_FWD, tp, N * tp * 4.0, m);

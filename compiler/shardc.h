@@ -227,6 +227,10 @@ typedef struct IrBwd {
     unsigned gate; /* bit k: din[k] is added on tensor rank 0 only (a replicated
                     * contribution to a gradient that is summed over the group) */
     int pstage;    /* pipeline stage (pipeline.c) */
+    int rs;        /* BWD_RULE of a TP_ALLGATHER whose dout is a partial sum over the
+                    * tensor group: the rule reduce-scatters dout into din[0]
+                    * (autodiff.c folds the all-reduce it would insert before
+                    * the rule into it; cg_bwd_template) */
     struct IrOp *op; /* recompute.c: the op the step runs (a clone, or fwd's with clones as
                       * operands); NULL: ops[fwd] */
 } IrBwd;
@@ -399,6 +403,10 @@ double ir_op_flops(const Ir *ir, const IrOp *op, int bwd, long B, long T);
  * cg_row_floats: floats per token (of B*T) of boundary activation id: its
  * elements over B*T, over tp more when split along the sequence. */
 int cg_step_sum(const IrBwd *b);
+/* cg_bwd_template: the call template of backward rule b (of op, a clone of
+ * its forward op), host or CUDA: the op table's, or for b->rs the
+ * all-gather's reduce-scatter backward */
+const char *cg_bwd_template(const IrBwd *b, const IrOp *op, int cuda);
 int *cg_last_grad_steps(Ir *ir);
 int cg_emit_tp_partial_grads(Ir *ir, FILE *f);
 int64_t cg_row_floats(Ir *ir, int id, int tp);

@@ -136,6 +136,31 @@ void srk_tp_reduce_scatter(sr_exec *e, TO *out, const TI *in, long outer, long l
         srk_copy(out, tmp, blk);
     }
 }
+/* dx (outer, local, inner) += this rank's block of dout (outer, tp*local, inner) summed
+ * over the group: the all-gather's backward on a partial dout, one reduce-scatter
+ * (compiler/autodiff.c folds the all-reduce and the slice into it) */
+template <class TD, class TG>
+void srk_tp_allgather_bwd_rs(sr_exec *e, TD *dx, const TG *dout, long outer, long local, long inner)
+{
+    long blk = outer * local * inner;
+    if (!dx || blk <= 0) return;
+    int tp = e->tp > 0 ? e->tp : 1;
+    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
+    float *recv = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
+    if (!tmp || !recv) return;
+    SR_LAUNCH(tp_scatter_permute_kernel<TG>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              tmp, dout, outer, local, inner, tp);
+    if (srk_ctx.failed) return;
+    if (tp > 1) {
+        sr_req *q = NULL;
+        if (srk_tp_then(sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, "activation grad", &q), &q) != SR_OK)
+            srk_tp_fatal("reduce-scatter");
+        srk_add_bwd(dx, (float *)NULL, (const float *)recv, blk, blk);
+    } else {
+        srk_add_bwd(dx, (float *)NULL, (const float *)tmp, blk, blk);
+    }
+}
+
 /* dx (outer, tp*local, inner) += dout (outer, local, inner) gathered from the group */
 template <class TD, class TG>
 void srk_tp_reduce_scatter_bwd(sr_exec *e, TD *dx, const TG *dout, long outer, long local, long inner)

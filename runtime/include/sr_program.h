@@ -110,6 +110,8 @@ void sr_tp_allreduce(sr_exec *e, float *out, const float *in, long n);
 /* in (outer, local, inner) from each rank -> out (outer, tp*local, inner) */
 void sr_tp_allgather(sr_exec *e, float *out, const float *in, long outer, long local, long inner);
 void sr_tp_allgather_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner);
+/* the all-gather's backward on a partial dout: reduce-scatter it into dx */
+void sr_tp_allgather_bwd_rs(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner);
 /* sequence parallelism: in (outer, tp*local, inner) partial sums ->
  * out (outer, local, inner), this rank's part summed; its backward gathers */
 void sr_tp_reduce_scatter(sr_exec *e, float *out, const float *in, long outer, long local, long inner);

@@ -50,6 +50,41 @@ check "sequence parallelism, 2 microbatches: every parameter's gradient is the s
 "$shardc" check "$src/examples/tinygpt.model" $cfg --tp 2 --sequence-parallel --dump=shard > sp.txt
 check "sequence parallelism: 5 reduce-scatters and 5 all-gathers replace the all-reduces" \
   [ "$(grep -c '^  reduce-scatter' sp.txt)" = 5 -a "$(grep -c '^  all-gather' sp.txt)" = 5 -a "$(grep -c '^  all-reduce' sp.txt)" = 0 ]
+# the backward of an all-gather along the sequence is one reduce-scatter of
+# the column-parallel layer's partial input gradient (Megatron), not an
+# all-reduce of it followed by a slice
+"$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 --sequence-parallel -o /dev/null --dump=autodiff > spad.txt 2>&1
+check "sequence parallelism: the 5 all-gathers' backwards reduce-scatter, no [B, T, 64] gradient is all-reduced" \
+  [ "$(grep -c 'allgather.grad.*reduce-scatter(tensor)' spad.txt)" = 5 -a "$(grep 'all-reduce(tensor)' spad.txt | grep -c '\[B, T, 64\]')" = 0 ]
+# one step, S = B*T*n_embd floats: 5 reduce-scatters of S forward and 5 backward
+# (each counted as its whole send buffer); the all-reduces left: the position
+# embedding's sequence-sliced gradient (T*64), 14 LayerNorm/bias gradients once
+# per step (64 each), the vocab-parallel loss's sums (2 floats a row)
+$mpi -np 2 ./sp2 $run --tp 2 --steps 1 --comm-stats spcomm.txt > /dev/null 2>&1
+S=$((8 * 32 * 64 * 4))
+got=$(grep -o '^tensor reduce_scatter calls [0-9]* bytes [0-9]*' spcomm.txt)
+check "sequence parallelism: 10 tensor reduce-scatters a step, 5 of them backward ($got)" \
+  [ "$got" = "tensor reduce_scatter calls 10 bytes $((10 * S))" ]
+got=$(grep -o '^tensor allreduce calls [0-9]* bytes [0-9]*' spcomm.txt)
+check "sequence parallelism: no activation-gradient all-reduce of S left ($got)" \
+  [ "$got" = "tensor allreduce calls 16 bytes $((32 * 64 * 4 + 14 * 64 * 4 + 2 * 8 * 32 * 4))" ]
+# bytes each rank sends in a ring, n = 2: all-reduce 2(n-1)/n of its buffer,
+# reduce-scatter (n-1)/n of the send buffer, all-gather (n-1) send blocks.
+# Before, the backward all-reduced the 5 gathered gradients (5 S more
+# all-reduce bytes) and the 5 backward reduce-scatters were not there
+check "sequence parallelism: the tensor group sends less per step than with all-reduce + slice" $py - spcomm.txt $S <<'PY'
+import sys
+n, S = 2, int(sys.argv[2])
+st = {}
+for l in open(sys.argv[1]):
+    w = l.split()
+    if w[0] == "tensor": st[w[1]] = int(w[5])
+f = {"allreduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "allgather": n - 1}
+wire = lambda d: sum(f[k] * d.get(k, 0) for k in f)
+before = dict(st, allreduce=st["allreduce"] + 5 * S, reduce_scatter=st["reduce_scatter"] - 5 * S)
+print(f"  tensor group sends {wire(st):.0f} bytes a step, {wire(before):.0f} with all-reduce + slice")
+sys.exit(0 if wire(st) < wire(before) else 1)
+PY
 $mpi -np 2 ./sp2 $run --tp 2 --seq 31 > spbad.txt 2>&1; rc=$?
 check "a sequence not divisible by tp is refused with sequence parallelism (exit $rc)" [ $rc -eq 2 ]
 

@@ -200,8 +200,9 @@ json "tensor=2: 25 all-reduces forward and 25 backward per microbatch, the loss'
   "all(abs(c['sent_bytes_per_step'] - c['bytes'] * c['calls_per_step'] * (2*(c['group_size']-1)/c['group_size'] if c['op'] == 'all-reduce' else (c['group_size']-1)/c['group_size'] if c['op'] != 'send' else 1)) < 1 for c in d['roles'][0]['collectives'] if c['op'] != 'recv')"
 # sequence parallelism: each block all-reduce becomes a reduce-scatter and an
 # all-gather (the same bytes sent, ring algorithms); the backward all-gathers
-# the reduce-scatters' gradients and still all-reduces the gathered inputs'
-# (then slices them); the LayerNorms' and row-parallel biases' gradients are
+# the reduce-scatters' gradients and reduce-scatters the gathered inputs'
+# (Megatron: no all-reduce then slice), so it sends the forward's bytes;
+# the LayerNorms' and row-parallel biases' gradients are
 # summed once per step; a rank keeps 1/tp of the sequence-split activations
 plan "$gpt2" --tp 2 --set vocab_size=50304 --microbatches 2 --sequence-parallel --json > "$tmp/sp.json" 2>/dev/null
 json "tensor=2, sequence parallel: 25 reduce-scatters and 25 all-gathers forward, the forward's bytes of the all-reduces" "$tmp/sp.json" \
@@ -210,9 +211,11 @@ json "tensor=2, sequence parallel: 25 reduce-scatters and 25 all-gathers forward
   "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'forward' and c['op'] == 'all-gather' and c['bytes'] == 8*1024*768*4/2) == 25 * 2" \
   "not any(c['op'] == 'all-reduce' and c['phase'] == 'forward' and c['bytes'] == 8*1024*768*4/2 for c in d['roles'][0]['collectives'])" \
   "sum(c['sent_bytes_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'forward') == sum(c['sent_bytes_per_step'] for c in json.load(open('$tmp/c.json'))['roles'][0]['collectives'] if c['phase'] == 'forward')"
-json "tensor=2, sequence parallel: backward 25 all-gathers, 25 + 1 all-reduces; 74 parameter gradient sums per step" "$tmp/sp.json" \
+json "tensor=2, sequence parallel: backward 25 all-gathers, 25 reduce-scatters, 1 all-reduce, the forward's bytes; 74 parameter gradient sums per step" "$tmp/sp.json" \
   "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'backward' and c['op'] == 'all-gather') == 25 * 2" \
-  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'backward' and c['op'] == 'all-reduce' and c['what'] == 'column-parallel input grad') == 25 * 2" \
+  "sum(c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'backward' and c['op'] == 'reduce-scatter' and c['what'] == 'sequence-split activation grad' and c['bytes'] == 8*1024*768*4/2) == 25 * 2" \
+  "[c['what'] for c in d['roles'][0]['collectives'] if c['phase'] == 'backward' and c['op'] == 'all-reduce'] == ['sequence-sliced input grad']" \
+  "sum(c['sent_bytes_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'backward' and c['op'] != 'all-reduce') == sum(c['sent_bytes_per_step'] for c in d['roles'][0]['collectives'] if c['phase'] == 'forward' and c['op'] != 'all-reduce' and not c['what'].startswith('cross-entropy'))" \
   "[c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['what'] == 'sequence-sliced input grad'] == [2]" \
   "[(c['calls_per_step'], c['phase']) for c in d['roles'][0]['collectives'] if c['what'] == 'sequence-parallel param grad'] == [(74, 'step')]"
 json "tensor=2, sequence parallel: less activation memory than without, the same matmul FLOPs" "$tmp/sp.json" \
