@@ -13,6 +13,9 @@
  */
 #include "shardc.h"
 
+#include <stdio.h>
+#include <string.h>
+
 int cg_step_sum(const IrBwd *b)
 {
     return b->kind == BWD_ALLREDUCE && b->fwd < 0;
@@ -126,4 +129,108 @@ void cg_param_layout(Program *P, int64_t align, ParamLayout *L)
             if (L->off[r][i] >= 0) L->n[r] += param_floats(ir, i, align);
         }
     }
+}
+
+int cg_is_param_grad(Ir *ir, int gv)
+{
+    IrValue *v = ir_value(ir, gv);
+    return v->kind == VK_GRAD && ir_value(ir, v->primal)->kind == VK_PARAM;
+}
+
+char *cg_cdim(Ir *ir, Dim d)
+{
+    char *s = sx_fmt("%lld", (long long)d.c);
+    int syms = 0;
+    for (int i = 0; i < SX_MAXSYM; i++)
+        for (int k = 0; k < d.p[i]; k++) {
+            s = sx_fmt("%s*%s", s, ir->symname[i]);
+            syms++;
+        }
+    if (!syms) return s;
+    if (d.c == 1) s += 2; /* drop the "1*" */
+    return sx_fmt("((long)%s)", s);
+}
+
+char *cg_fmt_float(double x)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%.9g", x);
+    if (!strpbrk(b, ".eEn")) strcat(b, ".0");
+    return sx_fmt("%sf", b);
+}
+
+char *cg_expand(const CgExpander *g, const char *t, IrOp *op, const IrBwd *b)
+{
+    Ir *ir = g->ir;
+    IrValue *out = ir_value(ir, op->out);
+    char *r = "";
+    for (const char *p = t; *p;) {
+        if (*p != '$') {
+            const char *q = strchr(p, '$');
+            size_t n = q ? (size_t)(q - p) : strlen(p);
+            r = sx_fmt("%s%.*s", r, (int)n, p);
+            p += n;
+            continue;
+        }
+        p++;
+        char *x = NULL;
+        if (!strncmp(p, "dims", 4) && p[4] >= '0' && p[4] <= '3') {
+            IrValue *v = ir_value(ir, op->in[p[4] - '0']);
+            int n = v->shape.nd > g->dims_pad ? v->shape.nd : g->dims_pad;
+            x = (char *)g->dims_open;
+            for (int i = 0; i < n; i++)
+                x = sx_fmt("%s%s%s", x, i ? ", " : "", i < v->shape.nd ? cg_cdim(ir, v->shape.d[i]) : "0");
+            x = sx_fmt("%s%s", x, g->dims_close);
+            p += 5;
+        } else if (p[0] >= '0' && p[0] <= '3') {
+            x = g->buf(g->gen, op->in[p[0] - '0']);
+            p++;
+        } else if (p[0] == 'o') {
+            x = g->buf(g->gen, op->out);
+            p++;
+        } else if (p[0] == 'a' && (p[1] == '0' || p[1] == '1')) {
+            x = g->buf(g->gen, op->aux[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'd' && p[1] == 'o') {
+            if (!b) sx_ice("$do outside a backward template");
+            x = g->buf(g->gen, b->dout);
+            p += 2;
+        } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
+            if (!b) sx_ice("$d%c outside a backward template", p[1]);
+            int k = p[1] - '0', dv = b->din[k];
+            /* zb-h1 splits the backward: B computes activation gradients, W parameter ones */
+            if (dv >= 0 && ((g->mode == BW_INPUT && cg_is_param_grad(ir, dv)) ||
+                            (g->mode == BW_WEIGHT && !cg_is_param_grad(ir, dv))))
+                dv = -1;
+            x = dv < 0                ? (char *)g->null_grad
+                : (b->gate >> k) & 1 ? sx_fmt("(e->tp_rank == 0 ? %s : %s)", g->buf(g->gen, dv), g->null_rank)
+                                     : g->buf(g->gen, dv);
+            p += 2;
+        } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
+            x = cg_cdim(ir, op->sz[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'k' && p[1] >= '0' && p[1] <= '3') {
+            x = cg_fmt_float(op->k[p[1] - '0']);
+            p += 2;
+        } else if (p[0] == 'n') {
+            x = cg_cdim(ir, shape_numel(&out->shape));
+            p++;
+        } else if (p[0] == 'N') {
+            Dim n = shape_numel(&out->shape), rows = n;
+            if (out->shape.nd) {
+                Dim last = out->shape.d[out->shape.nd - 1];
+                rows.c = n.c / last.c;
+                for (int i = 0; i < SX_MAXSYM; i++) rows.p[i] = (uint8_t)(n.p[i] - last.p[i]);
+            }
+            x = cg_cdim(ir, rows);
+            p++;
+        } else if (!strncmp(p, "id", 2)) {
+            x = sx_fmt("%du", op->uid); /* the same in every layout */
+            p += 2;
+        } else {
+            sx_ice("bad template operand in '%s'", t);
+        }
+        r = sx_fmt("%s%s", r, x);
+    }
+    return r;
 }

@@ -49,27 +49,7 @@ typedef struct CGen {
     Vec fnames;         /* char*: every function name used in the file */
 } CGen;
 
-enum { BW_FULL = 0, BW_INPUT = 1, BW_WEIGHT = 2 };
 
-static int is_param_grad(CGen *g, int gv)
-{
-    IrValue *v = ir_value(g->ir, gv);
-    return v->kind == VK_GRAD && ir_value(g->ir, v->primal)->kind == VK_PARAM;
-}
-
-static char *cdim(CGen *g, Dim d)
-{
-    char *s = sx_fmt("%lld", (long long)d.c);
-    int syms = 0;
-    for (int i = 0; i < SX_MAXSYM; i++)
-        for (int k = 0; k < d.p[i]; k++) {
-            s = sx_fmt("%s*%s", s, g->ir->symname[i]);
-            syms++;
-        }
-    if (!syms) return s;
-    if (d.c == 1) s += 2; /* drop the "1*" */
-    return sx_fmt("((long)%s)", s);
-}
 
 static const char *src_file(const char *path)
 {
@@ -111,86 +91,14 @@ static char *buf(CGen *g, int id)
     return sx_fmt("%s(%d)", s == ST_I32 ? "I" : s == ST_ACT ? "A" : "F", v->slot);
 }
 
-static char *fmt_float(double x)
-{
-    char b[64];
-    snprintf(b, sizeof b, "%.9g", x);
-    if (!strpbrk(b, ".eEn")) strcat(b, ".0");
-    return sx_fmt("%sf", b);
-}
 
-/* expands a CUDA template of ops.def (operands as in cg_host's expand) */
+static char *buf_cb(void *g, int id) { return buf(g, id); }
+
+/* expands a template of ops.def (compiler/codegen.c) */
 static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b)
 {
-    IrValue *out = ir_value(g->ir, op->out);
-    char *r = "";
-    for (const char *p = t; *p;) {
-        if (*p != '$') {
-            const char *q = strchr(p, '$');
-            size_t n = q ? (size_t)(q - p) : strlen(p);
-            r = sx_fmt("%s%.*s", r, (int)n, p);
-            p += n;
-            continue;
-        }
-        p++;
-        char *x = NULL;
-        if (!strncmp(p, "dims", 4) && p[4] >= '0' && p[4] <= '3') {
-            IrValue *v = ir_value(g->ir, op->in[p[4] - '0']);
-            x = "srk_dims6{{";
-            for (int i = 0; i < 6; i++)
-                x = sx_fmt("%s%s%s", x, i ? ", " : "", i < v->shape.nd ? cdim(g, v->shape.d[i]) : "0");
-            x = sx_fmt("%s}}", x);
-            p += 5;
-        } else if (p[0] >= '0' && p[0] <= '3') {
-            x = buf(g, op->in[p[0] - '0']);
-            p++;
-        } else if (p[0] == 'o') {
-            x = buf(g, op->out);
-            p++;
-        } else if (p[0] == 'a' && (p[1] == '0' || p[1] == '1')) {
-            x = buf(g, op->aux[p[1] - '0']);
-            p += 2;
-        } else if (p[0] == 'd' && p[1] == 'o') {
-            if (!b) sx_ice("$do outside a backward template");
-            x = buf(g, b->dout);
-            p += 2;
-        } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
-            if (!b) sx_ice("$d%c outside a backward template", p[1]);
-            int k = p[1] - '0', dv = b->din[k];
-            /* zb-h1 splits the backward: B computes activation gradients, W parameter ones */
-            if (dv >= 0 && ((g->mode == BW_INPUT && is_param_grad(g, dv)) ||
-                            (g->mode == BW_WEIGHT && !is_param_grad(g, dv))))
-                dv = -1;
-            /* a typed null: the wrappers are templates */
-            x = dv < 0 ? "(float *)0" : (b->gate >> k) & 1 ? sx_fmt("(e->tp_rank == 0 ? %s : nullptr)", buf(g, dv)) : buf(g, dv);
-            p += 2;
-        } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
-            x = cdim(g, op->sz[p[1] - '0']);
-            p += 2;
-        } else if (p[0] == 'k' && p[1] >= '0' && p[1] <= '3') {
-            x = fmt_float(op->k[p[1] - '0']);
-            p += 2;
-        } else if (p[0] == 'n') {
-            x = cdim(g, shape_numel(&out->shape));
-            p++;
-        } else if (p[0] == 'N') {
-            Dim n = shape_numel(&out->shape), rows = n;
-            if (out->shape.nd) {
-                Dim last = out->shape.d[out->shape.nd - 1];
-                rows.c = n.c / last.c;
-                for (int i = 0; i < SX_MAXSYM; i++) rows.p[i] = (uint8_t)(n.p[i] - last.p[i]);
-            }
-            x = cdim(g, rows);
-            p++;
-        } else if (!strncmp(p, "id", 2)) {
-            x = sx_fmt("%du", op->uid); /* the same in every layout */
-            p += 2;
-        } else {
-            sx_ice("bad template operand in '%s'", t);
-        }
-        r = sx_fmt("%s%s", r, x);
-    }
-    return r;
+    CgExpander x = {g->ir, g, buf_cb, "srk_dims6{{", "}}", 6, "(float *)0", "nullptr", g->mode};
+    return cg_expand(&x, t, op, b);
 }
 
 /* ---- storage ------------------------------------------------------------------------ */
@@ -244,10 +152,10 @@ static char *value_bytes(CGen *g, int id)
     int a = g->aux_of_attn[id];
     if (a >= 0) {
         IrOp *op = g->ir->ops.v[a];
-        return sx_fmt("srk_attention_aux_bytes(%s, %s, %s, %s, sizeof(%s))", cdim(g, op->sz[0]), cdim(g, op->sz[1]),
-                      cdim(g, op->sz[2]), cdim(g, op->sz[3]), elem_type(g, op->out));
+        return sx_fmt("srk_attention_aux_bytes(%s, %s, %s, %s, sizeof(%s))", cg_cdim(g->ir, op->sz[0]), cg_cdim(g->ir, op->sz[1]),
+                      cg_cdim(g->ir, op->sz[2]), cg_cdim(g->ir, op->sz[3]), elem_type(g, op->out));
     }
-    return sx_fmt("(size_t)%s * sizeof(%s)", cdim(g, shape_numel(&v->shape)), elem_type(g, id));
+    return sx_fmt("(size_t)%s * sizeof(%s)", cg_cdim(g->ir, shape_numel(&v->shape)), elem_type(g, id));
 }
 
 /* ---- fusion: matmul -> add(bias) [-> gelu] ------------------------------------------------ */
@@ -298,7 +206,7 @@ static int fuse_at(CGen *g, int i, char **call, char **what)
     int a = mm->in[0], w = mm->in[1], va = add->out;
     /* the outputs are written at the matmul: they must not be its inputs' slots */
     if (same_slot(ir, va, a) || same_slot(ir, va, w) || boundary(ir, va)) return 0;
-    char *M = cdim(g, mm->sz[0]), *K = cdim(g, mm->sz[1]), *Ns = cdim(g, N);
+    char *M = cg_cdim(g->ir, mm->sz[0]), *K = cg_cdim(g->ir, mm->sz[1]), *Ns = cg_cdim(g->ir, N);
     if (i + 2 < ir->ops.n) {
         IrOp *ge = ir->ops.v[i + 2];
         if (ge->kind == OP_GELU && fusable(mm, ge) && ge->in[0] == va && va != ir->output && va != g->logits &&
@@ -434,12 +342,12 @@ static void emit_backward(CGen *g, Vec *calls)
         if (b->kind == BWD_FORWARD) {
             any_act = 1;
         } else if (b->kind == BWD_ALLREDUCE) {
-            any_param = is_param_grad(g, b->dout);
+            any_param = cg_is_param_grad(g->ir, b->dout);
             any_act = !any_param;
         } else {
             for (int k = 0; k < 4; k++)
                 if (b->din[k] >= 0) {
-                    if (is_param_grad(g, b->din[k])) any_param = 1;
+                    if (cg_is_param_grad(g->ir, b->din[k])) any_param = 1;
                     else any_act = 1;
                 }
         }
@@ -457,7 +365,7 @@ static void emit_backward(CGen *g, Vec *calls)
         } else if (b->kind == BWD_ALLREDUCE) {
             IrValue *dv = ir_value(ir, b->dout);
             fprintf(g->f, "    SRK_AT(%s, srk_tp_allreduce(e, %s, %s, %s)); /* d%%%d summed over the tensor group */\n",
-                    site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cdim(g, shape_numel(&dv->shape)),
+                    site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)),
                     dv->primal);
         } else {
             const char *tmpl = cg_bwd_template(b, op, 1);
@@ -475,7 +383,7 @@ static void emit_backward(CGen *g, Vec *calls)
                 if (pv->kind == VK_PARAM || g->mode == BW_WEIGHT) continue;
                 if (ir->nstages > 1 && pv->id == ir->stages[g->stage].act_out) continue; /* received */
                 fprintf(g->f, "    SRK_AT(%s, srk_zero(%s, %s)); /* d%%%d %s */\n", site(op, "zero"), buf(g, d),
-                        cdim(g, shape_numel(&dv->shape)), pv->id, shape_str(&dv->shape, ir));
+                        cg_cdim(g->ir, shape_numel(&dv->shape)), pv->id, shape_str(&dv->shape, ir));
             }
             fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
                     expand(g, tmpl, op, b));
@@ -528,16 +436,16 @@ static void emit_defaults(CGen *g, int max_seq)
     fprintf(f, "    program.defaults.steps = %lld;\n", (long long)tnum(P, "steps", 100));
     fprintf(f, "    program.defaults.batch = %d;\n", (int)tnum(P, "batch", 8));
     fprintf(f, "    program.defaults.seq = %d;\n", (int)tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
-    fprintf(f, "    program.defaults.lr = %s;\n", fmt_float(tnum(P, "lr", 3e-4)));
-    fprintf(f, "    program.defaults.min_lr = %s;\n", fmt_float(tnum(P, "min_lr", 0.0)));
+    fprintf(f, "    program.defaults.lr = %s;\n", cg_fmt_float(tnum(P, "lr", 3e-4)));
+    fprintf(f, "    program.defaults.min_lr = %s;\n", cg_fmt_float(tnum(P, "min_lr", 0.0)));
     fprintf(f, "    program.defaults.warmup = %d;\n", (int)tnum(P, "warmup", 0));
     emit_str_field(f, "lr_schedule", sema_find_const(&P->train, "lr_schedule"), "constant");
-    fprintf(f, "    program.defaults.weight_decay = %s;\n", fmt_float(tnum(P, "weight_decay", 0.0)));
-    fprintf(f, "    program.defaults.beta1 = %s;\n", fmt_float(tnum(P, "beta1", 0.9)));
-    fprintf(f, "    program.defaults.beta2 = %s;\n", fmt_float(tnum(P, "beta2", 0.999)));
-    fprintf(f, "    program.defaults.eps = %s;\n", fmt_float(tnum(P, "eps", 1e-8)));
-    fprintf(f, "    program.defaults.grad_clip = %s;\n", fmt_float(tnum(P, "grad_clip", 0.0)));
-    fprintf(f, "    program.defaults.dropout = %s;\n", fmt_float(tnum(P, "dropout", 0.0)));
+    fprintf(f, "    program.defaults.weight_decay = %s;\n", cg_fmt_float(tnum(P, "weight_decay", 0.0)));
+    fprintf(f, "    program.defaults.beta1 = %s;\n", cg_fmt_float(tnum(P, "beta1", 0.9)));
+    fprintf(f, "    program.defaults.beta2 = %s;\n", cg_fmt_float(tnum(P, "beta2", 0.999)));
+    fprintf(f, "    program.defaults.eps = %s;\n", cg_fmt_float(tnum(P, "eps", 1e-8)));
+    fprintf(f, "    program.defaults.grad_clip = %s;\n", cg_fmt_float(tnum(P, "grad_clip", 0.0)));
+    fprintf(f, "    program.defaults.dropout = %s;\n", cg_fmt_float(tnum(P, "dropout", 0.0)));
     fprintf(f, "    program.defaults.seed = %lluull;\n", (unsigned long long)tnum(P, "seed", 1337));
     fprintf(f, "    program.defaults.eval_every = %d;\n", (int)tnum(P, "eval_every", 0));
     fprintf(f, "    program.defaults.save_every = %d;\n", (int)tnum(P, "save_every", 0));
@@ -727,7 +635,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         fprintf(f, ", %d, {", ls->nd);
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
         fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.param_off[i],
-                init_name(p->init), fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
+                init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
                 split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
         emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
         fprintf(f, ", {");

@@ -25,28 +25,7 @@ typedef struct Gen {
     Vec fnames;         /* char*: every function name used in the file */
 } Gen;
 
-enum { BW_FULL = 0, BW_INPUT = 1, BW_WEIGHT = 2 };
 
-static int is_param_grad(Gen *g, int gv)
-{
-    IrValue *v = ir_value(g->ir, gv);
-    return v->kind == VK_GRAD && ir_value(g->ir, v->primal)->kind == VK_PARAM;
-}
-
-/* C expression for a dimension, as long arithmetic over B and T */
-static char *cdim(Gen *g, Dim d)
-{
-    char *s = sx_fmt("%lld", (long long)d.c);
-    int syms = 0;
-    for (int i = 0; i < SX_MAXSYM; i++)
-        for (int k = 0; k < d.p[i]; k++) {
-            s = sx_fmt("%s*%s", s, g->ir->symname[i]);
-            syms++;
-        }
-    if (!syms) return s;
-    if (d.c == 1) s += 2; /* drop the "1*" */
-    return sx_fmt("((long)%s)", s);
-}
 
 static char *shape_comment(Gen *g, const IrValue *v) { return shape_str(&v->shape, g->ir); }
 
@@ -85,84 +64,14 @@ static char *buf(Gen *g, int id)
     return sx_fmt("%s(%d)", v->dtype == DT_I32 ? "I" : "F", v->slot);
 }
 
-static char *fmt_float(double x)
-{
-    char b[64];
-    snprintf(b, sizeof b, "%.9g", x);
-    if (!strpbrk(b, ".eEn")) strcat(b, ".0");
-    return sx_fmt("%sf", b);
-}
 
-/* expand a kernel-call template of ops.def */
+static char *buf_cb(void *g, int id) { return buf(g, id); }
+
+/* expands a template of ops.def (compiler/codegen.c) */
 static char *expand(Gen *g, const char *t, IrOp *op, const IrBwd *b)
 {
-    IrValue *out = ir_value(g->ir, op->out);
-    char *r = "";
-    for (const char *p = t; *p;) {
-        if (*p != '$') {
-            const char *q = strchr(p, '$');
-            size_t n = q ? (size_t)(q - p) : strlen(p);
-            r = sx_fmt("%s%.*s", r, (int)n, p);
-            p += n;
-            continue;
-        }
-        p++;
-        char *x = NULL;
-        if (!strncmp(p, "dims", 4) && p[4] >= '0' && p[4] <= '3') {
-            IrValue *v = ir_value(g->ir, op->in[p[4] - '0']);
-            x = "(const long[]){";
-            for (int i = 0; i < v->shape.nd; i++) x = sx_fmt("%s%s%s", x, i ? ", " : "", cdim(g, v->shape.d[i]));
-            x = sx_fmt("%s}", x);
-            p += 5;
-        } else if (p[0] >= '0' && p[0] <= '3') {
-            x = buf(g, op->in[p[0] - '0']);
-            p++;
-        } else if (p[0] == 'o') {
-            x = buf(g, op->out);
-            p++;
-        } else if (p[0] == 'a' && (p[1] == '0' || p[1] == '1')) {
-            x = buf(g, op->aux[p[1] - '0']);
-            p += 2;
-        } else if (p[0] == 'd' && p[1] == 'o') {
-            if (!b) sx_ice("$do outside a backward template");
-            x = buf(g, b->dout);
-            p += 2;
-        } else if (p[0] == 'd' && p[1] >= '0' && p[1] <= '3') {
-            if (!b) sx_ice("$d%c outside a backward template", p[1]);
-            int k = p[1] - '0', dv = b->din[k];
-            /* zb-h1 splits the backward: B computes activation gradients, W parameter ones */
-            if (dv >= 0 && ((g->mode == BW_INPUT && is_param_grad(g, dv)) ||
-                            (g->mode == BW_WEIGHT && !is_param_grad(g, dv))))
-                dv = -1;
-            x = dv < 0 ? "NULL" : (b->gate >> k) & 1 ? sx_fmt("(e->tp_rank == 0 ? %s : NULL)", buf(g, dv)) : buf(g, dv);
-            p += 2;
-        } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
-            x = cdim(g, op->sz[p[1] - '0']);
-            p += 2;
-        } else if (p[0] == 'k' && p[1] >= '0' && p[1] <= '3') {
-            x = fmt_float(op->k[p[1] - '0']);
-            p += 2;
-        } else if (p[0] == 'n') {
-            x = cdim(g, shape_numel(&out->shape));
-            p++;
-        } else if (p[0] == 'N') {
-            Dim n = shape_numel(&out->shape), rows = n;
-            if (out->shape.nd) {
-                Dim last = out->shape.d[out->shape.nd - 1];
-                rows.c = n.c / last.c;
-                for (int i = 0; i < SX_MAXSYM; i++) rows.p[i] = (uint8_t)(n.p[i] - last.p[i]);
-            }
-            x = cdim(g, rows);
-            p++;
-        } else if (!strncmp(p, "id", 2)) {
-            x = sx_fmt("%du", op->uid); /* the same in every layout */
-            p += 2;
-        } else {
-            sx_ice("bad template operand in '%s'", t);
-        }
-        r = sx_fmt("%s%s", r, x);
-    }
-    return r;
+    CgExpander x = {g->ir, g, buf_cb, "(const long[]){", "}", 0, "NULL", "NULL", g->mode};
+    return cg_expand(&x, t, op, b);
 }
 
 /* the function a block instance's code goes to: the scope up to the repeat
@@ -272,12 +181,12 @@ static void emit_backward(Gen *g, Vec *calls)
         if (b->kind == BWD_FORWARD) {
             any_act = 1;
         } else if (b->kind == BWD_ALLREDUCE) {
-            any_param = is_param_grad(g, b->dout);
+            any_param = cg_is_param_grad(g->ir, b->dout);
             any_act = !any_param;
         } else {
             for (int k = 0; k < 4; k++)
                 if (b->din[k] >= 0) {
-                    if (is_param_grad(g, b->din[k])) any_param = 1;
+                    if (cg_is_param_grad(g->ir, b->din[k])) any_param = 1;
                     else any_act = 1;
                 }
         }
@@ -296,7 +205,7 @@ static void emit_backward(Gen *g, Vec *calls)
         } else if (b->kind == BWD_ALLREDUCE) {
             IrValue *dv = ir_value(ir, b->dout);
             fprintf(g->f, "    sr_tp_allreduce(e, %s, %s, %s); /* d%%%d summed over the tensor group */\n",
-                    buf(g, b->dout), buf(g, b->dout), cdim(g, shape_numel(&dv->shape)), dv->primal);
+                    buf(g, b->dout), buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)), dv->primal);
         } else {
         fprintf(g->f, "    /* %s:%d  d %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
         for (int k = 0; k < op->nin; k++) {
@@ -307,7 +216,7 @@ static void emit_backward(Gen *g, Vec *calls)
             g->zeroed[d] = 1;
             if (pv->kind == VK_PARAM || g->mode == BW_WEIGHT) continue;
             if (ir->nstages > 1 && pv->id == ir->stages[g->stage].act_out) continue; /* received */
-            fprintf(g->f, "    sr_zero(%s, %s); /* d%%%d %s */\n", buf(g, d), cdim(g, shape_numel(&dv->shape)),
+            fprintf(g->f, "    sr_zero(%s, %s); /* d%%%d %s */\n", buf(g, d), cg_cdim(g->ir, shape_numel(&dv->shape)),
                     pv->id, shape_comment(g, dv));
         }
         fprintf(g->f, "    %s;\n", expand(g, cg_bwd_template(b, op, 0), op, b));
@@ -351,15 +260,15 @@ static void emit_defaults(Gen *g, int max_seq)
     fprintf(f, "    .defaults = {\n");
     fprintf(f, "        .steps = %lld, .batch = %d, .seq = %d,\n", (long long)tnum(P, "steps", 100),
             (int)tnum(P, "batch", 8), (int)tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
-    fprintf(f, "        .lr = %s, .min_lr = %s, .warmup = %d,\n", fmt_float(tnum(P, "lr", 3e-4)),
-            fmt_float(tnum(P, "min_lr", 0.0)), (int)tnum(P, "warmup", 0));
+    fprintf(f, "        .lr = %s, .min_lr = %s, .warmup = %d,\n", cg_fmt_float(tnum(P, "lr", 3e-4)),
+            cg_fmt_float(tnum(P, "min_lr", 0.0)), (int)tnum(P, "warmup", 0));
     fprintf(f, "        .lr_schedule = ");
     emit_cstr(f, sched && sched->is_str ? sched->s : "constant");
     fprintf(f, ",\n        .weight_decay = %s, .beta1 = %s, .beta2 = %s, .eps = %s,\n",
-            fmt_float(tnum(P, "weight_decay", 0.0)), fmt_float(tnum(P, "beta1", 0.9)),
-            fmt_float(tnum(P, "beta2", 0.999)), fmt_float(tnum(P, "eps", 1e-8)));
-    fprintf(f, "        .grad_clip = %s, .dropout = %s, .seed = %lluull,\n", fmt_float(tnum(P, "grad_clip", 0.0)),
-            fmt_float(tnum(P, "dropout", 0.0)), (unsigned long long)tnum(P, "seed", 1337));
+            cg_fmt_float(tnum(P, "weight_decay", 0.0)), cg_fmt_float(tnum(P, "beta1", 0.9)),
+            cg_fmt_float(tnum(P, "beta2", 0.999)), cg_fmt_float(tnum(P, "eps", 1e-8)));
+    fprintf(f, "        .grad_clip = %s, .dropout = %s, .seed = %lluull,\n", cg_fmt_float(tnum(P, "grad_clip", 0.0)),
+            cg_fmt_float(tnum(P, "dropout", 0.0)), (unsigned long long)tnum(P, "seed", 1337));
     fprintf(f, "        .eval_every = %d, .save_every = %d, .microbatches = %d,\n", (int)tnum(P, "eval_every", 0),
             (int)tnum(P, "save_every", 0), P->layout.microbatches);
     fprintf(f, "        .data = ");
@@ -523,7 +432,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         fprintf(f, ", %d, {", ls->nd);
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
         fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.L.global[i],
-                init_name(p->init), fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
+                init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
                 split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
         emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
         fprintf(f, ", {");

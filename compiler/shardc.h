@@ -425,6 +425,27 @@ typedef struct ParamLayout {
 } ParamLayout;
 void cg_param_layout(Program *P, int64_t align, ParamLayout *L);
 
+/* codegen.c: the ops.def call templates, expanded for either back end.
+ * $0..$3 inputs, $o output, $a0/$a1 aux, $do/$d0..$d3 gradients, $s0..$s3
+ * sizes, $k0..$k3 constants, $n elements, $N rows, $dims0..3 shapes, $id the
+ * op's layout-independent number. A back end gives its buffer expressions
+ * (buf), how a shape array is written and how a missing gradient is. */
+enum { BW_FULL = 0, BW_INPUT = 1, BW_WEIGHT = 2 }; /* backward: whole, zb-h1 B, zb-h1 W */
+typedef struct CgExpander {
+    Ir *ir;
+    void *gen;
+    char *(*buf)(void *gen, int value);
+    const char *dims_open, *dims_close; /* around a $dims list */
+    int dims_pad;                       /* the list padded with 0 to this many */
+    const char *null_grad;              /* a gradient nobody needs */
+    const char *null_rank;              /* the other ranks' side of a rank-0-only gradient */
+    int mode;                           /* BW_* */
+} CgExpander;
+char *cg_expand(const CgExpander *x, const char *t, IrOp *op, const IrBwd *b);
+int cg_is_param_grad(Ir *ir, int gv);
+char *cg_cdim(Ir *ir, Dim d);   /* C expression of a dimension, long arithmetic over B and T */
+char *cg_fmt_float(double x);   /* a float literal */
+
 /* codegen_host.c: C source for the host backend */
 int cg_host(Program *P, FILE *out, const char *source_path);
 
