@@ -58,33 +58,43 @@ void sr_tp_allgather_bwd(sr_exec *e, float *dx, const float *dout, long outer, l
     }
 }
 
+/* out (outer, local, inner) = this rank's block of in (outer, tp*local, inner)
+ * summed over the tensor group */
+static void seq_reduce_scatter(sr_exec *e, float *out, const float *in, long outer, long local, long inner,
+                               const char *what)
+{
+    int tp = e->tp > 0 ? e->tp : 1;
+    long blk = outer * local * inner;
+    float *tmp = malloc(sizeof(float) * (size_t)(blk * tp + 1));
+    if (!tmp) {
+        sr_seterr(SR_ERR_NOMEM, "out of memory");
+        fatal("reduce-scatter");
+    }
+    /* in (outer, tp*local, inner) -> tmp (tp, outer, local, inner): rank r's block */
+    for (int r = 0; r < tp; r++)
+        for (long o = 0; o < outer; o++)
+            memcpy(tmp + r * blk + o * local * inner, in + (o * tp * local + r * local) * inner,
+                   sizeof(float) * (size_t)(local * inner));
+    if (tp == 1) memcpy(out, tmp, sizeof(float) * (size_t)blk);
+    else if (sr_comm_reduce_scatter(e->tp_comm, tmp, out, blk, what, NULL) != SR_OK) fatal("reduce-scatter");
+    free(tmp);
+}
+
 /* dx (outer, local, inner) += this rank's block of dout (outer, tp*local, inner)
  * summed over the tensor group: one reduce-scatter where a partial dout was
  * all-reduced and then sliced (compiler/autodiff.c folds the two) */
 void sr_tp_allgather_bwd_rs(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner)
 {
     if (!dx) return;
-    int tp = e->tp > 0 ? e->tp : 1;
     long blk = outer * local * inner;
-    float *tmp = malloc(sizeof(float) * (size_t)(blk * (tp + 1) + 1));
-    if (!tmp) {
+    float *sum = malloc(sizeof(float) * (size_t)(blk + 1));
+    if (!sum) {
         sr_seterr(SR_ERR_NOMEM, "out of memory");
         fatal("reduce-scatter");
     }
-    float *recv = tmp + blk * tp;
-    /* dout (outer, tp*local, inner) -> tmp (tp, outer, local, inner): rank r's block */
-    for (int r = 0; r < tp; r++)
-        for (long o = 0; o < outer; o++)
-            memcpy(tmp + r * blk + o * local * inner, dout + (o * tp * local + r * local) * inner,
-                   sizeof(float) * (size_t)(local * inner));
-    if (tp > 1) {
-        if (sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, "activation grad", NULL) != SR_OK)
-            fatal("reduce-scatter");
-    } else {
-        memcpy(recv, tmp, sizeof(float) * (size_t)blk);
-    }
-    for (long i = 0; i < blk; i++) dx[i] += recv[i];
-    free(tmp);
+    seq_reduce_scatter(e, sum, dout, outer, local, inner, "activation grad");
+    for (long i = 0; i < blk; i++) dx[i] += sum[i];
+    free(sum);
 }
 
 void sr_embedding_vp_fwd(float *out, const float *w, const int32_t *idx, int N, int D, int Vl, int rank)
@@ -232,20 +242,7 @@ void sr_param_shard(const sr_param_desc *d, int rank, float *full, float *local,
 
 void sr_tp_reduce_scatter(sr_exec *e, float *out, const float *in, long outer, long local, long inner)
 {
-    int tp = e->tp;
-    long blk = outer * local * inner;
-    float *tmp = malloc(sizeof(float) * (size_t)(blk * tp + 1));
-    if (!tmp) {
-        sr_seterr(SR_ERR_NOMEM, "out of memory");
-        fatal("reduce-scatter");
-    }
-    /* in (outer, tp*local, inner) -> tmp (tp, outer, local, inner): rank r's block */
-    for (int r = 0; r < tp; r++)
-        for (long o = 0; o < outer; o++)
-            memcpy(tmp + r * blk + o * local * inner, in + (o * tp * local + r * local) * inner,
-                   sizeof(float) * (size_t)(local * inner));
-    if (sr_comm_reduce_scatter(e->tp_comm, tmp, out, blk, "activation", NULL) != SR_OK) fatal("reduce-scatter");
-    free(tmp);
+    seq_reduce_scatter(e, out, in, outer, local, inner, "activation");
 }
 
 void sr_tp_reduce_scatter_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner)

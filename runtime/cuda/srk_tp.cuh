@@ -114,27 +114,34 @@ __global__ void tp_scatter_permute_kernel(float *tmp, const TI *in, long outer, 
         tmp[e] = srk_ld(in[(o * tp + r) * local * inner + li]);
     }
 }
+/* this rank's block of in (outer, tp*local, inner) summed over the group, as float
+ * (outer, local, inner) in scratch; NULL after an error (already reported) */
+template <class TI>
+const float *srk_tp_seq_reduce_scatter(sr_exec *e, const TI *in, long outer, long local, long inner,
+                                       const char *what)
+{
+    long blk = outer * local * inner;
+    int tp = e->tp > 0 ? e->tp : 1;
+    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
+    float *recv = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
+    if (!tmp || !recv) return NULL;
+    SR_LAUNCH(tp_scatter_permute_kernel<TI>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+              tmp, in, outer, local, inner, tp);
+    if (srk_ctx.failed) return NULL;
+    if (tp == 1) return tmp;
+    sr_req *q = NULL;
+    if (srk_tp_then(sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, what, &q), &q) != SR_OK)
+        srk_tp_fatal("reduce-scatter");
+    return recv;
+}
 /* out (outer, local, inner) = this rank's block of in (outer, tp*local, inner) summed over the group */
 template <class TO, class TI>
 void srk_tp_reduce_scatter(sr_exec *e, TO *out, const TI *in, long outer, long local, long inner)
 {
     long blk = outer * local * inner;
     if (blk <= 0) return;
-    int tp = e->tp > 0 ? e->tp : 1;
-    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
-    float *recv = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
-    if (!tmp || !recv) return;
-    SR_LAUNCH(tp_scatter_permute_kernel<TI>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-              tmp, in, outer, local, inner, tp);
-    if (tp > 1) {
-        if (srk_ctx.failed) return;
-        sr_req *q = NULL;
-        if (srk_tp_then(sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, "activation", &q), &q) != SR_OK)
-            srk_tp_fatal("reduce-scatter");
-        srk_copy(out, recv, blk);
-    } else {
-        srk_copy(out, tmp, blk);
-    }
+    const float *sum = srk_tp_seq_reduce_scatter(e, in, outer, local, inner, "activation");
+    if (sum) srk_copy(out, sum, blk);
 }
 /* dx (outer, local, inner) += this rank's block of dout (outer, tp*local, inner) summed
  * over the group: the all-gather's backward on a partial dout, one reduce-scatter
@@ -144,21 +151,8 @@ void srk_tp_allgather_bwd_rs(sr_exec *e, TD *dx, const TG *dout, long outer, lon
 {
     long blk = outer * local * inner;
     if (!dx || blk <= 0) return;
-    int tp = e->tp > 0 ? e->tp : 1;
-    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
-    float *recv = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
-    if (!tmp || !recv) return;
-    SR_LAUNCH(tp_scatter_permute_kernel<TG>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-              tmp, dout, outer, local, inner, tp);
-    if (srk_ctx.failed) return;
-    if (tp > 1) {
-        sr_req *q = NULL;
-        if (srk_tp_then(sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, "activation grad", &q), &q) != SR_OK)
-            srk_tp_fatal("reduce-scatter");
-        srk_add_bwd(dx, (float *)NULL, (const float *)recv, blk, blk);
-    } else {
-        srk_add_bwd(dx, (float *)NULL, (const float *)tmp, blk, blk);
-    }
+    const float *sum = srk_tp_seq_reduce_scatter(e, dout, outer, local, inner, "activation grad");
+    if (sum) srk_add_bwd(dx, (float *)NULL, sum, blk, blk);
 }
 
 /* dx (outer, tp*local, inner) += dout (outer, local, inner) gathered from the group */
