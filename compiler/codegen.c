@@ -234,3 +234,48 @@ char *cg_expand(const CgExpander *g, const char *t, IrOp *op, const IrBwd *b)
     }
     return r;
 }
+
+double cg_tnum(Program *P, const char *name, double dflt)
+{
+    const Const *c = sema_find_const(&P->train, name);
+    if (!c || c->is_str) return dflt;
+    return c->is_float ? c->f : (double)c->i;
+}
+
+void cg_emit_cstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 32 || c >= 127) fprintf(f, "\\%03o", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+char *cg_config_json(Program *P)
+{
+    char *s = "{";
+    for (int i = 0; i < P->config.n; i++) {
+        Const *c = P->config.v[i];
+        char *v;
+        if (c->is_str) {
+            v = "\"";
+            for (const char *p = c->s; *p; p++) {
+                unsigned char ch = (unsigned char)*p;
+                if (ch == '"' || ch == '\\') v = sx_fmt("%s\\%c", v, ch);
+                else if (ch < 32) v = sx_fmt("%s\\u%04x", v, ch);
+                else v = sx_fmt("%s%c", v, ch);
+            }
+            v = sx_fmt("%s\"", v);
+        } else if (c->is_float) {
+            v = sx_fmt("%.17g", c->f);
+            if (!strpbrk(v, ".eEn")) v = sx_fmt("%s.0", v);
+        } else {
+            v = sx_fmt("%lld", c->i);
+        }
+        s = sx_fmt("%s%s\"%s\": %s", s, i ? ", " : "", c->name, v);
+    }
+    return sx_fmt("%s}", s);
+}

@@ -110,18 +110,6 @@ static int boundary(const Ir *ir, int id)
     return 0;
 }
 
-/* the stage whose workspace holds a value (memplan's rule), -1 outside */
-static int home(const Ir *ir, const IrValue *v)
-{
-    if (v->kind == VK_OP || v->kind == VK_AUX) return ((IrOp *)ir->ops.v[v->def])->pstage;
-    if (v->kind != VK_GRAD) return -1;
-    const IrValue *p = ir->values.v[v->primal];
-    if (p->kind == VK_PARAM || p->kind == VK_INPUT) return -1;
-    int s = ((IrOp *)ir->ops.v[p->def])->pstage;
-    if (ir->nstages > 1 && ir->stages[s].act_out == p->id) return -1; /* a runtime buffer */
-    return s;
-}
-
 static void plan_storage(CGen *g)
 {
     Ir *ir = g->ir;
@@ -160,7 +148,7 @@ static char *value_bytes(CGen *g, int id)
 
 /* ---- fusion: matmul -> add(bias) [-> gelu] ------------------------------------------------ */
 /* in the workspace (memplan's rule): op outputs, aux buffers, activation gradients */
-static int in_ws_ir(const Ir *ir, const IrValue *v) { return home(ir, v) >= 0; }
+static int in_ws_ir(const Ir *ir, const IrValue *v) { return mp_home(ir, v) >= 0; }
 
 static int forward_readers(Ir *ir, int v)
 {
@@ -182,7 +170,7 @@ static int same_slot(Ir *ir, int a, int b)
 {
     IrValue *x = ir_value(ir, a), *y = ir_value(ir, b);
     return x->slot >= 0 && y->slot >= 0 && x->slot == y->slot && in_ws_ir(ir, x) && in_ws_ir(ir, y) &&
-           home(ir, x) == home(ir, y);
+           mp_home(ir, x) == mp_home(ir, y);
 }
 
 /* an op the fused call can swallow: the next one in the same stage's forward */
@@ -401,30 +389,11 @@ static void emit_backward(CGen *g, Vec *calls)
 /* ---- the program descriptor (assignments in main: robust to field order) ------------------ */
 static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
 
-static void emit_cstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 32 || c >= 127) fprintf(f, "\\%03o", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static double tnum(Program *P, const char *name, double dflt)
-{
-    const Const *c = sema_find_const(&P->train, name);
-    if (!c || c->is_str) return dflt;
-    return c->is_float ? c->f : (double)c->i;
-}
-
 static void emit_str_field(FILE *f, const char *field, const Const *c, const char *dflt)
 {
     fprintf(f, "    program.defaults.%s = ", field);
-    if (c && c->is_str) emit_cstr(f, c->s);
-    else if (dflt) emit_cstr(f, dflt);
+    if (c && c->is_str) cg_emit_cstr(f, c->s);
+    else if (dflt) cg_emit_cstr(f, dflt);
     else fprintf(f, "NULL");
     fprintf(f, ";\n");
 }
@@ -433,51 +402,25 @@ static void emit_defaults(CGen *g, int max_seq)
 {
     Program *P = g->P;
     FILE *f = g->f;
-    fprintf(f, "    program.defaults.steps = %lld;\n", (long long)tnum(P, "steps", 100));
-    fprintf(f, "    program.defaults.batch = %d;\n", (int)tnum(P, "batch", 8));
-    fprintf(f, "    program.defaults.seq = %d;\n", (int)tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
-    fprintf(f, "    program.defaults.lr = %s;\n", cg_fmt_float(tnum(P, "lr", 3e-4)));
-    fprintf(f, "    program.defaults.min_lr = %s;\n", cg_fmt_float(tnum(P, "min_lr", 0.0)));
-    fprintf(f, "    program.defaults.warmup = %d;\n", (int)tnum(P, "warmup", 0));
+    fprintf(f, "    program.defaults.steps = %lld;\n", (long long)cg_tnum(P, "steps", 100));
+    fprintf(f, "    program.defaults.batch = %d;\n", (int)cg_tnum(P, "batch", 8));
+    fprintf(f, "    program.defaults.seq = %d;\n", (int)cg_tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
+    fprintf(f, "    program.defaults.lr = %s;\n", cg_fmt_float(cg_tnum(P, "lr", 3e-4)));
+    fprintf(f, "    program.defaults.min_lr = %s;\n", cg_fmt_float(cg_tnum(P, "min_lr", 0.0)));
+    fprintf(f, "    program.defaults.warmup = %d;\n", (int)cg_tnum(P, "warmup", 0));
     emit_str_field(f, "lr_schedule", sema_find_const(&P->train, "lr_schedule"), "constant");
-    fprintf(f, "    program.defaults.weight_decay = %s;\n", cg_fmt_float(tnum(P, "weight_decay", 0.0)));
-    fprintf(f, "    program.defaults.beta1 = %s;\n", cg_fmt_float(tnum(P, "beta1", 0.9)));
-    fprintf(f, "    program.defaults.beta2 = %s;\n", cg_fmt_float(tnum(P, "beta2", 0.999)));
-    fprintf(f, "    program.defaults.eps = %s;\n", cg_fmt_float(tnum(P, "eps", 1e-8)));
-    fprintf(f, "    program.defaults.grad_clip = %s;\n", cg_fmt_float(tnum(P, "grad_clip", 0.0)));
-    fprintf(f, "    program.defaults.dropout = %s;\n", cg_fmt_float(tnum(P, "dropout", 0.0)));
-    fprintf(f, "    program.defaults.seed = %lluull;\n", (unsigned long long)tnum(P, "seed", 1337));
-    fprintf(f, "    program.defaults.eval_every = %d;\n", (int)tnum(P, "eval_every", 0));
-    fprintf(f, "    program.defaults.save_every = %d;\n", (int)tnum(P, "save_every", 0));
+    fprintf(f, "    program.defaults.weight_decay = %s;\n", cg_fmt_float(cg_tnum(P, "weight_decay", 0.0)));
+    fprintf(f, "    program.defaults.beta1 = %s;\n", cg_fmt_float(cg_tnum(P, "beta1", 0.9)));
+    fprintf(f, "    program.defaults.beta2 = %s;\n", cg_fmt_float(cg_tnum(P, "beta2", 0.999)));
+    fprintf(f, "    program.defaults.eps = %s;\n", cg_fmt_float(cg_tnum(P, "eps", 1e-8)));
+    fprintf(f, "    program.defaults.grad_clip = %s;\n", cg_fmt_float(cg_tnum(P, "grad_clip", 0.0)));
+    fprintf(f, "    program.defaults.dropout = %s;\n", cg_fmt_float(cg_tnum(P, "dropout", 0.0)));
+    fprintf(f, "    program.defaults.seed = %lluull;\n", (unsigned long long)cg_tnum(P, "seed", 1337));
+    fprintf(f, "    program.defaults.eval_every = %d;\n", (int)cg_tnum(P, "eval_every", 0));
+    fprintf(f, "    program.defaults.save_every = %d;\n", (int)cg_tnum(P, "save_every", 0));
     fprintf(f, "    program.defaults.microbatches = %d;\n", P->layout.microbatches);
     emit_str_field(f, "data", sema_find_const(&P->train, "data"), NULL);
     emit_str_field(f, "val_data", sema_find_const(&P->train, "val_data"), NULL);
-}
-
-static char *config_json(Program *P)
-{
-    char *s = "{";
-    for (int i = 0; i < P->config.n; i++) {
-        Const *c = P->config.v[i];
-        char *v;
-        if (c->is_str) {
-            v = "\"";
-            for (const char *p = c->s; *p; p++) {
-                unsigned char ch = (unsigned char)*p;
-                if (ch == '"' || ch == '\\') v = sx_fmt("%s\\%c", v, ch);
-                else if (ch < 32) v = sx_fmt("%s\\u%04x", v, ch);
-                else v = sx_fmt("%s%c", v, ch);
-            }
-            v = sx_fmt("%s\"", v);
-        } else if (c->is_float) {
-            v = sx_fmt("%.17g", c->f);
-            if (!strpbrk(v, ".eEn")) v = sx_fmt("%s.0", v);
-        } else {
-            v = sx_fmt("%lld", c->i);
-        }
-        s = sx_fmt("%s%s\"%s\": %s", s, i ? ", " : "", c->name, v);
-    }
-    return sx_fmt("%s}", s);
 }
 
 /* one pipeline stage (the whole model without a pipeline): its workspace
@@ -508,7 +451,7 @@ static void emit_stage(CGen *g, int s, int logits)
         Vec seen = {0};
         for (int i = 0; i < ir->values.n; i++) {
             IrValue *v = ir->values.v[i];
-            if (v->slot != k || home(ir, v) != s) continue;
+            if (v->slot != k || mp_home(ir, v) != s) continue;
             char *e = value_bytes(g, i);
             int dup = 0;
             for (int q = 0; q < seen.n; q++) dup |= !strcmp(seen.v[q], e);
@@ -631,13 +574,13 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         const Shape *ls = &ir_value(ir, p->value)->shape; /* local: split dim / tp */
         int split = p->sh.kind == SH_SPLIT && P->layout.tp > 1;
         fprintf(f, "    {");
-        emit_cstr(f, p->name);
+        cg_emit_cstr(f, p->name);
         fprintf(f, ", %d, {", ls->nd);
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
         fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.param_off[i],
                 init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
                 split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
-        emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
+        cg_emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
         fprintf(f, ", {");
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
         fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
@@ -693,9 +636,9 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         fprintf(f, "    stages[%d].n_params = %d;\n    stages[%d].params = stage%d_params;\n", st, nused[st], st, st);
     }
     fprintf(f, "    program.name = ");
-    emit_cstr(f, ir->model_name);
+    cg_emit_cstr(f, ir->model_name);
     fprintf(f, ";\n    program.source = ");
-    emit_cstr(f, source_path);
+    cg_emit_cstr(f, source_path);
     fprintf(f, ";\n    program.n_params = %d;\n    program.params = params;\n", ir->params.n);
     fprintf(f, "    program.n_param_floats = N_PARAM_FLOATS;\n");
     fprintf(f, "    program.vocab = %d;\n    program.max_seq = %d;\n    program.tp = %d;\n", vocab, max_seq, P->layout.tp);
@@ -713,7 +656,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
                    "    program.rank_param_offsets = rank_param_offsets;\n");
     emit_defaults(&g, max_seq);
     fprintf(f, "    program.config_json = ");
-    emit_cstr(f, config_json(P));
+    cg_emit_cstr(f, cg_config_json(P));
     fprintf(f, ";\n    program.backend = &sr_backend_cuda;\n");
     fprintf(f, "#ifdef SR_NO_MAIN /* tests: hand the program over instead of running it */\n");
     fprintf(f, "    (void)argc;\n    *(const sr_program **)argv = &program;\n    return 0;\n#else\n");

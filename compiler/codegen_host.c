@@ -231,79 +231,33 @@ static void emit_backward(Gen *g, Vec *calls)
 
 static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
 
-static void emit_cstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 32 || c >= 127) fprintf(f, "\\%03o", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static const Const *tconst(Program *P, const char *name) { return sema_find_const(&P->train, name); }
-
-static double tnum(Program *P, const char *name, double dflt)
-{
-    const Const *c = tconst(P, name);
-    if (!c || c->is_str) return dflt;
-    return c->is_float ? c->f : (double)c->i;
-}
-
 static void emit_defaults(Gen *g, int max_seq)
 {
     Program *P = g->P;
     FILE *f = g->f;
-    const Const *sched = tconst(P, "lr_schedule"), *data = tconst(P, "data"), *val = tconst(P, "val_data");
+    const Const *sched = sema_find_const(&P->train, "lr_schedule");
+    const Const *data = sema_find_const(&P->train, "data"), *val = sema_find_const(&P->train, "val_data");
     fprintf(f, "    .defaults = {\n");
-    fprintf(f, "        .steps = %lld, .batch = %d, .seq = %d,\n", (long long)tnum(P, "steps", 100),
-            (int)tnum(P, "batch", 8), (int)tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
-    fprintf(f, "        .lr = %s, .min_lr = %s, .warmup = %d,\n", cg_fmt_float(tnum(P, "lr", 3e-4)),
-            cg_fmt_float(tnum(P, "min_lr", 0.0)), (int)tnum(P, "warmup", 0));
+    fprintf(f, "        .steps = %lld, .batch = %d, .seq = %d,\n", (long long)cg_tnum(P, "steps", 100),
+            (int)cg_tnum(P, "batch", 8), (int)cg_tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
+    fprintf(f, "        .lr = %s, .min_lr = %s, .warmup = %d,\n", cg_fmt_float(cg_tnum(P, "lr", 3e-4)),
+            cg_fmt_float(cg_tnum(P, "min_lr", 0.0)), (int)cg_tnum(P, "warmup", 0));
     fprintf(f, "        .lr_schedule = ");
-    emit_cstr(f, sched && sched->is_str ? sched->s : "constant");
+    cg_emit_cstr(f, sched && sched->is_str ? sched->s : "constant");
     fprintf(f, ",\n        .weight_decay = %s, .beta1 = %s, .beta2 = %s, .eps = %s,\n",
-            cg_fmt_float(tnum(P, "weight_decay", 0.0)), cg_fmt_float(tnum(P, "beta1", 0.9)),
-            cg_fmt_float(tnum(P, "beta2", 0.999)), cg_fmt_float(tnum(P, "eps", 1e-8)));
-    fprintf(f, "        .grad_clip = %s, .dropout = %s, .seed = %lluull,\n", cg_fmt_float(tnum(P, "grad_clip", 0.0)),
-            cg_fmt_float(tnum(P, "dropout", 0.0)), (unsigned long long)tnum(P, "seed", 1337));
-    fprintf(f, "        .eval_every = %d, .save_every = %d, .microbatches = %d,\n", (int)tnum(P, "eval_every", 0),
-            (int)tnum(P, "save_every", 0), P->layout.microbatches);
+            cg_fmt_float(cg_tnum(P, "weight_decay", 0.0)), cg_fmt_float(cg_tnum(P, "beta1", 0.9)),
+            cg_fmt_float(cg_tnum(P, "beta2", 0.999)), cg_fmt_float(cg_tnum(P, "eps", 1e-8)));
+    fprintf(f, "        .grad_clip = %s, .dropout = %s, .seed = %lluull,\n", cg_fmt_float(cg_tnum(P, "grad_clip", 0.0)),
+            cg_fmt_float(cg_tnum(P, "dropout", 0.0)), (unsigned long long)cg_tnum(P, "seed", 1337));
+    fprintf(f, "        .eval_every = %d, .save_every = %d, .microbatches = %d,\n", (int)cg_tnum(P, "eval_every", 0),
+            (int)cg_tnum(P, "save_every", 0), P->layout.microbatches);
     fprintf(f, "        .data = ");
-    if (data && data->is_str) emit_cstr(f, data->s);
+    if (data && data->is_str) cg_emit_cstr(f, data->s);
     else fprintf(f, "NULL");
     fprintf(f, ", .val_data = ");
-    if (val && val->is_str) emit_cstr(f, val->s);
+    if (val && val->is_str) cg_emit_cstr(f, val->s);
     else fprintf(f, "NULL");
     fprintf(f, ",\n    },\n");
-}
-
-static char *config_json(Program *P)
-{
-    char *s = "{";
-    for (int i = 0; i < P->config.n; i++) {
-        Const *c = P->config.v[i];
-        char *v;
-        if (c->is_str) {
-            v = "\"";
-            for (const char *p = c->s; *p; p++) {
-                unsigned char ch = (unsigned char)*p;
-                if (ch == '"' || ch == '\\') v = sx_fmt("%s\\%c", v, ch);
-                else if (ch < 32) v = sx_fmt("%s\\u%04x", v, ch);
-                else v = sx_fmt("%s%c", v, ch);
-            }
-            v = sx_fmt("%s\"", v);
-        } else if (c->is_float) {
-            v = sx_fmt("%.17g", c->f);
-            if (!strpbrk(v, ".eEn")) v = sx_fmt("%s.0", v);
-        } else {
-            v = sx_fmt("%lld", c->i);
-        }
-        s = sx_fmt("%s%s\"%s\": %s", s, i ? ", " : "", c->name, v);
-    }
-    return sx_fmt("%s}", s);
 }
 
 /* one pipeline stage (the whole model without a pipeline): its workspace
@@ -428,13 +382,13 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         const Shape *ls = &ir_value(ir, p->value)->shape; /* local: split dim / tp */
         int split = p->sh.kind == SH_SPLIT && P->layout.tp > 1;
         fprintf(f, "    {");
-        emit_cstr(f, p->name);
+        cg_emit_cstr(f, p->name);
         fprintf(f, ", %d, {", ls->nd);
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
         fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.L.global[i],
                 init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
                 split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
-        emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
+        cg_emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
         fprintf(f, ", {");
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
         fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
@@ -487,9 +441,9 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         fprintf(f, "};\n\n");
     }
     fprintf(f, "static const sr_program program = {\n    .name = ");
-    emit_cstr(f, ir->model_name);
+    cg_emit_cstr(f, ir->model_name);
     fprintf(f, ",\n    .source = ");
-    emit_cstr(f, source_path);
+    cg_emit_cstr(f, source_path);
     fprintf(f, ",\n    .n_params = %d,\n    .params = params,\n    .n_param_floats = %lld,\n", ir->params.n,
             (long long)g.L.nglobal);
     if (g.L.nranks > 1)
@@ -504,7 +458,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
     emit_defaults(&g, max_seq);
     fprintf(f, "    .config_json = ");
-    emit_cstr(f, config_json(P));
+    cg_emit_cstr(f, cg_config_json(P));
     fprintf(f, ",\n};\n\nint main(int argc, char **argv) { return sr_main(&program, argc, argv); }\n");
     return 0;
 }

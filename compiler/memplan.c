@@ -16,8 +16,7 @@
  */
 #include "shardc.h"
 
-/* the stage whose workspace holds v, or -1 when v is not in a workspace */
-static int home(const Ir *ir, const IrValue *v)
+int mp_home(const Ir *ir, const IrValue *v)
 {
     if (v->kind == VK_OP || v->kind == VK_AUX) return ((IrOp *)ir->ops.v[v->def])->pstage;
     if (v->kind != VK_GRAD) return -1;
@@ -101,7 +100,7 @@ static void plan_stage(Ir *ir, int s)
     int n = 0;
     for (int i = 0; i < nv; i++) {
         IrValue *v = ir->values.v[i];
-        if (home(ir, v) == s && first[i] >= 0) order[n++] = i;
+        if (mp_home(ir, v) == s && first[i] >= 0) order[n++] = i;
     }
     for (int i = 1; i < n; i++) { /* insertion sort by start, stable */
         int x = order[i], j = i - 1;
@@ -151,7 +150,7 @@ void mp_dump(const Ir *ir, FILE *f)
             fprintf(f, "  slot %d: %s x 4 bytes:", k, dim_str(st->slot_elems[k], ir));
             for (int i = 0; i < ir->values.n; i++) {
                 IrValue *v = ir->values.v[i];
-                if (v->slot == k && home(ir, v) == s) fprintf(f, " %%%d", v->id);
+                if (v->slot == k && mp_home(ir, v) == s) fprintf(f, " %%%d", v->id);
             }
             fprintf(f, "\n");
         }

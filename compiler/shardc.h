@@ -384,6 +384,9 @@ unsigned ad_template_uses(const char *tmpl);
 /* memplan.c: workspace slots by lifetime over forward then backward, per
  * pipeline stage */
 int mp_plan(Program *P);
+/* the stage whose workspace holds v, or -1 when v is not in a workspace
+ * (parameters, inputs, their gradients, the pipeline's boundary buffers) */
+int mp_home(const Ir *ir, const IrValue *v);
 void mp_dump(const Ir *ir, FILE *f);
 
 /* pipeline.c: stages balanced by the cost model, boundaries, stage of every step */
@@ -445,6 +448,9 @@ char *cg_expand(const CgExpander *x, const char *t, IrOp *op, const IrBwd *b);
 int cg_is_param_grad(Ir *ir, int gv);
 char *cg_cdim(Ir *ir, Dim d);   /* C expression of a dimension, long arithmetic over B and T */
 char *cg_fmt_float(double x);   /* a float literal */
+double cg_tnum(Program *P, const char *name, double dflt); /* a number of the train block */
+void cg_emit_cstr(FILE *f, const char *s);                  /* a C string literal */
+char *cg_config_json(Program *P);                           /* the config constants as JSON */
 
 /* codegen_host.c: C source for the host backend */
 int cg_host(Program *P, FILE *out, const char *source_path);
