@@ -15,6 +15,7 @@ foreach(t test_kernels test_data test_safetensors)
   target_link_libraries(${t} PRIVATE shardrt)
   target_compile_options(${t} PRIVATE ${SHARDC_WARN})
   target_compile_definitions(${t} PRIVATE _POSIX_C_SOURCE=200809L)
+  target_include_directories(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests) # check.h
   add_test(NAME unit_${t} COMMAND ${t} WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 endforeach()
 add_executable(fake_program tests/unit/fake_program.c)

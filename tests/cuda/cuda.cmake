@@ -36,6 +36,7 @@ if(TARGET shardrt_cuda_emu)
   add_executable(test_kernels_emu ${_tc}/test_kernels_emu.cpp)
   set_target_properties(test_kernels_emu PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
   target_link_libraries(test_kernels_emu PRIVATE shardrt_cuda_emu shardrt)
+  target_include_directories(test_kernels_emu PRIVATE ${_root}/tests) # check.h
   target_compile_options(test_kernels_emu PRIVATE ${SHARDC_WARN})
   add_test(NAME cuda_kernels_emu COMMAND test_kernels_emu)
 
@@ -59,6 +60,7 @@ if(TARGET shardrt_cuda_emu)
       ${_gen}/tinygpt_${_p}.cu)
     set_target_properties(step_compare_${_p} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
     target_link_libraries(step_compare_${_p} PRIVATE shardrt_cuda_emu shardrt)
+    target_include_directories(step_compare_${_p} PRIVATE ${_root}/tests) # check.h
   endforeach()
   add_test(NAME cuda_step_emu_build
     COMMAND ${CMAKE_COMMAND} --build ${CMAKE_BINARY_DIR} --target step_compare_fp32 step_compare_bf16)
@@ -136,10 +138,10 @@ if(SHARDC_CUDA_LIBRARY)
   endforeach()
   add_custom_command(OUTPUT ${_tk}
     COMMAND ${SHARDC_NVCC_EXECUTABLE} -ccbin ${CMAKE_CXX_COMPILER} -std=c++20 -O3 -lineinfo -cudart shared
-      ${_gencode} ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu -I${_root}/runtime/include -I${_root}/runtime/cuda
+      ${_gencode} ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu -I${_root}/runtime/include -I${_root}/runtime/cuda -I${_root}/tests
       ${SHARDC_CUDA_LIBRARY} $<TARGET_FILE:shardrt> -lcublasLt -lcublas -lcudart -Xcompiler -fopenmp
       ${_srk_link} -lopenblas -lm -o ${_tk}
-    DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu shardrt shardrt_cuda ${_srk_headers}
+    DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu ${_root}/tests/check.h shardrt shardrt_cuda ${_srk_headers}
     COMMENT "nvcc: test_kernels_cuda"
     VERBATIM)
   add_custom_target(test_kernels_cuda ALL DEPENDS ${_tk})

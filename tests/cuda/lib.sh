@@ -6,10 +6,7 @@ gen=$(realpath "$1"); shardc=$(realpath "$2"); src=$(realpath "$3")
 py=/usr/bin/python3
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 cd "$w"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+source "$src/tests/check.sh"
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 # close A B TOL: the same losses (one per line), line by line, to TOL relative
 close() {

@@ -42,19 +42,7 @@ extern "C" int host_capture(const sr_program *p, int argc, char **argv)
     return 0;
 }
 
-static int npass, nfail;
-static void check(bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    if (ok) npass++;
-    else nfail++;
-}
+#include "check.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ULL;
 static double urand(void)

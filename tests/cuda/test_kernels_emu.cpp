@@ -35,20 +35,7 @@
 
 typedef std::vector<float> vec;
 
-static int npass, nfail;
-
-static void check(bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    if (ok) npass++;
-    else nfail++;
-}
+#include "check.h"
 
 /* ---- data ------------------------------------------------------------------------------ */
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;

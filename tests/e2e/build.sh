@@ -7,10 +7,7 @@ shardc=$(realpath "$1"); src=$(realpath "$2")
 py=/usr/bin/python3
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 cd "$w"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+source "$src/tests/check.sh"
 losses() { grep -o '"loss":[^,]*' "$1"; }
 
 # text to train on: the fortunes the set-up installs, else the stdlib itself

@@ -8,10 +8,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 mpi="mpirun --oversubscribe --bind-to none"
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 cd "$w"
-pass=0; fail=0
-ok()  { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+source "$src/tests/check.sh"
 # same losses in two --log files, within a relative tolerance
 same() { $py - "$1" "$2" "$3" <<'PY'
 import json, sys

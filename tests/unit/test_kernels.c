@@ -20,19 +20,7 @@
 
 #include "shardrt.h"
 
-static int npass, nfail;
-
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) npass++;
-    else nfail++;
-}
+#include "check.h"
 
 /* ------------------------------------------------------------------------ */
 /* Test data                                                                 */
