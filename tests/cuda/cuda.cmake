@@ -5,10 +5,16 @@
 # (scripts/gpu-check.sh runs them on a GPU).
 #
 # ctest names:
-#   cuda_kernels_emu           every CUDA kernel vs its host kernel (fp32, bf16, odd sizes)
+#   cuda_kernels_emu           every CUDA kernel vs its host kernel (fp32, bf16, odd sizes);
+#                              device memory starts as NaN (the emulator poisons it)
+#   cuda_kernels_emu_reverse,  the same with the threads of each block and the blocks of
+#   _shuffle                   each grid resumed in reverse / shuffled order: a kernel that
+#                              races (reads a value another thread writes without a barrier)
+#                              gives a different result under one of the three orders
 #   cuda_step_emu_fp32         tinygpt: 3 steps of the CUDA program vs the host program, fp32
 #   cuda_step_emu_fp32_dropout the same with dropout 0.1 (same random masks)
 #   cuda_step_emu_bf16         the bf16 program vs the host program (2e-2)
+#   cuda_step_emu_fp32_shuffle cuda_step_emu_fp32 with threads and blocks in shuffled order
 #   cuda_train_emu             the emulated CUDA binary under the runtime's training
 #                              driver: losses vs the host binary, tp=2 over MPI, no-GPU error
 #   cuda_comm_device_np2, _np3 the comm layer on (emulated) device memory under mpirun: every op
@@ -39,6 +45,13 @@ if(TARGET shardrt_cuda_emu)
   target_include_directories(test_kernels_emu PRIVATE ${_root}/tests) # check.h
   target_compile_options(test_kernels_emu PRIVATE ${SHARDC_WARN})
   add_test(NAME cuda_kernels_emu COMMAND test_kernels_emu)
+  add_test(NAME cuda_kernels_emu_reverse COMMAND test_kernels_emu)
+  add_test(NAME cuda_kernels_emu_shuffle COMMAND test_kernels_emu)
+  set_tests_properties(cuda_kernels_emu_reverse PROPERTIES ENVIRONMENT "EMU_SCHEDULE=reverse")
+  set_tests_properties(cuda_kernels_emu_shuffle PROPERTIES ENVIRONMENT "EMU_SCHEDULE=shuffle:20261202")
+  # the test prints the order it ran under: a typo in EMU_SCHEDULE must not pass as forward
+  set_tests_properties(cuda_kernels_emu_reverse PROPERTIES PASS_REGULAR_EXPRESSION "resume order of threads and blocks: reverse.* 0 failed")
+  set_tests_properties(cuda_kernels_emu_shuffle PROPERTIES PASS_REGULAR_EXPRESSION "resume order of threads and blocks: shuffle.* 0 failed")
 
   # ---- whole steps: the host and CUDA programs of tinygpt side by side ---------------
   # generated at build time of these (test-only) targets, built by a ctest fixture so
@@ -68,8 +81,11 @@ if(TARGET shardrt_cuda_emu)
   add_test(NAME cuda_step_emu_fp32 COMMAND step_compare_fp32 --steps 3 --batch 4 --seq 32)
   add_test(NAME cuda_step_emu_fp32_dropout COMMAND step_compare_fp32 --steps 2 --batch 2 --seq 48 --dropout 0.1)
   add_test(NAME cuda_step_emu_bf16 COMMAND step_compare_bf16 --bf16 --steps 3 --batch 4 --seq 32)
+  add_test(NAME cuda_step_emu_fp32_shuffle COMMAND step_compare_fp32 --steps 2 --batch 4 --seq 32)
   set_tests_properties(cuda_step_emu_fp32 cuda_step_emu_fp32_dropout cuda_step_emu_bf16 PROPERTIES
     FIXTURES_REQUIRED cuda_step ENVIRONMENT "OMP_NUM_THREADS=1")
+  set_tests_properties(cuda_step_emu_fp32_shuffle PROPERTIES
+    FIXTURES_REQUIRED cuda_step ENVIRONMENT "OMP_NUM_THREADS=1;EMU_SCHEDULE=shuffle:7")
 
   # ---- the comm layer on device memory (the MPI path: staging) --------------------------
   add_executable(test_comm_device ${_tc}/test_comm_device.c)

@@ -663,6 +663,64 @@ static __global__ void early_exit_kernel(float *x)
     __syncthreads();
     x[threadIdx.x] = s[(threadIdx.x + 1) % 20];
 }
+/* reads a neighbour's shared slot with (sync 1) or without (sync 0) a barrier
+ * between the write and the read; block b also reads what block b-1 wrote */
+static __global__ void neighbour_kernel(float *out, float *chain, int sync, int gen)
+{
+    __shared__ float s[64];
+    int t = threadIdx.x;
+    s[t] = (float)(gen * 1000 + t + 1);
+    if (sync) __syncthreads();
+    out[blockIdx.x * blockDim.x + t] = s[(t + 1) % blockDim.x];
+    if (t == 0) chain[blockIdx.x + 1] = chain[blockIdx.x] + 1.0f; /* a race between blocks */
+}
+
+/* runs neighbour_kernel under ORDER; true when the block reads and the chain
+ * came out as if every write happened before every read */
+static bool neighbour_run(const char *order, int sync, float *out, float *chain)
+{
+    static int gen; /* new values each run: a stale read shows */
+    gen++;
+    emu::set_schedule(order);
+    for (int i = 0; i < 4; i++) chain[i] = 0.0f;
+    emu::launch("neighbour_kernel", neighbour_kernel, dim3(3), dim3(64), 0, 0, out, chain, sync, gen); /* < 4 blocks: one OS thread */
+    bool as_written = true;
+    for (int i = 0; i < 3 * 64; i++) as_written &= out[i] == (float)(gen * 1000 + (i % 64 + 1) % 64 + 1);
+    return as_written;
+}
+
+static void test_schedules(void)
+{
+    std::string was = emu::schedule_name();
+    float *out = (float *)malloc(sizeof(float) * 3 * 64), chain[4];
+    bool ok = true;
+    for (const char *o : {"forward", "reverse", "shuffle:3"}) {
+        ok &= neighbour_run(o, 1, out, chain);
+    }
+    check(ok, "emulator: with the barrier, every resume order (forward, reverse, shuffle) gives the written values");
+    /* without it each order sees a different mix of old and new values: forward
+     * misses all but the last thread's neighbour, reverse only the last's */
+    bool fwd = neighbour_run("forward", 0, out, chain);
+    float fwd0 = out[0], fwd_chain = chain[3];
+    bool rev = neighbour_run("reverse", 0, out, chain);
+    float rev0 = out[0], rev_chain = chain[3];
+    check(!fwd && !rev && fwd0 != rev0 && fwd_chain == 3.0f && rev_chain == 1.0f,
+          "emulator: a shared-memory race without __syncthreads and a race between blocks give different results "
+          "under forward and reverse order (thread 0 read %g vs %g; chain %g vs %g)",
+          fwd0, rev0, fwd_chain, rev_chain);
+    check(!emu::set_schedule("sideways"), "emulator: an unknown resume order is refused");
+    emu::set_schedule(was.c_str());
+    free(out);
+    /* memory the program never wrote reads as NaN, as a GPU's would read garbage */
+    if (!getenv("EMU_POISON")) {
+        float *d = nullptr;
+        cudaMalloc((void **)&d, 64 * sizeof(float));
+        float h[64];
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        check(isnan(h[0]) && isnan(h[63]), "emulator: fresh device memory is poisoned (reads NaN, not zero)");
+        cudaFree(d);
+    }
+}
 
 static void test_emulator(void)
 {
@@ -725,6 +783,8 @@ int main(void)
 #ifdef SR_CUDA_EMULATION
     printf("# CUDA kernels on the CPU emulator\n");
     test_emulator();
+    test_schedules();
+    printf("# resume order of threads and blocks: %s (EMU_SCHEDULE)\n", emu::schedule_name());
 #else
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);

@@ -11,6 +11,17 @@
  * registers (no signal-mask syscall, unlike swapcontext), elsewhere ucontext.
  * Blocks of one launch spread over OpenMP threads when built with -fopenmp
  * (EMU_THREADS caps it; 1 = serial).
+ *
+ * Hazards a GPU would hide or show only sometimes are made to show here:
+ *  - EMU_SCHEDULE=forward|reverse|shuffle[:SEED] sets the order in which the
+ *    runnable threads of a block are resumed and the blocks of a grid are run
+ *    (default forward). A kernel whose result changes with the order reads
+ *    shared or global memory that another thread or block writes without a
+ *    barrier in between (a race); the kernel tests run under each order.
+ *  - device and page-locked allocations and each block's dynamic shared
+ *    memory start filled with 0xff bytes (NaN as fp32 and bf16), since the GPU
+ *    does not clear them either: a kernel or program that reads memory nobody
+ *    wrote gets NaN, not a lucky zero. EMU_POISON=0 turns it off.
  */
 #include "cuda_emu.h"
 
@@ -291,12 +302,80 @@ static void fiber_main()
     abort(); /* never resumed */
 }
 
+/* ---- resume order and poisoning (see the top of the file) --------------------- */
+enum { ORDER_FORWARD = 0, ORDER_REVERSE, ORDER_SHUFFLE };
+struct Schedule {
+    int order = ORDER_FORWARD;
+    uint64_t seed = 1;
+    bool poison = true;
+};
+/* parses forward|reverse|shuffle[:SEED]; false when it is none of them */
+static bool parse_order(const char *e, Schedule &s)
+{
+    if (!e || !*e || !strcmp(e, "forward")) s.order = ORDER_FORWARD;
+    else if (!strcmp(e, "reverse")) s.order = ORDER_REVERSE;
+    else if (!strncmp(e, "shuffle", 7) && (e[7] == 0 || e[7] == ':')) {
+        s.order = ORDER_SHUFFLE;
+        s.seed = e[7] == ':' ? strtoull(e + 8, nullptr, 10) | 1 : 1;
+    } else
+        return false;
+    return true;
+}
+static Schedule &schedule()
+{
+    static Schedule s = [] {
+        Schedule r;
+        const char *e = getenv("EMU_SCHEDULE");
+        if (!parse_order(e, r)) {
+            fprintf(stderr, "cuda_emu: EMU_SCHEDULE=%s: expected forward, reverse or shuffle[:SEED]\n", e);
+            exit(2);
+        }
+        const char *p = getenv("EMU_POISON");
+        r.poison = !(p && !strcmp(p, "0"));
+        return r;
+    }();
+    return s;
+}
+bool set_schedule(const char *order)
+{
+    return parse_order(order, schedule());
+}
+const char *schedule_name()
+{
+    static const char *names[] = {"forward", "reverse", "shuffle"};
+    return names[schedule().order];
+}
+
+/* a permutation of 0..n-1 for the configured order; shuffles differ per key
+ * (block index, pass) but repeat from run to run for the same seed */
+static void order_indices(std::vector<int> &ix, int n, uint64_t key)
+{
+    ix.resize((size_t)n);
+    const Schedule &s = schedule();
+    for (int i = 0; i < n; i++) ix[(size_t)i] = s.order == ORDER_REVERSE ? n - 1 - i : i;
+    if (s.order != ORDER_SHUFFLE) return;
+    uint64_t x = s.seed * 0x9E3779B97F4A7C15ull ^ (key + 1) * 0xD1B54A32D192ED03ull;
+    for (int i = n - 1; i > 0; i--) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27; /* xorshift64* */
+        int j = (int)((x * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)(i + 1));
+        int t = ix[(size_t)i];
+        ix[(size_t)i] = ix[(size_t)j];
+        ix[(size_t)j] = t;
+    }
+}
+
+static void poison(void *p, size_t n)
+{
+    if (p && n && schedule().poison) memset(p, 0xff, n);
+}
+
 /* ---- the per-OS-thread fiber pool and the block runner ----------------------- */
 struct Pool {
     std::vector<Thread> th;
     std::vector<char *> stacks;
     std::vector<void *> ctxs;
     std::vector<char> smem;
+    std::vector<int> order; /* resume order of the threads, when not forward */
     size_t stack_size = 0;
     ~Pool()
     {
@@ -365,13 +444,20 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
     sched_ctx = &sched;
 #endif
     bool ok = true;
+    bool forward = schedule().order == ORDER_FORWARD;
+    std::vector<int> &ix = p.order;
+    uint64_t pass = 0;
+    uint64_t bkey = ((uint64_t)bidx.z * gdim.y + bidx.y) * gdim.x + bidx.x;
     while (b.ndone < b.n) {
         bool progress = false;
-        for (auto &t : p.th)
+        if (!forward) order_indices(ix, b.n, bkey * 1000003u + pass++);
+        for (int k = 0; k < b.n; k++) {
+            Thread &t = p.th[(size_t)(forward ? k : ix[(size_t)k])];
             if (t.state == RUNNABLE) {
                 to_fiber(&t);
                 progress = true;
             }
+        }
         if (!progress) {
             ok = false;
             break;
@@ -419,6 +505,8 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
         return cudaErrorInvalidValue;
     }
     long nblocks = (long)grid.x * grid.y * grid.z;
+    std::vector<int> border;
+    if (schedule().order != ORDER_FORWARD && nblocks <= (1L << 24)) order_indices(border, (int)nblocks, 0x5eed);
     int fail = 0;
     int threads = 1;
 #ifdef _OPENMP
@@ -441,7 +529,9 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
         if (pool.smem.size() < smem + 128) pool.smem.resize(smem + 128);
         uintptr_t base = ((uintptr_t)pool.smem.data() + 127) & ~(uintptr_t)127;
         b.smem = smem ? (char *)base : nullptr;
-        uint3 bidx{(unsigned)(bi % grid.x), (unsigned)(bi / grid.x % grid.y), (unsigned)(bi / ((long)grid.x * grid.y))};
+        poison(b.smem, smem);
+        long li = border.empty() ? bi : border[(size_t)bi];
+        uint3 bidx{(unsigned)(li % grid.x), (unsigned)(li / grid.x % grid.y), (unsigned)(li / ((long)grid.x * grid.y))};
         if (!fail && !run_block(b, bidx, blk, grid)) {
             /* the fibers still waiting are abandoned: their stacks are reused */
             fail = 1;
@@ -560,6 +650,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
 {
     *p = nullptr;
     if (posix_memalign(p, 256, n ? n : 1) != 0) return cudaErrorMemoryAllocation;
+    emu::poison(*p, n); /* the GPU does not clear it either */
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p)

@@ -144,6 +144,10 @@ struct Block;
 Thread *self();
 Block *block();
 void *dynamic_smem();
+/* the resume order of threads and blocks (EMU_SCHEDULE at start-up; tests
+ * switch it): "forward", "reverse" or "shuffle[:SEED]"; false if unknown */
+bool set_schedule(const char *order);
+const char *schedule_name();
 
 extern thread_local uint3 tls_block_idx;
 extern thread_local dim3 tls_block_dim;
