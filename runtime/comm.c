@@ -397,6 +397,8 @@ sr_status sr_grid_init_device(sr_grid *g, int dp, int tp, int pp, sr_comm_backen
     const srcomm_ops *ops;
     if (backend == SR_COMM_MPI) {
         ops = &srcomm_mpi_ops;
+    } else if (backend == SR_COMM_NCCL && dev && dev->nccl) {
+        ops = dev->nccl; /* the emulator's */
     } else if (backend == SR_COMM_NCCL) {
 #ifdef SR_HAVE_NCCL
         ops = &srcomm_nccl_ops;

@@ -1125,6 +1125,11 @@ int sr_main(const sr_program *prog, int argc, char **argv)
         const sr_backend *be = prog->backend ? prog->backend : &sr_backend_host;
         s = sr_grid_init_device(&r.grid, r.o.dp, r.o.tp, r.o.pp, cb, be->device, (double)r.o.comm_timeout);
         r.have_grid = s == SR_OK;
+        /* where a program can choose (device memory), say what moves it */
+        if (s == SR_OK && be->device && r.grid.world > 1) {
+            rt_info(&r, "communication: %s", cb == SR_COMM_NCCL ? "NCCL (one GPU per rank)"
+                    : "MPI, device buffers staged through page-locked host memory (--comm mpi)");
+        }
     }
     if (s == SR_OK) s = sr_trace_open(&r.trace, r.o.trace, r.grid.rank, r.grid.world);
     if (s == SR_OK) s = rt_agree(&r, setup(&r), "setting up");

@@ -396,6 +396,11 @@ static sr_status comm_to_device(void *dst, const void *src, size_t bytes)
     return st;
 }
 
+#ifdef SR_CUDA_EMULATION
+/* the NCCL backend compiled against the emulator (emu/nccl_emu.cpp: NCCL over MPI) */
+extern "C" const struct srcomm_ops srcomm_nccl_emu_ops;
+#endif
+
 static const sr_comm_device cuda_comm_device = {
     .stream = comm_stream,
     .on_device = comm_on_device,
@@ -403,21 +408,19 @@ static const sr_comm_device cuda_comm_device = {
     .host_free = comm_host_free,
     .to_host = comm_to_host,
     .to_device = comm_to_device,
+#ifdef SR_CUDA_EMULATION
+    .nccl = &srcomm_nccl_emu_ops,
+#else
+    .nccl = NULL,
+#endif
 };
 
 /* designated initializers (C++20): fields added to sr_backend stay zero */
 extern "C" const sr_backend sr_backend_cuda = {
     .name = "cuda",
-#ifdef SR_CUDA_EMULATION
-    .comm = SR_COMM_MPI, /* emulated device memory is host memory: no NCCL */
-    .comms = 1u << SR_COMM_MPI,
-    .comm_why = "this program runs on the CPU emulator of CUDA (shardc build --cuda-emulate), "
-                "which has no NCCL",
-#else
-    .comm = SR_COMM_NCCL,
+    .comm = SR_COMM_NCCL, /* emulated: the emulator's NCCL over MPI */
     .comms = 1u << SR_COMM_MPI | 1u << SR_COMM_NCCL,
     .comm_why = NULL,
-#endif
     .device = &cuda_comm_device,
     .init = cuda_init,
     .shutdown = cuda_shutdown,

@@ -18,7 +18,7 @@
 set(_srk_dir ${CMAKE_CURRENT_LIST_DIR})
 get_filename_component(_srk_root ${_srk_dir}/../.. ABSOLUTE)
 set(_srk_cu ${_srk_dir}/context.cu ${_srk_dir}/gemm.cu ${_srk_dir}/backend.cu)
-file(GLOB _srk_headers ${_srk_dir}/*.cuh ${_srk_dir}/emu/*.h ${_srk_root}/runtime/include/*.h)
+file(GLOB _srk_headers ${_srk_dir}/*.cuh ${_srk_dir}/emu/*.h ${_srk_dir}/emu/c/*.h ${_srk_root}/runtime/include/*.h)
 
 target_sources(shardc_front PRIVATE ${_srk_root}/compiler/codegen_cuda.c)
 
@@ -61,7 +61,17 @@ set(_srk_defs
 if(SHARDC_CUDA_EMU)
   enable_language(CXX)
   find_package(OpenMP REQUIRED COMPONENTS CXX)
-  add_library(shardrt_cuda_emu STATIC ${_srk_cu} ${_srk_dir}/emu/cuda_emu.cpp)
+  # the NCCL backend's own source against the emulator's cuda_runtime.h and
+  # nccl.h (emu/c; NCCL over MPI in emu/nccl_emu.cpp), as srcomm_nccl_emu_ops:
+  # emulated programs run it for --comm nccl. Its own target so that the real
+  # CUDA headers (which shardrt's NCCL link would bring) are not on its path.
+  add_library(comm_nccl_emu OBJECT ${_srk_root}/runtime/cuda/comm_nccl.c)
+  target_include_directories(comm_nccl_emu PRIVATE ${_srk_dir}/emu/c ${_srk_root}/runtime/include)
+  target_compile_definitions(comm_nccl_emu PRIVATE SR_HAVE_NCCL=1 srcomm_nccl_ops=srcomm_nccl_emu_ops)
+  target_compile_options(comm_nccl_emu PRIVATE ${SHARDC_WARN})
+  target_link_libraries(comm_nccl_emu PRIVATE MPI::MPI_C)
+  add_library(shardrt_cuda_emu STATIC ${_srk_cu} ${_srk_dir}/emu/cuda_emu.cpp ${_srk_dir}/emu/nccl_emu.cpp
+    $<TARGET_OBJECTS:comm_nccl_emu>)
   # .cu sources as C++ against emu/cuda_emu.h
   set_source_files_properties(${_srk_cu} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-x;c++")
   set_target_properties(shardrt_cuda_emu PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)

@@ -109,6 +109,9 @@ typedef struct sr_comm_device {
     /* dst (device) = src (host), before any work queued on stream() later;
      * src may be reused once it returns */
     sr_status (*to_device)(void *dst, const void *src, size_t bytes);
+    /* the NCCL backend for this memory when it is not libshardrt's own (the
+     * CUDA emulator's, NCCL over MPI); NULL: libshardrt's */
+    const struct srcomm_ops *nccl;
 } sr_comm_device;
 
 typedef struct sr_comm sr_comm;

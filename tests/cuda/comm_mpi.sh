@@ -5,11 +5,13 @@
 #  - dp=2 (--comm mpi), tp=2 (SHARDC_COMM=mpi, the environment form) and
 #    pp=2 (--comm mpi, 1f1b) give the host binary's losses to 1e-5;
 #  - --comm nccl is a usage error (exit 2, one error line, also from two
-#    ranks) on a host build and on an emulated CUDA build; SHARDC_COMM=nccl
-#    too; a value other than nccl or mpi too; the flag wins over the
-#    environment;
-#  - --help shows --comm with the build's default (mpi here; nccl for the
-#    nvcc-built examples when NVCC_EXAMPLES_DIR has them).
+#    ranks) on a host build; SHARDC_COMM=nccl too; a value other than nccl
+#    or mpi too; the flag wins over the environment;
+#  - on an emulated CUDA build --comm nccl runs the NCCL backend over the
+#    emulator's NCCL (MPI underneath): dp=2 matches the host binary; ranks
+#    that share a GPU (EMU_SHARED_GPU=1) get the error that says --comm mpi;
+#  - --help shows --comm with the build's default (mpi on the host, nccl
+#    for CUDA, emulated or nvcc-built when NVCC_EXAMPLES_DIR has them).
 source "$(dirname "$0")/lib.sh"
 ex=${4:-}
 # usage error: exit 2, exactly one "error:" line, saying $2 ($1: the output)
@@ -51,16 +53,19 @@ check "host build, SHARDC_COMM=nccl: usage error naming SHARDC_COMM ($(head -1 e
   usage_err e3.txt "error: SHARDC_COMM=nccl: this program was built for the CPU" $rc
 SHARDC_COMM=nccl ./tg_host $opts --comm mpi --log flag.jsonl 2> e4.txt; rc=$?
 check "host build, SHARDC_COMM=nccl --comm mpi: the flag wins (exit $rc)" [ $rc -eq 0 ]
-./tg_cuda $opts --comm nccl 2> e5.txt; rc=$?
-check "emulated CUDA build, --comm nccl: usage error ($(head -1 e5.txt))" \
-  usage_err e5.txt "error: --comm nccl: this program runs on the CPU emulator of CUDA" $rc
+mpi ./tg_cuda $opts --dp 2 --comm nccl --log dpn.jsonl
+losses dpn.jsonl > dpn.txt
+check "dp=2 --comm nccl (the emulator's NCCL): 4 steps match one host rank to 1e-5" close h1.txt dpn.txt 1e-5
+mpi -x EMU_SHARED_GPU=1 ./tg_cuda $opts --dp 2 --comm nccl > e5.txt 2>&1; rc=$?
+check "two ranks on one (emulated) GPU over NCCL: exit $rc, the error names both ranks and says --comm mpi ($(grep -m1 error: e5.txt | head -c 200))" \
+  bash -c "[ $rc -ne 0 ] && grep -q 'are both on GPU emu-shared' e5.txt && grep -q -- '--comm mpi' e5.txt"
 ./tg_cuda $opts --comm gloo 2> e6.txt; rc=$?
 check "--comm gloo: usage error ($(head -1 e6.txt))" usage_err e6.txt "--comm must be nccl or mpi (got 'gloo')" $rc
 
 # ---- --help -----------------------------------------------------------------------------
 check "host --help: --comm, default mpi, and SHARDC_COMM" bash -c \
   "./tg_host --help | grep -qE -- '--comm nccl\|mpi .*\(default mpi\)' && ./tg_host --help | grep -q SHARDC_COMM"
-check "emulated CUDA --help: --comm, default mpi" bash -c "./tg_cuda --help | grep -qE -- '--comm nccl\|mpi .*\(default mpi\)'"
+check "emulated CUDA --help: --comm, default nccl" bash -c "./tg_cuda --help | grep -qE -- '--comm nccl\|mpi .*\(default nccl\)'"
 if [ -n "$ex" ] && [ -x "$ex/tinygpt_fp32" ]; then
   check "nvcc-built CUDA --help: --comm, default nccl" bash -c \
     "'$ex/tinygpt_fp32' --help | grep -qE -- '--comm nccl\|mpi .*\(default nccl\)'"

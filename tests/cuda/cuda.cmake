@@ -16,14 +16,20 @@
 #   cuda_step_emu_bf16         the bf16 program vs the host program (2e-2)
 #   cuda_step_emu_fp32_shuffle cuda_step_emu_fp32 with threads and blocks in shuffled order
 #   cuda_train_emu             the emulated CUDA binary under the runtime's training
-#                              driver: losses vs the host binary, tp=2 over MPI, no-GPU error
+#                              driver: losses vs the host binary; dp, tp, pp over the emulated
+#                              NCCL (the default, as on a GPU); no-GPU error
 #   cuda_comm_device_np2, _np3 the comm layer on (emulated) device memory under mpirun: every op
 #                              staged through page-locked host buffers (MPI, what --comm mpi
 #                              runs), async forms, wait_device, groups, host buffers, chunks
 #   cuda_comm_device_timeout   rank 1 skips a device all-reduce: the others time out after 1 s
+#   cuda_comm_nccl_emu_np2,    the same suites over the NCCL backend (runtime/cuda/comm_nccl.c)
+#   _np3, _timeout             on the emulator's NCCL (emu/nccl_emu.cpp, MPI underneath): every
+#                              op, nothing staged, groups; timeouts abort the communicator; two
+#                              ranks that both send first outside a group deadlock, as on a GPU
 #   cuda_comm_mpi              --comm mpi / SHARDC_COMM=mpi: the emulated CUDA binary at dp=2,
 #                              tp=2, pp=2 matches the host binary's losses; --comm nccl is a
-#                              usage error on host and emulated builds (tests/cuda/comm_mpi.sh)
+#                              usage error on host builds; dp=2 --comm nccl on the emulator;
+#                              ranks sharing a GPU told to use --comm mpi (tests/cuda/comm_mpi.sh)
 #   cuda_nvcc_examples         (nvcc only) every example's CUDA binary was built and, on a
 #                              machine without a GPU, says so in one line and exits non-zero
 
@@ -100,13 +106,29 @@ if(TARGET shardrt_cuda_emu)
     set_tests_properties(cuda_comm_device_np${np} PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 120
       PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
   endforeach()
+  # the same over the NCCL backend (comm_nccl.c) on the emulator's NCCL
+  foreach(np 2 3)
+    add_test(NAME cuda_comm_nccl_emu_np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> --nccl ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(cuda_comm_nccl_emu_np${np} PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 120
+      PASS_REGULAR_EXPRESSION "over NCCL.*[1-9][0-9]* passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
+  endforeach()
   # the expected failure: mpirun's status (sr_comm_abort(3)) and the output together
-  add_test(NAME cuda_comm_device_timeout
-    COMMAND bash -c [=[out=$("$@" 2>&1); rc=$?; printf '%s\n' "$out"; echo "mpirun exit status: $rc"
+  foreach(_b mpi nccl)
+    set(_name cuda_comm_device_timeout)
+    set(_flag "")
+    if(_b STREQUAL "nccl")
+      set(_name cuda_comm_nccl_emu_timeout)
+      set(_flag --nccl)
+    endif()
+    add_test(NAME ${_name}
+      COMMAND bash -c [=[out=$("$@" 2>&1); rc=$?; printf '%s\n' "$out"; echo "mpirun exit status: $rc"
 [ "$rc" -eq 3 ] && printf '%s\n' "$out" | grep -q "^1 passed, 0 failed$"]=]
-            bash ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
-            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> --timeout ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(cuda_comm_device_timeout PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 60)
+              bash ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> --timeout ${_flag} ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 60)
+  endforeach()
 
   # ---- the emulated binary under the training driver ----------------------------------
   add_test(NAME cuda_train_emu COMMAND bash ${_tc}/train_emu.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>

@@ -81,7 +81,11 @@ static sr_status c_to_device(void *d, const void *s, size_t b)
     n_to_device++;
     return real->to_device(d, s, b);
 }
-static const sr_comm_device counted = {c_stream, c_on_device, c_host_alloc, c_host_free, c_to_host, c_to_device};
+/* the backend's device with counted calls; .nccl set in main */
+static sr_comm_device counted = {c_stream, c_on_device, c_host_alloc, c_host_free, c_to_host, c_to_device, NULL};
+/* SR_COMM_MPI (staging), or with --nccl the emulator's NCCL (comm_nccl.c over nccl_emu.cpp) */
+static sr_comm_backend backend = SR_COMM_MPI;
+static const char *bname = "MPI";
 
 /* ---- device buffers --------------------------------------------------------- */
 typedef struct dbuf {
@@ -199,9 +203,14 @@ static int t_ring(sr_comm *c, int64_t n, int mode, int grouped)
         be->copy(in.d, out.d, sizeof(float) * (size_t)n); /* nothing to test */
     } else if (mode || grouped) {
         sr_req *rr = NULL, *rs = NULL;
+        /* NCCL runs a rank's operations on a communicator one after the other:
+         * outside a group, recv-then-send on every rank would deadlock (as on a
+         * GPU; run_timeout shows it), so even ranks send first there */
+        int send_first = backend == SR_COMM_NCCL && !grouped && r % 2 == 0;
         if (grouped) st = sr_comm_group_begin();
+        if (st == SR_OK && send_first) st = sr_comm_send(c, out.d, n, right, 5, "ring out", &rs);
         if (st == SR_OK) st = sr_comm_recv(c, in.d, n, left, 5, "ring in", &rr);
-        if (st == SR_OK) st = sr_comm_send(c, out.d, n, right, 5, "ring out", &rs);
+        if (st == SR_OK && !send_first) st = sr_comm_send(c, out.d, n, right, 5, "ring out", &rs);
         if (grouped) {
             sr_status e = sr_comm_group_end();
             if (st == SR_OK) st = e;
@@ -330,6 +339,36 @@ static void group_checks(sr_comm *w)
     CHECK(e1 == SR_OK && e2 == SR_OK && st == SR_OK, "nested groups end; the request completes after the outer end");
 }
 
+/* NCCL runs on its own stream: the compute stream sees an all-reduce's result
+ * only after sr_comm_wait_device (or a host wait). Rank 1 joins late, so that
+ * on rank 0 the unordered read is sure to come first (the emulator's streams
+ * keep this GPU behaviour; a missing wait shows as wrong numbers) */
+static void ordering_checks(sr_comm *w)
+{
+    int r = sr_comm_rank(w), size = sr_comm_size(w);
+    dbuf b = dnew(256);
+    for (int i = 0; i < 256; i++) b.h[i] = (float)(r + 1);
+    dput(&b);
+    if (r == 1) {
+        struct timespec ts = {0, 300 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    sr_req *q = NULL;
+    sr_status st = sr_comm_allreduce(w, b.d, 256, "late", &q);
+    int early = 1;
+    if (st == SR_OK && r == 0) {
+        dget(&b); /* a copy on the compute stream, not ordered after the all-reduce */
+        early = b.h[0] == 1.0f;
+    }
+    if (st == SR_OK) st = sr_comm_wait_device(q);
+    dget(&b);
+    float S = (float)(size * (size + 1) / 2);
+    CHECK(st == SR_OK && early && b.h[0] == S && b.h[255] == S,
+          "NCCL: before sr_comm_wait_device the compute stream reads the buffer as it was (%s); after it, the sum "
+          "(%g)", r == 0 ? (early ? "yes" : "no") : "rank 0 checks", b.h[0]);
+    dfree(&b);
+}
+
 static void shapes_suite(const char *prefix, int reduced)
 {
     const int64_t *sizes = reduced ? SMALL_SIZES : SIZES;
@@ -341,8 +380,8 @@ static void shapes_suite(const char *prefix, int reduced)
                 char shape[96];
                 snprintf(shape, sizeof shape, "%sdp=%d tp=%d pp=%d", prefix, dp, tp, pp);
                 sr_grid g;
-                sr_status st = sr_grid_init_device(&g, dp, tp, pp, SR_COMM_MPI, &counted, 60);
-                CHECK(st == SR_OK, "%s: sr_grid_init_device (MPI)", shape);
+                sr_status st = sr_grid_init_device(&g, dp, tp, pp, backend, &counted, 60);
+                CHECK(st == SR_OK, "%s: sr_grid_init_device (%s)", shape, bname);
                 if (st != SR_OK) continue;
                 sr_comm *axes[4] = {g.world_comm, g.dp_comm, g.tp_comm, g.pp_comm};
                 for (int a = 0; a < 4; a++)
@@ -355,18 +394,25 @@ static void shapes_suite(const char *prefix, int reduced)
 static int run_normal(void)
 {
     CHECK(be->device != NULL && be->device->stream() != NULL, "the CUDA backend (emulated) offers its device");
+    long h0 = n_to_host, d0 = n_to_device;
     shapes_suite("", 0);
+    if (backend == SR_COMM_NCCL)
+        CHECK(n_to_host == h0 && n_to_device == d0, "NCCL: every operation on every shape moved device memory "
+              "directly (nothing staged through the host)");
     sr_grid g;
-    sr_status st = sr_grid_init_device(&g, nworld, 1, 1, SR_COMM_MPI, &counted, 60);
+    sr_status st = sr_grid_init_device(&g, nworld, 1, 1, backend, &counted, 60);
     CHECK(st == SR_OK, "grid dp=%d for the staging and group checks", nworld);
     if (st == SR_OK) {
-        staging_checks(g.world_comm);
+        if (backend == SR_COMM_MPI) staging_checks(g.world_comm);
+        if (backend == SR_COMM_NCCL && nworld >= 2) ordering_checks(g.world_comm);
         group_checks(g.world_comm);
         sr_grid_free(&g);
     }
-    setenv("SR_COMM_MAX_CHUNK", "5", 1); /* several MPI calls per op */
-    shapes_suite("chunks of 5: ", 1);
-    unsetenv("SR_COMM_MAX_CHUNK");
+    if (backend == SR_COMM_MPI) {
+        setenv("SR_COMM_MAX_CHUNK", "5", 1); /* several MPI calls per op */
+        shapes_suite("chunks of 5: ", 1);
+        unsetenv("SR_COMM_MAX_CHUNK");
+    }
     return 0;
 }
 
@@ -374,7 +420,7 @@ static int run_normal(void)
 static int run_timeout(void)
 {
     sr_grid g;
-    sr_status st = sr_grid_init_device(&g, nworld, 1, 1, SR_COMM_MPI, &counted, 1.0);
+    sr_status st = sr_grid_init_device(&g, nworld, 1, 1, backend, &counted, 1.0);
     if (st != SR_OK) {
         printf("rank %d: FAIL - grid: %s\n", me, sr_errmsg());
         sr_comm_abort(1);
@@ -382,6 +428,22 @@ static int run_timeout(void)
     sr_comm_set_step(g.dp_comm, 12);
     dbuf b = dnew(1024);
     int fails = 0;
+    if (backend == SR_COMM_NCCL && nworld == 2) {
+        /* what NCCL does on a GPU: a rank's operations on one communicator run
+         * in order, and a send waits for its receiver, so two ranks that both
+         * send before they receive, outside a group, wait for each other */
+        dbuf o = dnew(64), i = dnew(64);
+        sr_req *rs = NULL, *rr = NULL;
+        double t0 = now();
+        st = sr_comm_send(g.world_comm, o.d, 64, 1 - me, 9, "send first", &rs);
+        if (st == SR_OK) st = sr_comm_recv(g.world_comm, i.d, 64, 1 - me, 9, "then recv", &rr);
+        if (st == SR_OK) st = sr_comm_wait(rr);
+        double dt = now() - t0;
+        int ok = st == SR_ERR_COMM && dt >= 0.95 && dt < 5 && strstr(sr_errmsg(), "did not complete within 1 s");
+        fails += !ok;
+        printf("rank %d: %s - NCCL send then recv outside a group on both ranks: deadlock, reported after %.2f s (%s)\n",
+               me, ok ? "ok  " : "FAIL", dt, sr_errmsg());
+    }
     if (me == 1) {
         printf("rank 1: skipping the all-reduce 'grad bucket 3'\n");
     } else {
@@ -389,6 +451,9 @@ static int run_timeout(void)
         sr_req *q = NULL;
         st = sr_comm_allreduce(g.dp_comm, b.d, 1024, "grad bucket 3", &q);
         if (st == SR_OK) st = sr_comm_wait_device(q);
+        /* NCCL: wait_device only orders the stream; the next host wait (what
+         * the backend does before synchronizing) finds the dead peer */
+        if (st == SR_OK) st = sr_comm_settle_all();
         double dt = now() - t0;
         printf("rank %d: got %s after %.2f s: %s\n", me, sr_status_str(st), dt, sr_errmsg());
         char want[200];
@@ -423,7 +488,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: test_comm_device: %s\n", me, sr_errmsg());
         sr_comm_abort(1);
     }
-    if (argc > 1 && !strcmp(argv[1], "--timeout")) return run_timeout();
+    counted.nccl = real->nccl;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--nccl")) backend = SR_COMM_NCCL, bname = "NCCL";
+    if (me == 0) printf("# comm layer on emulated device memory over %s\n", bname);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--timeout")) return run_timeout();
     run_normal();
     int counts[2] = {n_pass, n_fail};
     MPI_Bcast(counts, 2, MPI_INT, 0, MPI_COMM_WORLD);

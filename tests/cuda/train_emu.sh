@@ -8,7 +8,9 @@
 #  - data parallelism (dp=2, with ZeRO-1), tensor parallelism (tp=2, with
 #    and without sequence parallelism, the latter with 2 microbatches),
 #    pipeline parallelism (pp=2, 1f1b and zb-h1) and tp=2 x pp=2 with
-#    sequence parallelism over the MPI path of the comm layer;
+#    sequence parallelism over the comm layer's NCCL backend (the default,
+#    as on a GPU: runtime/cuda/comm_nccl.c on the emulator's NCCL, which
+#    is MPI underneath);
 #    recomputation;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
 source "$(dirname "$0")/lib.sh"
@@ -32,16 +34,17 @@ check "bf16: 6 steps within 2e-2 of the host binary" close h.txt b.txt 2e-2
 
 if command -v mpirun >/dev/null; then
   ./tg_host $opts --batch 8 --steps 4 --log h1.jsonl
-  mpirun --oversubscribe -np 2 ./tg_cuda $opts --batch 8 --steps 4 --dp 2 --log cd.jsonl
+  mpirun --oversubscribe -np 2 ./tg_cuda ${opts/--quiet/} --batch 8 --steps 4 --dp 2 --log cd.jsonl 2> cd.err
+  check "dp=2 runs over NCCL by default ($(grep -m1 communication: cd.err))" grep -q "^communication: NCCL" cd.err
   mpirun --oversubscribe -np 2 ./tg_cuda $opts --batch 8 --steps 4 --dp 2 --zero 1 --log cz.jsonl
   losses h1.jsonl > h1.txt; losses cd.jsonl > cd.txt; losses cz.jsonl > cz.txt
-  check "dp=2 over MPI (bucketed all-reduce from grad_ready): 4 steps match one host rank to 1e-5" close h1.txt cd.txt 1e-5
-  check "dp=2 with ZeRO-1 over MPI: 4 steps match one host rank to 1e-5" close h1.txt cz.txt 1e-5
+  check "dp=2 over NCCL (bucketed all-reduce from grad_ready): 4 steps match one host rank to 1e-5" close h1.txt cd.txt 1e-5
+  check "dp=2 with ZeRO-1 over NCCL: 4 steps match one host rank to 1e-5" close h1.txt cz.txt 1e-5
   "$gen" "$m" --tp 2 --cuda tg2.cu --build tg2_cuda --emulate && "$shardc" build "$m" --tp 2 -o tg2_host
   mpirun --oversubscribe -np 2 ./tg2_host $opts --tp 2 --steps 4 --log h2.jsonl
   mpirun --oversubscribe -np 2 ./tg2_cuda $opts --tp 2 --steps 4 --log c2.jsonl
   losses h2.jsonl > h2.txt; losses c2.jsonl > c2.txt
-  check "tp=2 over MPI: 4 steps match the host binary's tp=2 to 1e-5" close h2.txt c2.txt 1e-5
+  check "tp=2 over NCCL: 4 steps match the host binary's tp=2 to 1e-5" close h2.txt c2.txt 1e-5
   "$gen" "$m" --tp 2 --sequence-parallel --cuda sp.cu --build sp_cuda --emulate &&
     "$shardc" build "$m" --tp 2 --sequence-parallel -o sp_host
   # 2 microbatches: the gradients of the parameters used on sequence shards
@@ -68,7 +71,7 @@ if command -v mpirun >/dev/null; then
     "$gen" "$m" --pp 2 --schedule $sch --cuda pp-$sch.cu --build pp_cuda_$sch --emulate
     mpirun --oversubscribe -np 2 ./pp_cuda_$sch $opts --pp 2 --microbatches 2 --schedule $sch --steps 4 --log cp-$sch.jsonl
     losses hp.jsonl > hp.txt; losses cp-$sch.jsonl > cp.txt
-    check "pp=2 ($sch) over MPI: 4 steps match the host binary's pp=2 to 1e-5" close hp.txt cp.txt 1e-5
+    check "pp=2 ($sch) over NCCL: 4 steps match the host binary's pp=2 to 1e-5" close hp.txt cp.txt 1e-5
   done
 fi
 "$gen" "$m" --recompute --cuda rc.cu --build rc_cuda --emulate

@@ -25,10 +25,15 @@
  */
 #include "cuda_emu.h"
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
@@ -551,17 +556,134 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
 } /* namespace emu */
 
 /* ---- runtime API ------------------------------------------------------------------ */
+/* ---- streams and events (see "Streams" in cuda_emu.h) ----------------------------------- */
+struct StreamItem {
+    emu::StreamWork *work;  /* or, when NULL, a wait for (src, seq) */
+    CUstream_st *src;
+    uint64_t seq;
+    bool started;
+};
 struct CUstream_st {
-    int id;
+    unsigned flags;
+    std::deque<StreamItem> q;
+    uint64_t issued = 0, done = 0; /* items queued and completed, ever */
 };
 struct CUevent_st {
     double t_ms;
+    CUstream_st *s; /* the stream it was recorded on and the item count then */
+    uint64_t seq;
 };
 
 static double now_ms()
 {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+namespace emu {
+/* the streams that exist (plus the legacy default stream, `legacy`); only
+ * the host thread calls the runtime API, so no lock */
+static CUstream_st legacy_stream{cudaStreamDefault, {}, 0, 0};
+static std::vector<CUstream_st *> streams{&legacy_stream};
+static CUstream_st *real(cudaStream_t s) { return s ? s : &legacy_stream; }
+
+static bool item_done(StreamItem &it)
+{
+    if (!it.work) return it.src->done >= it.seq;
+    if (!it.started) {
+        it.started = true;
+        it.work->start();
+    }
+    return it.work->test();
+}
+
+void stream_progress()
+{
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (CUstream_st *s : streams)
+            while (!s->q.empty() && item_done(s->q.front())) {
+                delete s->q.front().work;
+                s->q.pop_front();
+                s->done++;
+                moved = true;
+            }
+    }
+}
+
+void stream_enqueue(cudaStream_t st, StreamWork *w)
+{
+    CUstream_st *s = real(st);
+    s->q.push_back(StreamItem{w, nullptr, 0, false});
+    s->issued++;
+    stream_progress();
+}
+
+static double hang_s()
+{
+    static double v = [] {
+        const char *e = getenv("EMU_HANG_S");
+        double x = e ? atof(e) : 0.0;
+        return x > 0 ? x : 300.0;
+    }();
+    return v;
+}
+
+/* waits until `ready` holds, progressing the streams; false after EMU_HANG_S */
+template <class F>
+static bool wait_until(F ready, const char *what)
+{
+    stream_progress();
+    if (ready()) return true;
+    double t0 = now_ms();
+    long ns = 1000;
+    while (!ready()) {
+        if (now_ms() - t0 > hang_s() * 1e3) {
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "%s waited %g s for stream work (an NCCL operation) that never completed: on a GPU this "
+                     "would hang",
+                     what, hang_s());
+            set_last_error(cudaErrorLaunchFailure, msg);
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+        ns = std::min(ns * 2, 1000000L);
+        stream_progress();
+    }
+    return true;
+}
+
+static bool drained(CUstream_st *s) { return s->q.empty(); }
+
+bool stream_drain(cudaStream_t st, const char *what)
+{
+    CUstream_st *s = real(st);
+    if (s != &legacy_stream) {
+        /* a blocking stream also waits for the legacy stream, and it for them */
+        if (!(s->flags & cudaStreamNonBlocking) && !wait_until([] { return drained(&legacy_stream); }, what))
+            return false;
+        return wait_until([s] { return drained(s); }, what);
+    }
+    return wait_until(
+        [] {
+            for (CUstream_st *x : streams)
+                if (!(x->flags & cudaStreamNonBlocking) && !drained(x)) return false;
+            return true;
+        },
+        what);
+}
+
+static bool all_drained(const char *what)
+{
+    return wait_until(
+        [] {
+            for (CUstream_st *x : streams)
+                if (!drained(x)) return false;
+            return true;
+        },
+        what);
+}
+} /* namespace emu */
 
 const char *cudaGetErrorString(cudaError_t e)
 {
@@ -639,7 +761,19 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
     p->maxThreadsPerBlock = 1024;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaPeekAtLastError(); }
+cudaError_t cudaDeviceSynchronize()
+{
+    emu::all_drained("cudaDeviceSynchronize");
+    return cudaPeekAtLastError();
+}
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
+{
+    const char *shared = getenv("EMU_SHARED_GPU");
+    if (d != 0 || len < 1) return cudaErrorInvalidDevice;
+    if (shared && !strcmp(shared, "1")) snprintf(bus, (size_t)len, "emu-shared");
+    else snprintf(bus, (size_t)len, "emu-%ld", (long)getpid());
+    return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
     *free_b = (size_t)8 << 30;
@@ -661,37 +795,58 @@ cudaError_t cudaFree(void *p)
 /* page-locked host memory is plain host memory here */
 cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
 cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind)
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind, cudaStream_t s)
 {
+    if (!emu::stream_drain(s, "cudaMemcpy")) return cudaErrorLaunchFailure;
     if (n && dst != src) memmove(dst, src, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t)
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k)
 {
-    return cudaMemcpy(dst, src, n, k);
+    return cudaMemcpyAsync(dst, src, n, k, 0);
 }
-cudaError_t cudaMemset(void *p, int v, size_t n)
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
+    if (!emu::stream_drain(s, "cudaMemset")) return cudaErrorLaunchFailure;
     if (n) memset(p, v, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
-cudaError_t cudaStreamCreate(cudaStream_t *s)
+cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
-    *s = new CUstream_st{1};
+    *s = new CUstream_st{flags, {}, 0, 0};
+    emu::streams.push_back(*s);
     return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-    delete s;
+    if (!s) return cudaErrorInvalidValue;
+    /* queued work still runs to the end, as on a GPU */
+    emu::wait_until([s] { return emu::drained(s); }, "cudaStreamDestroy");
+    emu::streams.erase(std::remove(emu::streams.begin(), emu::streams.end(), s), emu::streams.end());
+    /* not freed: events recorded on it still point here (and read it as complete) */
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaPeekAtLastError(); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    emu::stream_drain(s, "cudaStreamSynchronize");
+    return cudaPeekAtLastError();
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned)
+{
+    CUstream_st *s = emu::real(st);
+    if (!e) return cudaErrorInvalidValue;
+    emu::stream_progress();
+    if (e->s && e->s->done < e->seq) {
+        s->q.push_back(StreamItem{nullptr, e->s, e->seq, false});
+        s->issued++;
+    }
+    return cudaSuccess;
+}
 cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
-    *e = new CUevent_st{0.0};
+    *e = new CUevent_st{0.0, nullptr, 0};
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
@@ -700,13 +855,27 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     delete e;
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st)
 {
+    if (!e) return cudaErrorInvalidValue;
     e->t_ms = now_ms();
+    e->s = emu::real(st);
+    e->seq = e->s->issued;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+static bool event_done(cudaEvent_t e) { return !e->s || e->s->done >= e->seq; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (!e) return cudaErrorInvalidValue;
+    emu::wait_until([e] { return event_done(e); }, "cudaEventSynchronize");
+    return cudaPeekAtLastError();
+}
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (!e) return cudaErrorInvalidValue;
+    emu::stream_progress();
+    return event_done(e) ? cudaSuccess : cudaErrorNotReady;
+}
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
     *ms = (float)(b->t_ms - a->t_ms);
@@ -720,4 +889,20 @@ cudaError_t emu_func_set_attribute(const void *k, cudaFuncAttribute a, int v)
         emu::max_dyn_smem[k] = v;
     }
     return cudaSuccess;
+}
+
+/* ---- the C view (c/cuda_runtime.h): what runtime/cuda/comm_nccl.c calls ----------------- */
+extern "C" {
+const char *emuc_cudaGetErrorString(cudaError_t e) { return cudaGetErrorString(e); }
+cudaError_t emuc_cudaGetLastError(void) { return cudaGetLastError(); }
+cudaError_t emuc_cudaGetDeviceCount(int *n) { return cudaGetDeviceCount(n); }
+cudaError_t emuc_cudaSetDevice(int d) { return cudaSetDevice(d); }
+cudaError_t emuc_cudaDeviceGetPCIBusId(char *bus, int len, int d) { return cudaDeviceGetPCIBusId(bus, len, d); }
+cudaError_t emuc_cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f) { return cudaStreamCreateWithFlags(s, f); }
+cudaError_t emuc_cudaStreamDestroy(cudaStream_t s) { return cudaStreamDestroy(s); }
+cudaError_t emuc_cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { return cudaStreamWaitEvent(s, e, f); }
+cudaError_t emuc_cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { return cudaEventCreateWithFlags(e, f); }
+cudaError_t emuc_cudaEventDestroy(cudaEvent_t e) { return cudaEventDestroy(e); }
+cudaError_t emuc_cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecord(e, s); }
+cudaError_t emuc_cudaEventQuery(cudaEvent_t e) { return cudaEventQuery(e); }
 }

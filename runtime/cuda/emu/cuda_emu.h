@@ -83,35 +83,13 @@ struct alignas(16) uint4 {
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
-/* ---- runtime API types ------------------------------------------------------ */
-enum cudaError_t {
-    cudaSuccess = 0,
-    cudaErrorInvalidValue = 1,
-    cudaErrorMemoryAllocation = 2,
-    cudaErrorInvalidConfiguration = 9,
-    cudaErrorInvalidDevice = 101,
-    cudaErrorNoDevice = 100,
-    cudaErrorLaunchFailure = 719,
-    cudaErrorNotReady = 600
-};
+/* ---- runtime API types (shared with C sources: c/cuda_runtime.h) ----------- */
+#include "c/cuda_runtime.h"
 typedef cudaError_t cudaError;
-enum cudaMemcpyKind {
-    cudaMemcpyHostToHost = 0,
-    cudaMemcpyHostToDevice = 1,
-    cudaMemcpyDeviceToHost = 2,
-    cudaMemcpyDeviceToDevice = 3,
-    cudaMemcpyDefault = 4
-};
 enum cudaFuncAttribute {
     cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
     cudaFuncAttributePreferredSharedMemoryCarveout = 9
 };
-enum { cudaStreamNonBlocking = 1, cudaStreamDefault = 0, cudaEventDisableTiming = 2, cudaEventDefault = 0 };
-
-struct CUstream_st;
-struct CUevent_st;
-typedef CUstream_st *cudaStream_t;
-typedef CUevent_st *cudaEvent_t;
 
 struct cudaDeviceProp {
     char name[256];
@@ -149,6 +127,29 @@ void *dynamic_smem();
 bool set_schedule(const char *order);
 const char *schedule_name();
 
+/* Streams. Kernels, copies and memsets run when they are issued, so most
+ * stream work is finished at once; what is not is asynchronous work that
+ * another part of the emulator queues (the emulated NCCL's collectives):
+ * each stream keeps a queue of such work and of waits on events
+ * (cudaStreamWaitEvent), run in order, one item at a time, the next one
+ * started when the one before completes. A kernel, copy or memset issued
+ * on a stream first waits for that stream's queue; on the legacy default
+ * stream (0), for every stream created without cudaStreamNonBlocking.
+ * cudaEventQuery is cudaErrorNotReady while work queued before the
+ * event's record is unfinished. A wait longer than EMU_HANG_S (default
+ * 300 s) is reported as an error (a GPU would hang). */
+struct StreamWork {
+    virtual ~StreamWork() {}
+    virtual void start() = 0; /* at the head of its stream */
+    virtual bool test() = 0;  /* true once complete */
+};
+/* takes ownership of w */
+void stream_enqueue(cudaStream_t s, StreamWork *w);
+/* advances every stream's queue without blocking */
+void stream_progress();
+/* waits for everything queued on s so far; false (and a sticky error) after EMU_HANG_S */
+bool stream_drain(cudaStream_t s, const char *what);
+
 extern thread_local uint3 tls_block_idx;
 extern thread_local dim3 tls_block_dim;
 extern thread_local dim3 tls_grid_dim;
@@ -178,10 +179,11 @@ void call_body(void *p)
 /* launch kernel k: each thread calls k(args...) with its own copies of the
  * arguments converted to k's parameter types, as a real launch does */
 template <class... KArgs, class... Args>
-cudaError_t launch(const char *name, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
+cudaError_t launch(const char *name, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                    Args &&...args)
 {
     static_assert(sizeof...(KArgs) == sizeof...(Args), "kernel launched with the wrong number of arguments");
+    if (!stream_drain(s, name)) return cudaErrorLaunchFailure;
     auto body = [&]() { k(static_cast<KArgs>(args)...); };
     return run_grid(name, (const void *)k, grid, block, smem, &call_body<decltype(body)>, &body);
 }
@@ -528,6 +530,8 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
+/* "emu-<pid>": every process is its own pretend GPU; EMU_SHARED_GPU=1 puts them all on one */
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b);
 cudaError_t cudaMalloc(void **p, size_t n);

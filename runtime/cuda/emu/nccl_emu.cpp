@@ -1,0 +1,396 @@
+/* nccl_emu.cpp: NCCL over MPI for the CUDA emulator (c/nccl.h), so that the
+ * NCCL backend (runtime/cuda/comm_nccl.c, compiled a second time against the
+ * emulator's headers) runs in tests without a GPU.
+ *
+ * What it keeps of NCCL's behaviour, because comm_nccl.c depends on it:
+ *  - operations are stream work (cuda_emu.h "Streams"): queued on their
+ *    stream after what was queued there before, started when they reach the
+ *    head, complete when their MPI requests are; events recorded after them
+ *    are not ready until then, and a stream that waits on such an event
+ *    holds its kernels back;
+ *  - a send is a rendezvous (MPI_Issend), and a stream runs one item at a
+ *    time: a send and a recv queued outside a group on one stream, by two
+ *    ranks that both send first, deadlock as they do on a GPU; inside
+ *    ncclGroupStart/End they start together;
+ *  - non-blocking communicators (ncclConfig_t.blocking = 0): set-up and each
+ *    call answer ncclInProgress and ncclCommGetAsyncError settles them; a
+ *    peer that never calls ncclCommInitRank leaves the others in progress;
+ *  - ncclCommAbort drops the communicator's unfinished work (its streams go
+ *    on) and makes every later call an error.
+ * Set-up: every rank of the world calls ncclCommInitRank the same number of
+ * times in the same order (comm.c opens world, data, tensor, pipeline on
+ * every rank); the ranks of one unique id find each other through an
+ * all-gather over the world and get an MPI communicator of their own.
+ */
+#include "cuda_emu.h"
+
+/* the C API only (Open MPI and MPICH add C++ bindings for C++ otherwise) */
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <string>
+#include <vector>
+
+#include "c/nccl.h"
+
+struct ncclComm {
+    MPI_Comm mpi = MPI_COMM_NULL;
+    int rank = 0, nranks = 0;
+    bool blocking = true;
+    bool aborted = false;
+    ncclResult_t err = ncclSuccess; /* the asynchronous error, once there is one */
+    std::string last;               /* ncclGetLastError */
+    /* set-up in progress: the world all-gather of (key, rank, nranks) */
+    bool initializing = false;
+    MPI_Request init_req = MPI_REQUEST_NULL;
+    long long key[2] = {0, 0};
+    std::vector<long long> all;
+    int pending = 0; /* queued operations not yet complete */
+    bool finalizing = false;
+};
+
+namespace {
+
+MPI_Comm world = MPI_COMM_NULL; /* a dup of MPI_COMM_WORLD for the set-up all-gathers */
+int next_id = 0;
+
+ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (c) c->last = buf;
+    return r;
+}
+
+/* the set-up's second half, once the all-gather is in: the ranks with our key */
+ncclResult_t finish_init(ncclComm_t c)
+{
+    int wsize = 0;
+    MPI_Comm_size(world, &wsize);
+    std::vector<int> members((size_t)c->nranks, -1);
+    for (int w = 0; w < wsize; w++) {
+        const long long *x = &c->all[(size_t)w * 4];
+        if (x[0] != c->key[0] || x[1] != c->key[1]) continue;
+        int r = (int)x[2];
+        if (x[3] != c->nranks || r < 0 || r >= c->nranks || members[(size_t)r] >= 0)
+            return fail(c, ncclInvalidArgument, "ncclCommInitRank: ranks of one unique id disagree on the size "
+                        "(%lld vs %d) or share rank %d", x[3], c->nranks, r);
+        members[(size_t)r] = w;
+    }
+    for (int r = 0; r < c->nranks; r++)
+        if (members[(size_t)r] < 0)
+            return fail(c, ncclInvalidUsage, "ncclCommInitRank: rank %d of %d never joined", r, c->nranks);
+    MPI_Group wg, g;
+    MPI_Comm_group(world, &wg);
+    MPI_Group_incl(wg, c->nranks, members.data(), &g);
+    int rc = MPI_Comm_create_group(world, g, (int)(c->key[1] & 0x7fff), &c->mpi);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    if (rc != MPI_SUCCESS) return fail(c, ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group failed");
+    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+    return ncclSuccess;
+}
+
+/* advances a set-up in progress; true once it is over (c->err says how) */
+bool init_progress(ncclComm_t c, bool block)
+{
+    if (!c->initializing) return true;
+    int done = 0;
+    if (block) MPI_Wait(&c->init_req, MPI_STATUS_IGNORE), done = 1;
+    else MPI_Test(&c->init_req, &done, MPI_STATUS_IGNORE);
+    if (!done) return false;
+    c->initializing = false;
+    c->err = finish_init(c);
+    return true;
+}
+
+ncclResult_t check_comm(ncclComm_t c, const char *call)
+{
+    if (!c) return ncclInvalidArgument;
+    if (c->aborted) return fail(c, ncclInvalidUsage, "%s on an aborted communicator", call);
+    if (c->initializing) return fail(c, ncclInvalidUsage, "%s before the communicator's set-up completed", call);
+    if (c->err != ncclSuccess) return c->err;
+    return ncclSuccess;
+}
+
+MPI_Datatype mpi_type(ncclDataType_t t) { return t == ncclDouble ? MPI_DOUBLE : MPI_FLOAT; }
+size_t type_size(ncclDataType_t t) { return t == ncclDouble ? 8 : 4; }
+
+/* one NCCL call */
+struct Call {
+    enum Kind { ALLREDUCE, REDUCE_SCATTER, ALLGATHER, BROADCAST, SEND, RECV } kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    ncclDataType_t type;
+    int peer; /* root or peer */
+    ncclComm_t comm;
+    cudaStream_t stream;
+};
+
+/* the calls of one stream in one group (or a lone call): stream work */
+struct Ops : emu::StreamWork {
+    std::vector<Call> calls;
+    std::vector<MPI_Request> reqs;
+    bool failed = false;
+    ~Ops() override
+    {
+        for (Call &c : calls) c.comm->pending--;
+    }
+    void start() override
+    {
+        for (Call &c : calls) {
+            if (c.comm->aborted) continue;
+            MPI_Request rq = MPI_REQUEST_NULL;
+            MPI_Datatype t = mpi_type(c.type);
+            int n = (int)c.count, rc = MPI_SUCCESS;
+            switch (c.kind) {
+            case Call::ALLREDUCE:
+                rc = MPI_Iallreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, n, t, MPI_SUM, c.comm->mpi, &rq);
+                break;
+            case Call::REDUCE_SCATTER:
+                rc = MPI_Ireduce_scatter_block(c.send, c.recv, n, t, MPI_SUM, c.comm->mpi, &rq);
+                break;
+            case Call::ALLGATHER: {
+                /* in place when send is this rank's block of recv, as NCCL defines it */
+                bool in_place = (const char *)c.send == (char *)c.recv + (size_t)c.comm->rank * c.count * type_size(c.type);
+                rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : c.send, n, t, c.recv, n, t, c.comm->mpi, &rq);
+                break;
+            }
+            case Call::BROADCAST:
+                if (c.send != c.recv && c.comm->rank == c.peer) memcpy(c.recv, c.send, c.count * type_size(c.type));
+                rc = MPI_Ibcast(c.recv, n, t, c.peer, c.comm->mpi, &rq);
+                break;
+            case Call::SEND:
+                rc = MPI_Issend(c.send, n, t, c.peer, 0, c.comm->mpi, &rq);
+                break;
+            case Call::RECV:
+                rc = MPI_Irecv(c.recv, n, t, c.peer, 0, c.comm->mpi, &rq);
+                break;
+            }
+            if (rc != MPI_SUCCESS) {
+                c.comm->err = ncclSystemError;
+                fail(c.comm, ncclSystemError, "an MPI call of the emulated NCCL failed");
+                failed = true;
+            }
+            reqs.push_back(rq);
+        }
+    }
+    bool test() override
+    {
+        if (failed) return true;
+        for (Call &c : calls)
+            if (c.comm->aborted) return true; /* its kernels stop: the stream goes on */
+        int done = 0;
+        if (MPI_Testall((int)reqs.size(), reqs.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+            for (Call &c : calls) c.comm->err = ncclRemoteError;
+            return true;
+        }
+        return done != 0;
+    }
+};
+
+int group_depth = 0;
+std::vector<Call> group_calls;
+
+/* queues calls (all on one stream) as one piece of stream work */
+void enqueue(std::vector<Call> calls)
+{
+    Ops *w = new Ops;
+    w->calls = std::move(calls);
+    for (Call &c : w->calls) c.comm->pending++;
+    emu::stream_enqueue(w->calls[0].stream, w);
+}
+
+ncclResult_t submit(const Call &c, const char *name)
+{
+    ncclResult_t r = check_comm(c.comm, name);
+    if (r != ncclSuccess) return r;
+    if (c.type != ncclFloat && c.type != ncclDouble)
+        return fail(c.comm, ncclInvalidArgument, "%s: the emulated NCCL moves float and double only", name);
+    if ((c.kind == Call::SEND || c.kind == Call::RECV || c.kind == Call::BROADCAST) &&
+        (c.peer < 0 || c.peer >= c.comm->nranks))
+        return fail(c.comm, ncclInvalidArgument, "%s: peer %d is not a rank of %d", name, c.peer, c.comm->nranks);
+    if (group_depth > 0) {
+        group_calls.push_back(c);
+        return ncclSuccess;
+    }
+    enqueue(std::vector<Call>{c});
+    return c.comm->blocking ? ncclSuccess : ncclInProgress;
+}
+
+} /* namespace */
+
+extern "C" {
+
+ncclResult_t emu_ncclGetUniqueId(ncclUniqueId *id)
+{
+    int wr = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    memset(id, 0, sizeof *id);
+    long long key[2] = {(long long)wr + 1, (long long)getpid() * 4096 + ++next_id};
+    memcpy(id->internal, key, sizeof key);
+    return ncclSuccess;
+}
+
+ncclResult_t emu_ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                        ncclConfig_t *config)
+{
+    *comm = nullptr;
+    if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    if (world == MPI_COMM_NULL) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &world);
+        MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+    }
+    ncclComm_t c = new ncclComm;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->blocking = !config || config->blocking != 0;
+    memcpy(c->key, id.internal, sizeof c->key);
+    int wsize = 0;
+    MPI_Comm_size(world, &wsize);
+    c->all.assign((size_t)wsize * 4, 0);
+    long long mine[4] = {c->key[0], c->key[1], rank, nranks};
+    if (MPI_Iallgather(mine, 4, MPI_LONG_LONG, c->all.data(), 4, MPI_LONG_LONG, world, &c->init_req) !=
+        MPI_SUCCESS) {
+        delete c;
+        return ncclSystemError;
+    }
+    c->initializing = true;
+    *comm = c;
+    if (!c->blocking) return init_progress(c, false) ? c->err : ncclInProgress;
+    init_progress(c, true);
+    return c->err;
+}
+
+ncclResult_t emu_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+    return emu_ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
+}
+
+ncclResult_t emu_ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state)
+{
+    if (!c || !state) return ncclInvalidArgument;
+    emu::stream_progress();
+    if (!init_progress(c, false)) *state = ncclInProgress;
+    else if (c->finalizing && c->pending > 0 && c->err == ncclSuccess) *state = ncclInProgress;
+    else *state = c->err;
+    return ncclSuccess;
+}
+
+ncclResult_t emu_ncclCommFinalize(ncclComm_t c)
+{
+    ncclResult_t r = check_comm(c, "ncclCommFinalize");
+    if (r != ncclSuccess) return r;
+    c->finalizing = true;
+    emu::stream_progress();
+    return c->pending > 0 ? ncclInProgress : ncclSuccess;
+}
+
+ncclResult_t emu_ncclCommDestroy(ncclComm_t c)
+{
+    if (!c) return ncclInvalidArgument;
+    if (c->pending > 0) return emu_ncclCommAbort(c);
+    if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+    delete c;
+    return ncclSuccess;
+}
+
+ncclResult_t emu_ncclCommAbort(ncclComm_t c)
+{
+    if (!c) return ncclInvalidArgument;
+    /* kept: queued work still names it (and its MPI requests may still complete) */
+    c->aborted = true;
+    emu::stream_progress();
+    return ncclSuccess;
+}
+
+const char *emu_ncclGetErrorString(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    }
+    return "unknown result code";
+}
+
+const char *emu_ncclGetLastError(ncclComm_t c) { return c ? c->last.c_str() : ""; }
+
+ncclResult_t emu_ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream)
+{
+    if (op != ncclSum) return fail(comm, ncclInvalidArgument, "ncclAllReduce: the emulated NCCL sums only");
+    return submit(Call{Call::ALLREDUCE, send, recv, count, type, 0, comm, stream}, "ncclAllReduce");
+}
+
+ncclResult_t emu_ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t type,
+                                   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    if (op != ncclSum) return fail(comm, ncclInvalidArgument, "ncclReduceScatter: the emulated NCCL sums only");
+    return submit(Call{Call::REDUCE_SCATTER, send, recv, recvcount, type, 0, comm, stream}, "ncclReduceScatter");
+}
+
+ncclResult_t emu_ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t type,
+                               ncclComm_t comm, cudaStream_t stream)
+{
+    return submit(Call{Call::ALLGATHER, send, recv, sendcount, type, 0, comm, stream}, "ncclAllGather");
+}
+
+ncclResult_t emu_ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root,
+                               ncclComm_t comm, cudaStream_t stream)
+{
+    return submit(Call{Call::BROADCAST, send, recv, count, type, root, comm, stream}, "ncclBroadcast");
+}
+
+ncclResult_t emu_ncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                          cudaStream_t stream)
+{
+    return submit(Call{Call::SEND, send, nullptr, count, type, peer, comm, stream}, "ncclSend");
+}
+
+ncclResult_t emu_ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                          cudaStream_t stream)
+{
+    return submit(Call{Call::RECV, nullptr, recv, count, type, peer, comm, stream}, "ncclRecv");
+}
+
+ncclResult_t emu_ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+/* the group's calls start together: one piece of stream work per stream */
+ncclResult_t emu_ncclGroupEnd(void)
+{
+    if (group_depth == 0) return ncclInvalidUsage;
+    if (--group_depth > 0) return ncclSuccess;
+    std::vector<Call> calls;
+    calls.swap(group_calls);
+    bool nonblocking = false;
+    while (!calls.empty()) {
+        cudaStream_t s = calls[0].stream;
+        std::vector<Call> mine, rest;
+        for (Call &c : calls) (c.stream == s ? mine : rest).push_back(c);
+        for (Call &c : mine) nonblocking |= !c.comm->blocking;
+        enqueue(std::move(mine));
+        calls.swap(rest);
+    }
+    return nonblocking ? ncclInProgress : ncclSuccess;
+}
+
+} /* extern "C" */
