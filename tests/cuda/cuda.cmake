@@ -26,6 +26,8 @@
 #   _np3, _timeout             on the emulator's NCCL (emu/nccl_emu.cpp, MPI underneath): every
 #                              op, nothing staged, groups; timeouts abort the communicator; two
 #                              ranks that both send first outside a group deadlock, as on a GPU
+#   cuda_pipeline_nccl_emu     pp=4 gpipe, 1f1b, zb-h1, interleaved over the emulated NCCL (serial
+#                              streams, rendezvous sends): they finish, = --comm mpi exactly
 #   cuda_comm_mpi              --comm mpi / SHARDC_COMM=mpi: the emulated CUDA binary at dp=2,
 #                              tp=2, pp=2 matches the host binary's losses; --comm nccl is a
 #                              usage error on host builds; dp=2 --comm nccl on the emulator;
@@ -134,6 +136,10 @@ if(TARGET shardrt_cuda_emu)
   add_test(NAME cuda_train_emu COMMAND bash ${_tc}/train_emu.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>
     ${_root})
   set_tests_properties(cuda_train_emu PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}")
+  # every pipeline schedule at pp=4 over the emulated NCCL: no GPU-style deadlock
+  add_test(NAME cuda_pipeline_nccl_emu COMMAND bash ${_tc}/pipeline_nccl.sh $<TARGET_FILE:gen_cuda>
+    $<TARGET_FILE:shardc> ${_root})
+  set_tests_properties(cuda_pipeline_nccl_emu PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 600)
   # --comm mpi / SHARDC_COMM (the nvcc examples' --help too, where they are built)
   add_test(NAME cuda_comm_mpi COMMAND bash ${_tc}/comm_mpi.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>
     ${_root} ${CMAKE_BINARY_DIR}/cuda_examples)
