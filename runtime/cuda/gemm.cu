@@ -2,9 +2,10 @@
  *
  * GPU: cuBLASLt, row-major via the transposed problem (C^T = op(B)^T op(A)^T
  * in column-major), float accumulation (CUBLAS_COMPUTE_32F, never TF32), bias
- * and GELU_AUX_BIAS epilogues, a 32 MiB workspace, and a small cache of
- * descriptors and heuristic results per problem so the steady state does no
- * heuristic queries.
+ * and GELU_AUX_BIAS epilogues, a 32 MiB workspace, the operands' actual
+ * alignment given to the heuristic, and a small cache of descriptors and
+ * heuristic results per problem so the steady state does no heuristic
+ * queries.
  *
  * Emulation: the host BLAS (cblas_sgemm) on float copies of the operands;
  * bf16 operands are rounded exactly as the GPU sees them, the epilogue runs
@@ -56,6 +57,17 @@ static uint64_t plan_clock;
 
 static cudaDataType_t cuda_type(int dt) { return dt == SRK_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
+/* the largest power of two up to 256 that divides p's address. cuBLASLt's
+ * heuristic assumes 256-byte-aligned matrices unless the preference says
+ * less (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), and an algorithm chosen under
+ * that assumption fails on a slice that starts at a smaller alignment */
+static uint32_t lt_align(const void *p)
+{
+    uint32_t a = 256;
+    while (a > 1 && ((uintptr_t)p & (a - 1))) a >>= 1;
+    return a;
+}
+
 static int lt_ok(cublasStatus_t s, const char *what)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return 1;
@@ -77,7 +89,8 @@ static void free_plan(lt_plan *p)
 /* descriptors + algorithm for one problem (pointers only matter through
  * their alignment, which is part of the key) */
 static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, long K, int adt, long lda, int bdt,
-                         long ldb, int cdt, long ldc, int epi, int bias_dt, const void *bias, void *pre, void *ws)
+                         long ldb, int cdt, long ldc, int epi, int bias_dt, const void *bias, void *pre, void *ws,
+                         uint32_t align_a, uint32_t align_b, uint32_t align_c)
 {
     lt_plan *slot = NULL;
     for (int i = 0; i < LT_CACHE; i++)
@@ -123,6 +136,11 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
     size_t wsb = LT_WS_BYTES;
     cublasLtMatmulPreferenceCreate(&pref);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb);
+    /* the column-major problem's A is our B, its B our A; C and D are C */
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_b, sizeof align_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof align_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c);
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found);
@@ -173,11 +191,13 @@ void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A
     void *ws = srk_scratch(SRK_SCR_LT_WS, LT_WS_BYTES);
     if (!ws) return;
     /* the heuristic depends on pointers through their alignment only */
+    uint32_t al_a = lt_align(a), al_b = lt_align(b), al_c = lt_align(C);
     long key[16] = {ta, tb, M, N, K, lda, ldb, ldc, a_dt, b_dt, cdt, epi, bias_dt,
-                    (long)((uintptr_t)a & 15) | (long)((uintptr_t)b & 15) << 4 | (long)((uintptr_t)C & 15) << 8 |
-                        (long)((uintptr_t)bias & 15) << 12 | (long)((uintptr_t)pre & 15) << 16,
+                    (long)al_a | (long)al_b << 9 | (long)al_c << 18 | (long)lt_align(bias) << 27 |
+                        (long)lt_align(pre) << 36,
                     0, 0};
-    lt_plan *p = get_plan(key, 16, ta, tb, M, N, K, a_dt, lda, b_dt, ldb, cdt, ldc, epi, bias_dt, bias, pre, ws);
+    lt_plan *p = get_plan(key, 16, ta, tb, M, N, K, a_dt, lda, b_dt, ldb, cdt, ldc, epi, bias_dt, bias, pre, ws,
+                          al_a, al_b, al_c);
     if (!p) return;
     /* this call's bias and aux pointers (the cached descriptor has a previous call's) */
     if (epi) cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
