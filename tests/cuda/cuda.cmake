@@ -34,6 +34,9 @@
 #                              ranks sharing a GPU told to use --comm mpi (tests/cuda/comm_mpi.sh)
 #   cuda_nvcc_examples         (nvcc only) every example's CUDA binary was built and, on a
 #                              machine without a GPU, says so in one line and exits non-zero
+#   cuda_nvcc_resources        (nvcc only) every kernel of GPT-2's bf16 and fp32 programs, per
+#                              architecture: registers x block size and static shared memory
+#                              within what a launch may use (tests/cuda/nvcc_resources.sh)
 
 set(_tc ${CMAKE_CURRENT_LIST_DIR})
 get_filename_component(_root ${_tc}/../.. ABSOLUTE)
@@ -148,6 +151,7 @@ endif()
 
 # ---- nvcc: every example's CUDA binary, and the kernel test for the GPU -------------
 if(SHARDC_CUDA_LIBRARY)
+  string(REPLACE ";" "," _archs "${SHARDC_CUDA_ARCHS}")
   option(SHARDC_CUDA_EXAMPLES "build every example's CUDA binary with nvcc" ON)
   if(SHARDC_CUDA_EXAMPLES)
     set(_ex ${CMAKE_BINARY_DIR}/cuda_examples)
@@ -170,12 +174,15 @@ if(SHARDC_CUDA_LIBRARY)
     endforeach()
     add_custom_target(cuda_examples ALL DEPENDS ${_bins})
     add_test(NAME cuda_nvcc_examples COMMAND bash ${_tc}/nvcc_examples.sh ${_ex})
+    # registers and static shared memory per kernel against the launch limits
+    add_test(NAME cuda_nvcc_resources COMMAND bash ${_tc}/nvcc_resources.sh ${SHARDC_NVCC_EXECUTABLE}
+      "${_archs}" ${_root} ${_ex})
+    set_tests_properties(cuda_nvcc_resources PROPERTIES TIMEOUT 600)
   endif()
   # the kernel test compiled for the GPU (gpu-check.sh runs it)
   set(_tk ${CMAKE_BINARY_DIR}/test_kernels_cuda)
   # nvcc takes CUDA sources by their suffix
   configure_file(${_tc}/test_kernels_emu.cpp ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu COPYONLY)
-  string(REPLACE ";" "," _archs "${SHARDC_CUDA_ARCHS}")
   set(_gencode "")
   foreach(_a ${SHARDC_CUDA_ARCHS})
     list(APPEND _gencode -gencode arch=compute_${_a},code=sm_${_a})
