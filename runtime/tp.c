@@ -22,6 +22,36 @@ static void fatal(const char *what)
     exit(1);
 }
 
+/* Host buffers these reuse: they run in every tensor-parallel step, and a
+ * fresh malloc of a large block is an mmap and page faults each time. One
+ * slot per use (the calls nest: a reduce-scatter's backward gathers). */
+enum { SCR_GATHER, SCR_RS, SCR_RS_SUM, SCR_CE_MAX, SCR_CE_SUMS, SCR_CE_GATHER, SCR_RS_BWD, SCR_N };
+static float *scr[SCR_N];
+static size_t scr_cap[SCR_N];
+
+static float *scratch(int slot, size_t n, const char *what)
+{
+    if (n > scr_cap[slot]) {
+        float *p = realloc(scr[slot], sizeof(float) * n);
+        if (!p) {
+            sr_seterr(SR_ERR_NOMEM, "out of memory (%zu floats)", n);
+            fatal(what);
+        }
+        scr[slot] = p;
+        scr_cap[slot] = n;
+    }
+    return scr[slot];
+}
+
+void sr_tp_release(void)
+{
+    for (int i = 0; i < SCR_N; i++) {
+        free(scr[i]);
+        scr[i] = NULL;
+        scr_cap[i] = 0;
+    }
+}
+
 void sr_tp_allreduce(sr_exec *e, float *out, const float *in, long n)
 {
     if (out != in) memcpy(out, in, sizeof(float) * (size_t)n);
@@ -33,18 +63,13 @@ void sr_tp_allgather(sr_exec *e, float *out, const float *in, long outer, long l
 {
     int tp = e->tp;
     long blk = outer * local * inner;
-    float *tmp = malloc(sizeof(float) * (size_t)(blk * tp + 1));
-    if (!tmp) {
-        sr_seterr(SR_ERR_NOMEM, "out of memory");
-        fatal("all-gather");
-    }
+    float *tmp = scratch(SCR_GATHER, (size_t)(blk * tp + 1), "all-gather");
     if (sr_comm_allgather(e->tp_comm, in, tmp, blk, "activation", NULL) != SR_OK) fatal("all-gather");
     /* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */
     for (int r = 0; r < tp; r++)
         for (long o = 0; o < outer; o++)
             memcpy(out + (o * tp * local + r * local) * inner, tmp + r * blk + o * local * inner,
                    sizeof(float) * (size_t)(local * inner));
-    free(tmp);
 }
 
 void sr_tp_allgather_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner)
@@ -65,11 +90,7 @@ static void seq_reduce_scatter(sr_exec *e, float *out, const float *in, long out
 {
     int tp = e->tp > 0 ? e->tp : 1;
     long blk = outer * local * inner;
-    float *tmp = malloc(sizeof(float) * (size_t)(blk * tp + 1));
-    if (!tmp) {
-        sr_seterr(SR_ERR_NOMEM, "out of memory");
-        fatal("reduce-scatter");
-    }
+    float *tmp = scratch(SCR_RS, (size_t)(blk * tp + 1), "reduce-scatter");
     /* in (outer, tp*local, inner) -> tmp (tp, outer, local, inner): rank r's block */
     for (int r = 0; r < tp; r++)
         for (long o = 0; o < outer; o++)
@@ -77,7 +98,6 @@ static void seq_reduce_scatter(sr_exec *e, float *out, const float *in, long out
                    sizeof(float) * (size_t)(local * inner));
     if (tp == 1) memcpy(out, tmp, sizeof(float) * (size_t)blk);
     else if (sr_comm_reduce_scatter(e->tp_comm, tmp, out, blk, what, NULL) != SR_OK) fatal("reduce-scatter");
-    free(tmp);
 }
 
 /* dx (outer, local, inner) += this rank's block of dout (outer, tp*local, inner)
@@ -87,14 +107,9 @@ void sr_tp_allgather_bwd_rs(sr_exec *e, float *dx, const float *dout, long outer
 {
     if (!dx) return;
     long blk = outer * local * inner;
-    float *sum = malloc(sizeof(float) * (size_t)(blk + 1));
-    if (!sum) {
-        sr_seterr(SR_ERR_NOMEM, "out of memory");
-        fatal("reduce-scatter");
-    }
+    float *sum = scratch(SCR_RS_SUM, (size_t)(blk + 1), "reduce-scatter");
     seq_reduce_scatter(e, sum, dout, outer, local, inner, "activation grad");
     for (long i = 0; i < blk; i++) dx[i] += sum[i];
-    free(sum);
 }
 
 void sr_embedding_vp_fwd(float *out, const float *w, const int32_t *idx, int N, int D, int Vl, int rank)
@@ -126,12 +141,8 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
 {
     int tp = e->tp;
     long lo = (long)e->tp_rank * Vl;
-    float *mx = malloc(sizeof(float) * (size_t)N * (size_t)(tp + 1));
-    float *sums = malloc(sizeof(float) * (size_t)2 * (size_t)N + 1);
-    if (!mx || !sums) {
-        sr_seterr(SR_ERR_NOMEM, "out of memory");
-        fatal("cross-entropy");
-    }
+    float *mx = scratch(SCR_CE_MAX, (size_t)N * (size_t)(tp + 1), "cross-entropy");
+    float *sums = scratch(SCR_CE_SUMS, (size_t)2 * (size_t)N + 1, "cross-entropy");
     float *allmx = mx + N;
     /* 1. the row maxima of every rank's columns, gathered: a max is not a sum */
 #pragma omp parallel for if (N >= 16)
@@ -142,18 +153,13 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
         mx[i] = m;
     }
     if (tp > 1) {
-        float *g = malloc(sizeof(float) * (size_t)N * (size_t)tp);
-        if (!g) {
-            sr_seterr(SR_ERR_NOMEM, "out of memory");
-            fatal("cross-entropy");
-        }
+        float *g = scratch(SCR_CE_GATHER, (size_t)N * (size_t)tp, "cross-entropy");
         if (sr_comm_allgather(e->tp_comm, mx, g, N, "cross-entropy max", NULL) != SR_OK) fatal("cross-entropy");
         for (int i = 0; i < N; i++) {
             float m = g[i];
             for (int r = 1; r < tp; r++) m = g[(long)r * N + i] > m ? g[(long)r * N + i] : m;
             allmx[i] = m;
         }
-        free(g);
     } else {
         memcpy(allmx, mx, sizeof(float) * (size_t)N);
     }
@@ -174,8 +180,6 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
         lse[i] = allmx[i] + logf(sums[i]);
         loss += (double)(lse[i] - sums[N + i]);
     }
-    free(mx);
-    free(sums);
     return (float)(loss / N);
 }
 
@@ -249,15 +253,10 @@ void sr_tp_reduce_scatter_bwd(sr_exec *e, float *dx, const float *dout, long out
 {
     if (!dx) return;
     int tp = e->tp;
-    float *full = malloc(sizeof(float) * (size_t)(outer * local * inner * tp + 1));
-    if (!full) {
-        sr_seterr(SR_ERR_NOMEM, "out of memory");
-        fatal("all-gather");
-    }
+    float *full = scratch(SCR_RS_BWD, (size_t)(outer * local * inner * tp + 1), "all-gather");
     sr_tp_allgather(e, full, dout, outer, local, inner);
     long n = outer * local * inner * tp;
     for (long i = 0; i < n; i++) dx[i] += full[i];
-    free(full);
 }
 
 void sr_tp_slice(sr_exec *e, float *out, const float *in, long outer, long local, long inner)

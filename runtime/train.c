@@ -110,7 +110,7 @@ static const flag flags[] = {
     {"comm-timeout", F_FLOAT, O(comm_timeout), "S", "seconds a collective may wait before the run aborts"},
     {"trace", F_STR, O(trace), "DIR", "write a Chrome trace per rank to DIR/trace-rankR.json"},
     {"dump-batches", F_STR, O(dump_batches), "DIR", "record which sequences each rank trains on (testing)"},
-    {"comm-stats", F_STR, O(comm_stats), "FILE", "write rank 0's collective calls and bytes per group"},
+    {"comm-stats", F_STR, O(comm_stats), "FILE", "write rank 0's collective calls and bytes per group (%r in FILE: every rank's)"},
     {"schedule", F_STR, O(schedule), "S", "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1"},
     {"recompute", F_STR, O(recompute), "block|none", "activation recomputation (compiled in: shardc build --recompute)"},
     {"quiet", F_BOOL, O(quiet), NULL, "print only errors and samples"},
@@ -704,14 +704,24 @@ static sr_status handshake(run *r)
     return SR_OK;
 }
 
-/* --comm-stats: what rank 0's communicators moved, to check against the plan */
+/* --comm-stats: what rank 0's communicators moved, to check against the plan;
+ * a FILE with %r in it: every rank's, %r replaced by its rank (pipeline
+ * stages and vocabulary shards move different amounts) */
 static sr_status write_comm_stats(run *r, long steps)
 {
     static const char *ops[6] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv"};
     sr_comm *groups[3] = {r->grid.dp_comm, r->grid.tp_comm, r->grid.pp_comm};
-    if (!r->rank0) return SR_OK;
-    FILE *f = fopen(r->o.comm_stats, "w");
-    if (!f) return sr_seterr(SR_ERR_IO, "--comm-stats: cannot write %s: %s", r->o.comm_stats, strerror(errno));
+    const char *pat = r->o.comm_stats, *at = strstr(pat, "%r");
+    if (!at && !r->rank0) return SR_OK;
+    char path[4096];
+    if (at) snprintf(path, sizeof path, "%.*s%d%s", (int)(at - pat), pat, r->grid.rank, at + 2);
+    else snprintf(path, sizeof path, "%s", pat);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        sr_status st = sr_seterr(SR_ERR_IO, "--comm-stats: cannot write %s: %s", path, strerror(errno));
+        if (!r->rank0) fprintf(stderr, "%s: rank %d: error: %s\n", r->argv0, r->grid.rank, sr_errmsg());
+        return st;
+    }
     fprintf(f, "steps %ld\n", steps);
     if (r->be->peak_bytes) fprintf(f, "peak_bytes %lld\n", (long long)r->be->peak_bytes());
     for (int g = 0; g < 3; g++) {
@@ -722,7 +732,7 @@ static sr_status write_comm_stats(run *r, long steps)
                 fprintf(f, "%s %s calls %lld bytes %lld\n", sr_comm_name(groups[g]), ops[k],
                         (long long)st->calls[k], (long long)st->bytes[k]);
     }
-    if (fclose(f) != 0) return sr_seterr(SR_ERR_IO, "--comm-stats: cannot write %s", r->o.comm_stats);
+    if (fclose(f) != 0) return sr_seterr(SR_ERR_IO, "--comm-stats: cannot write %s", path);
     return SR_OK;
 }
 
@@ -1079,6 +1089,7 @@ static void cleanup(run *r)
         if (s != SR_OK) fprintf(stderr, "%s: warning: %s\n", r->argv0, sr_errmsg());
     }
     if (r->have_grid) sr_grid_free(&r->grid);
+    sr_tp_release();
 }
 
 int sr_main(const sr_program *prog, int argc, char **argv)

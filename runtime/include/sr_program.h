@@ -107,6 +107,8 @@ typedef struct sr_stage {
 
 /* tensor parallelism, called by generated code (runtime/tp.c) */
 void sr_tp_allreduce(sr_exec *e, float *out, const float *in, long n);
+/* frees the host buffers the calls below keep between steps */
+void sr_tp_release(void);
 /* in (outer, local, inner) from each rank -> out (outer, tp*local, inner) */
 void sr_tp_allgather(sr_exec *e, float *out, const float *in, long outer, long local, long inner);
 void sr_tp_allgather_bwd(sr_exec *e, float *dx, const float *dout, long outer, long local, long inner);

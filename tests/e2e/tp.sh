@@ -104,6 +104,12 @@ $mpi -np 2 ./tg2 $run --tp 2 --steps 1 --comm-stats comm.txt > /dev/null 2>&1
 got=$(grep -o '^tensor allreduce calls [0-9]* bytes [0-9]*' comm.txt)
 want="tensor allreduce calls 11 bytes $((10 * 8 * 32 * 64 * 4 + 2 * 8 * 32 * 4))"
 check "runtime counts the compiler's tensor all-reduces ($got)" [ "$got" = "$want" ]
+# --comm-stats with %r: every rank writes its own; both ranks of the tensor
+# group run the same all-reduces
+$mpi -np 2 ./tg2 $run --tp 2 --steps 1 --comm-stats rank%r.txt > /dev/null 2>&1
+g0=$(grep -o '^tensor allreduce calls [0-9]* bytes [0-9]*' rank0.txt); g1=$(grep -o '^tensor allreduce calls [0-9]* bytes [0-9]*' rank1.txt)
+check "--comm-stats rank%r.txt: a file per rank, each with the same tensor all-reduces ($g1)" \
+  [ "$g0" = "$want" -a "$g1" = "$want" -a ! -e 'rank%r.txt' ]
 
 # recomputation: each block's forward runs again in its backward, with the
 # block's own all-reduces (not the embedding's), the same numbers bit for bit
