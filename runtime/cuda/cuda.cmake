@@ -23,6 +23,9 @@ file(GLOB _srk_headers ${_srk_dir}/*.cuh ${_srk_dir}/emu/*.h ${_srk_dir}/emu/c/*
 target_sources(shardc_front PRIVATE ${_srk_root}/compiler/codegen_cuda.c)
 
 option(SHARDC_CUDA_EMU "build the CUDA backend's CPU emulation (CUDA tests without a GPU)" ON)
+# C++ for the emulator and as nvcc's host compiler (-ccbin), with or without
+# the emulation
+enable_language(CXX)
 set(SHARDC_CUDA_ARCHS "80;90" CACHE STRING "GPU architectures (compute capabilities) of libshardrt_cuda")
 
 find_program(SHARDC_NVCC_EXECUTABLE nvcc
@@ -59,7 +62,6 @@ set(_srk_defs
 
 # ---- the emulated runtime (host C++ compiler) --------------------------------
 if(SHARDC_CUDA_EMU)
-  enable_language(CXX)
   find_package(OpenMP REQUIRED COMPONENTS CXX)
   # the NCCL backend's own source against the emulator's cuda_runtime.h and
   # nccl.h (emu/c; NCCL over MPI in emu/nccl_emu.cpp), as srcomm_nccl_emu_ops:
