@@ -279,3 +279,106 @@ char *cg_config_json(Program *P)
     }
     return sx_fmt("%s}", s);
 }
+
+/* ---- names and comments both back ends write ---------------------------------- */
+
+/* the function group of an op: its scope up to the block index or the
+ * second component ("blocks.3", "model.embed"), "model" without a scope */
+char *cg_group_of(const IrOp *op)
+{
+    const char *s = op->scope && *op->scope ? op->scope : "model";
+    const char *p = s;
+    int comps = 0;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        int numeric = n > 0;
+        for (size_t i = 0; i < n; i++) numeric &= p[i] >= '0' && p[i] <= '9';
+        comps++;
+        if (numeric || comps == 2 || !dot) return sx_strndup(s, (size_t)(p - s) + n);
+        p = dot + 1;
+    }
+    return sx_strdup(s);
+}
+
+const char *cg_src_file(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* kind_group as a C identifier, numbered when a group recurs (the model's
+ * own ops before and after the blocks); recorded in fnames and calls */
+char *cg_fn_name(Vec *fnames, Vec *calls, const char *kind, const char *grp)
+{
+    char *base = sx_fmt("%s_%s", kind, grp), *name;
+    for (char *p = base; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
+    name = base;
+    for (int k = 2;; k++) {
+        int clash = 0;
+        for (int i = 0; i < fnames->n; i++) clash |= !strcmp(fnames->v[i], name);
+        if (!clash) break;
+        name = sx_fmt("%s_%d", base, k);
+    }
+    vec_push(fnames, name);
+    vec_push(calls, name);
+    return name;
+}
+
+const char *cg_init_name(int init)
+{
+    return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL";
+}
+
+/* the symbolic dims as locals from the C expressions b and t (sequence
+ * parallelism: this rank's part of the sequence, t / tp) */
+void cg_emit_syms(FILE *f, const Ir *ir, int tp, const char *b, const char *t)
+{
+    for (int i = 0; i < ir->nsym; i++) {
+        if (i == ir->seq_sym && i > 0)
+            fprintf(f, "    const int %s = %s / %d;\n", ir->symname[i], t, tp);
+        else
+            fprintf(f, "    const int %s = %s;\n", ir->symname[i], i == 0 ? b : t);
+    }
+    for (int i = 0; i < ir->nsym; i++) fprintf(f, "    (void)%s;\n", ir->symname[i]);
+}
+
+/* a string constant of the train block as a C literal, dflt or NULL without it */
+static void emit_str_value(FILE *f, const Const *c, const char *dflt)
+{
+    if (c && c->is_str) cg_emit_cstr(f, c->s);
+    else if (dflt) cg_emit_cstr(f, dflt);
+    else fprintf(f, "NULL");
+}
+
+/* the program's sr_train_opts defaults from the train block, one field per
+ * line: PREFIX field = value END (a designated initializer or assignments) */
+void cg_emit_defaults(FILE *f, Program *P, int max_seq, const char *prefix, const char *end)
+{
+    struct {
+        const char *field;
+        double dflt;
+        int kind; /* 0 int, 1 float, 2 unsigned long long */
+    } nums[] = {{"steps", 100, 0}, {"batch", 8, 0}, {"seq", 0, 0}, {"lr", 3e-4, 1}, {"min_lr", 0.0, 1},
+                {"warmup", 0, 0}, {"weight_decay", 0.0, 1}, {"beta1", 0.9, 1}, {"beta2", 0.999, 1},
+                {"eps", 1e-8, 1}, {"grad_clip", 0.0, 1}, {"dropout", 0.0, 1}, {"seed", 1337, 2},
+                {"eval_every", 0, 0}, {"save_every", 0, 0}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        double d = nums[i].dflt;
+        if (!strcmp(nums[i].field, "seq")) d = max_seq > 0 && max_seq < 1024 ? max_seq : 64;
+        double v = cg_tnum(P, nums[i].field, d);
+        fprintf(f, "%s%s = ", prefix, nums[i].field);
+        if (nums[i].kind == 1) fprintf(f, "%s", cg_fmt_float(v));
+        else if (nums[i].kind == 2) fprintf(f, "%lluull", (unsigned long long)v);
+        else fprintf(f, "%lld", (long long)v);
+        fprintf(f, "%s\n", end);
+    }
+    fprintf(f, "%smicrobatches = %d%s\n", prefix, P->layout.microbatches, end);
+    static const char *const strs[][2] = {{"lr_schedule", "constant"}, {"data", NULL}, {"val_data", NULL}};
+    for (int i = 0; i < 3; i++) {
+        fprintf(f, "%s%s = ", prefix, strs[i][0]);
+        emit_str_value(f, sema_find_const(&P->train, strs[i][0]), strs[i][1]);
+        fprintf(f, "%s\n", end);
+    }
+}

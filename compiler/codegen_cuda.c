@@ -51,12 +51,6 @@ typedef struct CGen {
 
 
 
-static const char *src_file(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 static const char *elem_type(CGen *g, int id)
 {
     int s = g->store[id];
@@ -212,68 +206,16 @@ static int fuse_at(CGen *g, int i, char **call, char **what)
 }
 
 /* ---- functions per block instance (cg_host's grouping) ---------------------------------- */
-static char *group_of(const IrOp *op)
-{
-    const char *s = op->scope && *op->scope ? op->scope : "model";
-    const char *p = s;
-    int comps = 0;
-    while (*p) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        int numeric = n > 0;
-        for (size_t i = 0; i < n; i++) numeric &= p[i] >= '0' && p[i] <= '9';
-        comps++;
-        if (numeric || comps == 2 || !dot) return sx_strndup(s, (size_t)(p - s) + n);
-        p = dot + 1;
-    }
-    return sx_strdup(s);
-}
-
-static char *cname(const char *s)
-{
-    char *r = sx_strdup(s);
-    for (char *p = r; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
-    return r;
-}
-
-/* a function name for a group; a group that recurs gets a numbered name */
-static char *fn_name(CGen *g, Vec *calls, const char *kind, const char *grp)
-{
-    char *base = sx_fmt("%s_%s", kind, cname(grp)), *name = base;
-    for (int k = 2;; k++) {
-        int clash = 0;
-        for (int i = 0; i < g->fnames.n; i++) clash |= !strcmp(g->fnames.v[i], name);
-        if (!clash) break;
-        name = sx_fmt("%s_%d", base, k);
-    }
-    vec_push(&g->fnames, name);
-    vec_push(calls, name);
-    return name;
-}
-
-/* the symbolic dims as locals, from B and T (sequence parallelism: T / tp) */
-static void emit_syms(CGen *g, const char *b, const char *t)
-{
-    for (int i = 0; i < g->ir->nsym; i++) {
-        if (i == g->ir->seq_sym && i > 0) /* this rank's part of the sequence */
-            fprintf(g->f, "    const int %s = %s / %d;\n", g->ir->symname[i], t, g->P->layout.tp);
-        else
-            fprintf(g->f, "    const int %s = %s;\n", g->ir->symname[i], i == 0 ? b : t);
-    }
-    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    (void)%s;\n", g->ir->symname[i]);
-}
-
 static void open_fn(CGen *g, const char *name)
 {
     fprintf(g->f, "static void %s(sr_exec *e)\n{\n", name);
-    emit_syms(g, "e->B", "e->T");
+    cg_emit_syms(g->f, g->ir, g->P->layout.tp, "e->B", "e->T");
 }
 
 /* "file:line what", a C string literal for SRK_AT */
 static char *site(const IrOp *op, const char *what)
 {
-    char *s = sx_fmt("%s:%d %s", src_file(op->loc.file), op->loc.line, what);
+    char *s = sx_fmt("%s:%d %s", cg_src_file(op->loc.file), op->loc.line, what);
     char *r = "\"";
     for (const char *p = s; *p; p++) r = sx_fmt(*p == '"' || *p == '\\' ? "%s\\%c" : "%s%c", r, *p);
     return sx_fmt("%s\"", r);
@@ -286,10 +228,10 @@ static void emit_forward(CGen *g, Vec *calls)
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         if (op->pstage != g->stage || op->recomp) continue;
-        char *grp = group_of(op);
+        char *grp = cg_group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            open_fn(g, fn_name(g, calls, "fwd", grp));
+            open_fn(g, cg_fn_name(&g->fnames, calls, "fwd", grp));
             cur = grp;
         }
         IrValue *o = ir_value(ir, op->out);
@@ -298,13 +240,13 @@ static void emit_forward(CGen *g, Vec *calls)
         if (n) {
             IrOp *last = ir->ops.v[i + n - 1];
             IrValue *lo = ir_value(ir, last->out);
-            fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", src_file(op->loc.file), op->loc.line, what, lo->id,
+            fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, what, lo->id,
                     elem_type(g, lo->id), shape_str(&lo->shape, ir));
             fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, what), call);
             i += n - 1;
             continue;
         }
-        fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
+        fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
                 o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
         fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, ir_ops[op->kind].name), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
     }
@@ -340,14 +282,14 @@ static void emit_backward(CGen *g, Vec *calls)
                 }
         }
         if ((g->mode == BW_INPUT && !any_act) || (g->mode == BW_WEIGHT && !any_param)) continue;
-        char *grp = group_of(op);
+        char *grp = cg_group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            open_fn(g, fn_name(g, calls, kind, grp));
+            open_fn(g, cg_fn_name(&g->fnames, calls, kind, grp));
             cur = grp;
         }
         if (b->kind == BWD_FORWARD) {
-            fprintf(g->f, "    /* %s:%d  recompute %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+            fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
             fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("recompute %s", ir_ops[op->kind].name)),
                     expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
         } else if (b->kind == BWD_ALLREDUCE) {
@@ -361,7 +303,7 @@ static void emit_backward(CGen *g, Vec *calls)
             /* memplan sized lifetimes by the host template: read nothing more */
             if (ad_template_uses(tmpl) & ~ad_template_uses(cg_bwd_template(b, op, 0)))
                 sx_ice("the CUDA backward template of %s reads operands the host one does not", ir_ops[op->kind].name);
-            fprintf(g->f, "    /* %s:%d  d %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+            fprintf(g->f, "    /* %s:%d  d %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
             for (int k = 0; k < op->nin; k++) {
                 int d = b->din[k];
                 if (d < 0 || g->zeroed[d]) continue;
@@ -387,42 +329,6 @@ static void emit_backward(CGen *g, Vec *calls)
 }
 
 /* ---- the program descriptor (assignments in main: robust to field order) ------------------ */
-static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
-
-static void emit_str_field(FILE *f, const char *field, const Const *c, const char *dflt)
-{
-    fprintf(f, "    program.defaults.%s = ", field);
-    if (c && c->is_str) cg_emit_cstr(f, c->s);
-    else if (dflt) cg_emit_cstr(f, dflt);
-    else fprintf(f, "NULL");
-    fprintf(f, ";\n");
-}
-
-static void emit_defaults(CGen *g, int max_seq)
-{
-    Program *P = g->P;
-    FILE *f = g->f;
-    fprintf(f, "    program.defaults.steps = %lld;\n", (long long)cg_tnum(P, "steps", 100));
-    fprintf(f, "    program.defaults.batch = %d;\n", (int)cg_tnum(P, "batch", 8));
-    fprintf(f, "    program.defaults.seq = %d;\n", (int)cg_tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
-    fprintf(f, "    program.defaults.lr = %s;\n", cg_fmt_float(cg_tnum(P, "lr", 3e-4)));
-    fprintf(f, "    program.defaults.min_lr = %s;\n", cg_fmt_float(cg_tnum(P, "min_lr", 0.0)));
-    fprintf(f, "    program.defaults.warmup = %d;\n", (int)cg_tnum(P, "warmup", 0));
-    emit_str_field(f, "lr_schedule", sema_find_const(&P->train, "lr_schedule"), "constant");
-    fprintf(f, "    program.defaults.weight_decay = %s;\n", cg_fmt_float(cg_tnum(P, "weight_decay", 0.0)));
-    fprintf(f, "    program.defaults.beta1 = %s;\n", cg_fmt_float(cg_tnum(P, "beta1", 0.9)));
-    fprintf(f, "    program.defaults.beta2 = %s;\n", cg_fmt_float(cg_tnum(P, "beta2", 0.999)));
-    fprintf(f, "    program.defaults.eps = %s;\n", cg_fmt_float(cg_tnum(P, "eps", 1e-8)));
-    fprintf(f, "    program.defaults.grad_clip = %s;\n", cg_fmt_float(cg_tnum(P, "grad_clip", 0.0)));
-    fprintf(f, "    program.defaults.dropout = %s;\n", cg_fmt_float(cg_tnum(P, "dropout", 0.0)));
-    fprintf(f, "    program.defaults.seed = %lluull;\n", (unsigned long long)cg_tnum(P, "seed", 1337));
-    fprintf(f, "    program.defaults.eval_every = %d;\n", (int)cg_tnum(P, "eval_every", 0));
-    fprintf(f, "    program.defaults.save_every = %d;\n", (int)cg_tnum(P, "save_every", 0));
-    fprintf(f, "    program.defaults.microbatches = %d;\n", P->layout.microbatches);
-    emit_str_field(f, "data", sema_find_const(&P->train, "data"), NULL);
-    emit_str_field(f, "val_data", sema_find_const(&P->train, "val_data"), NULL);
-}
-
 /* one pipeline stage (the whole model without a pipeline): its workspace
  * plan in bytes of the storage types, forward, backward (and zb-h1's halves) */
 static void emit_stage(CGen *g, int s, int logits)
@@ -446,7 +352,7 @@ static void emit_stage(CGen *g, int s, int logits)
     fprintf(f, "#define A(k) ((act_t *)(e->work + off%d[k]))\n", s);
     fprintf(f, "#define I(k) ((int32_t *)(e->work + off%d[k]))\n", s);
     fprintf(f, "static size_t plan%d(int B_, int T_)\n{\n    size_t o = 0, b;\n", s);
-    emit_syms(g, "B_", "T_");
+    cg_emit_syms(g->f, g->ir, g->P->layout.tp, "B_", "T_");
     for (int k = 0; k < st->nslots; k++) {
         Vec seen = {0};
         for (int i = 0; i < ir->values.n; i++) {
@@ -578,7 +484,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         fprintf(f, ", %d, {", ls->nd);
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
         fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.param_off[i],
-                init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
+                cg_init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
                 split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
         cg_emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
         fprintf(f, ", {");
@@ -654,7 +560,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     if (g.L.nranks > 1)
         fprintf(f, "    program.rank_param_floats = rank_param_floats;\n"
                    "    program.rank_param_offsets = rank_param_offsets;\n");
-    emit_defaults(&g, max_seq);
+    cg_emit_defaults(f, P, max_seq, "    program.defaults.", ";");
     fprintf(f, "    program.config_json = ");
     cg_emit_cstr(f, cg_config_json(P));
     fprintf(f, ";\n    program.backend = &sr_backend_cuda;\n");

@@ -76,70 +76,17 @@ static char *expand(Gen *g, const char *t, IrOp *op, const IrBwd *b)
 
 /* the function a block instance's code goes to: the scope up to the repeat
  * index ("transformer.h.3"), else its first two components */
-static char *group_of(const IrOp *op)
-{
-    const char *s = op->scope && *op->scope ? op->scope : "model";
-    const char *p = s;
-    int comps = 0;
-    while (*p) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        int numeric = n > 0;
-        for (size_t i = 0; i < n; i++) numeric &= p[i] >= '0' && p[i] <= '9';
-        comps++;
-        if (numeric || comps == 2 || !dot) return sx_strndup(s, (size_t)(p - s) + n);
-        p = dot + 1;
-    }
-    return sx_strdup(s);
-}
-
-static char *cname(const char *s)
-{
-    char *r = sx_strdup(s);
-    for (char *p = r; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
-    return r;
-}
-
-static const char *src_file(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 static void emit_value_comment(Gen *g, IrOp *op)
 {
     IrValue *o = ir_value(g->ir, op->out);
-    fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", src_file(op->loc.file), op->loc.line,
+    fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line,
             ir_ops[op->kind].name, o->id, o->dtype == DT_I32 ? "i32" : "f32", shape_comment(g, o));
-}
-
-/* a function name for a group; a group that recurs (the model's own ops
- * before and after the blocks) gets a numbered name */
-static char *fn_name(Gen *g, Vec *calls, const char *kind, const char *grp)
-{
-    char *base = sx_fmt("%s_%s", kind, cname(grp)), *name = base;
-    for (int k = 2;; k++) {
-        int clash = 0;
-        for (int i = 0; i < g->fnames.n; i++) clash |= !strcmp(g->fnames.v[i], name);
-        if (!clash) break;
-        name = sx_fmt("%s_%d", base, k);
-    }
-    vec_push(&g->fnames, name);
-    vec_push(calls, name);
-    return name;
 }
 
 static void open_fn(Gen *g, const char *name)
 {
     fprintf(g->f, "static void %s(sr_exec *e)\n{\n", name);
-    for (int i = 0; i < g->ir->nsym; i++) {
-        if (i == g->ir->seq_sym && i > 0) /* this rank's part of the sequence */
-            fprintf(g->f, "    const int %s = e->T / %d;\n", g->ir->symname[i], g->P->layout.tp);
-        else
-            fprintf(g->f, "    const int %s = e->%s;\n", g->ir->symname[i], i == 0 ? "B" : "T");
-    }
-    for (int i = 0; i < g->ir->nsym; i++) fprintf(g->f, "    (void)%s;\n", g->ir->symname[i]);
+    cg_emit_syms(g->f, g->ir, g->P->layout.tp, "e->B", "e->T");
 }
 
 static void emit_forward(Gen *g, Vec *calls)
@@ -149,10 +96,10 @@ static void emit_forward(Gen *g, Vec *calls)
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         if (op->pstage != g->stage || op->recomp) continue;
-        char *grp = group_of(op);
+        char *grp = cg_group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            char *fn = fn_name(g, calls, "fwd", grp);
+            char *fn = cg_fn_name(&g->fnames, calls, "fwd", grp);
             open_fn(g, fn);
             cur = grp;
         }
@@ -191,15 +138,15 @@ static void emit_backward(Gen *g, Vec *calls)
                 }
         }
         if ((g->mode == BW_INPUT && !any_act) || (g->mode == BW_WEIGHT && !any_param)) continue;
-        char *grp = group_of(op);
+        char *grp = cg_group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(g->f, "}\n\n");
-            char *fn = fn_name(g, calls, kind, grp);
+            char *fn = cg_fn_name(&g->fnames, calls, kind, grp);
             open_fn(g, fn);
             cur = grp;
         }
         if (b->kind == BWD_FORWARD) {
-            fprintf(g->f, "    /* %s:%d  recompute %s */\n", src_file(op->loc.file), op->loc.line,
+            fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line,
                     ir_ops[op->kind].name);
             fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
         } else if (b->kind == BWD_ALLREDUCE) {
@@ -207,7 +154,7 @@ static void emit_backward(Gen *g, Vec *calls)
             fprintf(g->f, "    sr_tp_allreduce(e, %s, %s, %s); /* d%%%d summed over the tensor group */\n",
                     buf(g, b->dout), buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)), dv->primal);
         } else {
-        fprintf(g->f, "    /* %s:%d  d %s */\n", src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+        fprintf(g->f, "    /* %s:%d  d %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
         for (int k = 0; k < op->nin; k++) {
             int d = b->din[k];
             if (d < 0 || g->zeroed[d]) continue;
@@ -227,37 +174,6 @@ static void emit_backward(Gen *g, Vec *calls)
                         ((IrParam *)ir->params.v[i])->name);
     }
     if (cur) fprintf(g->f, "}\n\n");
-}
-
-static const char *init_name(int init) { return init == 0 ? "SR_INIT_ZEROS" : init == 1 ? "SR_INIT_ONES" : "SR_INIT_NORMAL"; }
-
-static void emit_defaults(Gen *g, int max_seq)
-{
-    Program *P = g->P;
-    FILE *f = g->f;
-    const Const *sched = sema_find_const(&P->train, "lr_schedule");
-    const Const *data = sema_find_const(&P->train, "data"), *val = sema_find_const(&P->train, "val_data");
-    fprintf(f, "    .defaults = {\n");
-    fprintf(f, "        .steps = %lld, .batch = %d, .seq = %d,\n", (long long)cg_tnum(P, "steps", 100),
-            (int)cg_tnum(P, "batch", 8), (int)cg_tnum(P, "seq", max_seq > 0 && max_seq < 1024 ? max_seq : 64));
-    fprintf(f, "        .lr = %s, .min_lr = %s, .warmup = %d,\n", cg_fmt_float(cg_tnum(P, "lr", 3e-4)),
-            cg_fmt_float(cg_tnum(P, "min_lr", 0.0)), (int)cg_tnum(P, "warmup", 0));
-    fprintf(f, "        .lr_schedule = ");
-    cg_emit_cstr(f, sched && sched->is_str ? sched->s : "constant");
-    fprintf(f, ",\n        .weight_decay = %s, .beta1 = %s, .beta2 = %s, .eps = %s,\n",
-            cg_fmt_float(cg_tnum(P, "weight_decay", 0.0)), cg_fmt_float(cg_tnum(P, "beta1", 0.9)),
-            cg_fmt_float(cg_tnum(P, "beta2", 0.999)), cg_fmt_float(cg_tnum(P, "eps", 1e-8)));
-    fprintf(f, "        .grad_clip = %s, .dropout = %s, .seed = %lluull,\n", cg_fmt_float(cg_tnum(P, "grad_clip", 0.0)),
-            cg_fmt_float(cg_tnum(P, "dropout", 0.0)), (unsigned long long)cg_tnum(P, "seed", 1337));
-    fprintf(f, "        .eval_every = %d, .save_every = %d, .microbatches = %d,\n", (int)cg_tnum(P, "eval_every", 0),
-            (int)cg_tnum(P, "save_every", 0), P->layout.microbatches);
-    fprintf(f, "        .data = ");
-    if (data && data->is_str) cg_emit_cstr(f, data->s);
-    else fprintf(f, "NULL");
-    fprintf(f, ", .val_data = ");
-    if (val && val->is_str) cg_emit_cstr(f, val->s);
-    else fprintf(f, "NULL");
-    fprintf(f, ",\n    },\n");
 }
 
 /* one pipeline stage (the whole model without a pipeline): its workspace
@@ -386,7 +302,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         fprintf(f, ", %d, {", ls->nd);
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
         fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)g.L.global[i],
-                init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
+                cg_init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
                 split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
         cg_emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
         fprintf(f, ", {");
@@ -456,7 +372,9 @@ int cg_host(Program *P, FILE *f, const char *source_path)
     fprintf(f, "    .n_tp_partial_grads = %d,\n    .tp_partial_grads = tp_partial_grads,\n", npartial);
     fprintf(f, "    .pp = %d,\n    .virtual_stages = %d,\n    .n_stages = %d,\n    .stages = stages,\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);
-    emit_defaults(&g, max_seq);
+    fprintf(f, "    .defaults = {\n");
+    cg_emit_defaults(f, P, max_seq, "        .", ",");
+    fprintf(f, "    },\n");
     fprintf(f, "    .config_json = ");
     cg_emit_cstr(f, cg_config_json(P));
     fprintf(f, ",\n};\n\nint main(int argc, char **argv) { return sr_main(&program, argc, argv); }\n");

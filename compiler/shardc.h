@@ -451,6 +451,12 @@ char *cg_fmt_float(double x);   /* a float literal */
 double cg_tnum(Program *P, const char *name, double dflt); /* a number of the train block */
 void cg_emit_cstr(FILE *f, const char *s);                  /* a C string literal */
 char *cg_config_json(Program *P);                           /* the config constants as JSON */
+char *cg_group_of(const IrOp *op);          /* the function group of an op ("blocks.3") */
+const char *cg_src_file(const char *path);   /* the file name without its directory */
+char *cg_fn_name(Vec *fnames, Vec *calls, const char *kind, const char *grp); /* kind_group, unique */
+const char *cg_init_name(int init);          /* SR_INIT_ZEROS, _ONES, _NORMAL */
+void cg_emit_defaults(FILE *f, Program *P, int max_seq, const char *prefix, const char *end); /* train defaults */
+void cg_emit_syms(FILE *f, const Ir *ir, int tp, const char *b, const char *t); /* B, T as locals */
 
 /* codegen_host.c: C source for the host backend */
 int cg_host(Program *P, FILE *out, const char *source_path);
