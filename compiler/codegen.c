@@ -382,3 +382,94 @@ void cg_emit_defaults(FILE *f, Program *P, int max_seq, const char *prefix, cons
         fprintf(f, "%s\n", end);
     }
 }
+
+/* ---- the forward and backward walks both back ends emit ---------------------------- */
+
+/* one function per op group, in op order, for the stage's ops (recomputed
+ * ones only in the backward); x->op emits op i and returns how many ops it
+ * covered (a fused chain: more than one) */
+void cg_emit_forward(const CgEmit *x, Ir *ir, int stage, Vec *fnames, Vec *calls)
+{
+    char *cur = NULL;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if (op->pstage != stage || op->recomp) continue;
+        char *grp = cg_group_of(op);
+        if (!cur || strcmp(cur, grp)) {
+            if (cur) fprintf(x->f, "}\n\n");
+            x->open_fn(x->g, cg_fn_name(fnames, calls, "fwd", grp));
+            cur = grp;
+        }
+        int n = x->op(x->g, i);
+        i += (n > 0 ? n : 1) - 1;
+    }
+    if (cur) fprintf(x->f, "}\n\n");
+}
+
+/* the stage's backward steps in order, grouped into functions like the
+ * forward: steps the runtime sums once per step are left out, zb-h1's
+ * halves (mode BW_INPUT, BW_WEIGHT) keep the steps with activation or
+ * parameter gradients; each activation gradient is cleared before the first
+ * step that adds to it (not a received one, not in the weight half); the
+ * grad_ready hook follows the step that completes a parameter's gradient */
+void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls)
+{
+    char *cur = NULL;
+    int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
+    IrOp *prev = NULL;
+    memset(zeroed, 0, (size_t)ir->values.n + 1);
+    const char *kind = mode == BW_INPUT ? "bwdi" : mode == BW_WEIGHT ? "bwdw" : "bwd";
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
+        if (!op) sx_ice("backward step %d has no op", j);
+        prev = op;
+        if (b->pstage != stage || cg_step_sum(b)) continue; /* the runtime sums those once per step */
+        /* what this pass does of the step */
+        int any_param = 0, any_act = 0;
+        if (b->kind == BWD_FORWARD) {
+            any_act = 1;
+        } else if (b->kind == BWD_ALLREDUCE) {
+            any_param = cg_is_param_grad(ir, b->dout);
+            any_act = !any_param;
+        } else {
+            for (int k = 0; k < 4; k++)
+                if (b->din[k] >= 0) {
+                    if (cg_is_param_grad(ir, b->din[k])) any_param = 1;
+                    else any_act = 1;
+                }
+        }
+        if ((mode == BW_INPUT && !any_act) || (mode == BW_WEIGHT && !any_param)) continue;
+        char *grp = cg_group_of(op);
+        if (!cur || strcmp(cur, grp)) {
+            if (cur) fprintf(x->f, "}\n\n");
+            x->open_fn(x->g, cg_fn_name(fnames, calls, kind, grp));
+            cur = grp;
+        }
+        if (b->kind == BWD_FORWARD) {
+            x->recompute(x->g, op);
+        } else if (b->kind == BWD_ALLREDUCE) {
+            x->allreduce(x->g, op, b);
+        } else {
+            x->begin_step(x->g, op, b);
+            for (int k = 0; k < op->nin; k++) {
+                int d = b->din[k];
+                if (d < 0 || zeroed[d]) continue;
+                IrValue *dv = ir_value(ir, d);
+                IrValue *pv = ir_value(ir, dv->primal);
+                zeroed[d] = 1;
+                if (pv->kind == VK_PARAM || mode == BW_WEIGHT) continue;
+                if (ir->nstages > 1 && pv->id == ir->stages[stage].act_out) continue; /* received */
+                x->zero(x->g, op, d);
+            }
+            x->step(x->g, op, b);
+        }
+        /* no device sync before the hook: the comm layer orders its
+         * collectives after the kernels queued so far */
+        for (int i = 0; i < ir->params.n && mode != BW_INPUT; i++)
+            if (last[i] == j)
+                fprintf(x->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n", i,
+                        ((IrParam *)ir->params.v[i])->name);
+    }
+    if (cur) fprintf(x->f, "}\n\n");
+}

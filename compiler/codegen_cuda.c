@@ -221,111 +221,78 @@ static char *site(const IrOp *op, const char *what)
     return sx_fmt("%s\"", r);
 }
 
-static void emit_forward(CGen *g, Vec *calls)
+/* ---- the pieces of the forward and backward walks (cg_emit_forward/backward) ---- */
+static void c_open_fn(void *gp, const char *name) { open_fn(gp, name); }
+
+static int c_op(void *gp, int i)
 {
+    CGen *g = gp;
     Ir *ir = g->ir;
-    char *cur = NULL;
-    for (int i = 0; i < ir->ops.n; i++) {
-        IrOp *op = ir->ops.v[i];
-        if (op->pstage != g->stage || op->recomp) continue;
-        char *grp = cg_group_of(op);
-        if (!cur || strcmp(cur, grp)) {
-            if (cur) fprintf(g->f, "}\n\n");
-            open_fn(g, cg_fn_name(&g->fnames, calls, "fwd", grp));
-            cur = grp;
-        }
-        IrValue *o = ir_value(ir, op->out);
-        char *call, *what;
-        int n = fuse_at(g, i, &call, &what);
-        if (n) {
-            IrOp *last = ir->ops.v[i + n - 1];
-            IrValue *lo = ir_value(ir, last->out);
-            fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, what, lo->id,
-                    elem_type(g, lo->id), shape_str(&lo->shape, ir));
-            fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, what), call);
-            i += n - 1;
-            continue;
-        }
-        fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
-                o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
-        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, ir_ops[op->kind].name), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
+    IrOp *op = ir->ops.v[i];
+    IrValue *o = ir_value(ir, op->out);
+    char *call, *what;
+    int n = fuse_at(g, i, &call, &what);
+    if (n) {
+        IrOp *last = ir->ops.v[i + n - 1];
+        IrValue *lo = ir_value(ir, last->out);
+        fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, what, lo->id,
+                elem_type(g, lo->id), shape_str(&lo->shape, ir));
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, what), call);
+        return n;
     }
-    if (cur) fprintf(g->f, "}\n\n");
+    fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
+            o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, ir_ops[op->kind].name), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
+    return 1;
 }
 
-static void emit_backward(CGen *g, Vec *calls)
+static void c_recompute(void *gp, IrOp *op)
 {
-    Ir *ir = g->ir;
-    char *cur = NULL;
-    int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
-    IrOp *prev = NULL;
-    memset(g->zeroed, 0, (size_t)ir->values.n + 1);
-    const char *kind = g->mode == BW_INPUT ? "bwdi" : g->mode == BW_WEIGHT ? "bwdw" : "bwd";
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
-        if (!op) sx_ice("backward step %d has no op", j);
-        prev = op;
-        if (b->pstage != g->stage || cg_step_sum(b)) continue; /* the runtime sums those once per step */
-        /* what this pass does of the step */
-        int any_param = 0, any_act = 0;
-        if (b->kind == BWD_FORWARD) {
-            any_act = 1;
-        } else if (b->kind == BWD_ALLREDUCE) {
-            any_param = cg_is_param_grad(g->ir, b->dout);
-            any_act = !any_param;
-        } else {
-            for (int k = 0; k < 4; k++)
-                if (b->din[k] >= 0) {
-                    if (cg_is_param_grad(g->ir, b->din[k])) any_param = 1;
-                    else any_act = 1;
-                }
-        }
-        if ((g->mode == BW_INPUT && !any_act) || (g->mode == BW_WEIGHT && !any_param)) continue;
-        char *grp = cg_group_of(op);
-        if (!cur || strcmp(cur, grp)) {
-            if (cur) fprintf(g->f, "}\n\n");
-            open_fn(g, cg_fn_name(&g->fnames, calls, kind, grp));
-            cur = grp;
-        }
-        if (b->kind == BWD_FORWARD) {
-            fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
-            fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("recompute %s", ir_ops[op->kind].name)),
-                    expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
-        } else if (b->kind == BWD_ALLREDUCE) {
-            IrValue *dv = ir_value(ir, b->dout);
-            fprintf(g->f, "    SRK_AT(%s, srk_tp_allreduce(e, %s, %s, %s)); /* d%%%d summed over the tensor group */\n",
-                    site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)),
-                    dv->primal);
-        } else {
-            const char *tmpl = cg_bwd_template(b, op, 1);
-            if (!*tmpl) sx_ice("op %s has no CUDA backward template", ir_ops[op->kind].name);
-            /* memplan sized lifetimes by the host template: read nothing more */
-            if (ad_template_uses(tmpl) & ~ad_template_uses(cg_bwd_template(b, op, 0)))
-                sx_ice("the CUDA backward template of %s reads operands the host one does not", ir_ops[op->kind].name);
-            fprintf(g->f, "    /* %s:%d  d %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
-            for (int k = 0; k < op->nin; k++) {
-                int d = b->din[k];
-                if (d < 0 || g->zeroed[d]) continue;
-                IrValue *dv = ir_value(ir, d);
-                IrValue *pv = ir_value(ir, dv->primal);
-                g->zeroed[d] = 1;
-                if (pv->kind == VK_PARAM || g->mode == BW_WEIGHT) continue;
-                if (ir->nstages > 1 && pv->id == ir->stages[g->stage].act_out) continue; /* received */
-                fprintf(g->f, "    SRK_AT(%s, srk_zero(%s, %s)); /* d%%%d %s */\n", site(op, "zero"), buf(g, d),
-                        cg_cdim(g->ir, shape_numel(&dv->shape)), pv->id, shape_str(&dv->shape, ir));
-            }
-            fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
-                    expand(g, tmpl, op, b));
-        }
-        /* no stream sync before the hook (or before the runtime sends a stage's
-         * output): the comm layer orders its collectives after the kernels queued */
-        for (int i = 0; i < ir->params.n && g->mode != BW_INPUT; i++)
-            if (last[i] == j)
-                fprintf(g->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n",
-                        i, ((IrParam *)ir->params.v[i])->name);
-    }
-    if (cur) fprintf(g->f, "}\n\n");
+    CGen *g = gp;
+    fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("recompute %s", ir_ops[op->kind].name)),
+            expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
+}
+
+static void c_allreduce(void *gp, IrOp *op, IrBwd *b)
+{
+    CGen *g = gp;
+    IrValue *dv = ir_value(g->ir, b->dout);
+    fprintf(g->f, "    SRK_AT(%s, srk_tp_allreduce(e, %s, %s, %s)); /* d%%%d summed over the tensor group */\n",
+            site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)),
+            dv->primal);
+}
+
+static void c_begin_step(void *gp, IrOp *op, IrBwd *b)
+{
+    CGen *g = gp;
+    const char *tmpl = cg_bwd_template(b, op, 1);
+    if (!*tmpl) sx_ice("op %s has no CUDA backward template", ir_ops[op->kind].name);
+    /* memplan sized lifetimes by the host template: read nothing more */
+    if (ad_template_uses(tmpl) & ~ad_template_uses(cg_bwd_template(b, op, 0)))
+        sx_ice("the CUDA backward template of %s reads operands the host one does not", ir_ops[op->kind].name);
+    fprintf(g->f, "    /* %s:%d  d %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+}
+
+static void c_zero(void *gp, IrOp *op, int d)
+{
+    CGen *g = gp;
+    IrValue *dv = ir_value(g->ir, d);
+    fprintf(g->f, "    SRK_AT(%s, srk_zero(%s, %s)); /* d%%%d %s */\n", site(op, "zero"), buf(g, d),
+            cg_cdim(g->ir, shape_numel(&dv->shape)), dv->primal, shape_str(&dv->shape, g->ir));
+}
+
+static void c_step(void *gp, IrOp *op, IrBwd *b)
+{
+    CGen *g = gp;
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
+            expand(g, cg_bwd_template(b, op, 1), op, b));
+}
+
+static CgEmit cuda_emit(CGen *g)
+{
+    CgEmit x = {g, g->f, c_open_fn, c_op, c_recompute, c_allreduce, c_begin_step, c_zero, c_step};
+    return x;
 }
 
 /* ---- the program descriptor (assignments in main: robust to field order) ------------------ */
@@ -376,7 +343,8 @@ static void emit_stage(CGen *g, int s, int logits)
                "    planned%d_B = B;\n    planned%d_T = T;\n    return n;\n}\n\n", s, s, s, s);
 
     Vec fcalls = {0};
-    emit_forward(g, &fcalls);
+    CgEmit x = cuda_emit(g);
+    cg_emit_forward(&x, g->ir, g->stage, &g->fnames, &fcalls);
     fprintf(f, "static void stage%d_forward(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, s);
     fprintf(f, "    srk_site(__FILE__, __LINE__, \"forward\");\n");
     fprintf(f, "    srk_bind_params(e->params, ARENA_FLOATS, e->step);\n");
@@ -393,7 +361,7 @@ static void emit_stage(CGen *g, int s, int logits)
     for (int mode = 0; mode < (ir->nstages > 1 ? 3 : 1); mode++) {
         Vec bcalls = {0};
         g->mode = mode;
-        emit_backward(g, &bcalls);
+        cg_emit_backward(&x, g->ir, g->stage, mode, g->zeroed, &g->fnames, &bcalls);
         fprintf(f, "static void stage%d_%s(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, suffix[mode], s);
         fprintf(f, "    srk_site(__FILE__, __LINE__, \"backward\");\n");
         fprintf(f, "    srk_bind_params(e->params, ARENA_FLOATS, e->step);\n");

@@ -89,91 +89,60 @@ static void open_fn(Gen *g, const char *name)
     cg_emit_syms(g->f, g->ir, g->P->layout.tp, "e->B", "e->T");
 }
 
-static void emit_forward(Gen *g, Vec *calls)
+/* ---- the pieces of the forward and backward walks (cg_emit_forward/backward) ---- */
+static void h_open_fn(void *gp, const char *name) { open_fn(gp, name); }
+
+static int h_op(void *gp, int i)
 {
-    Ir *ir = g->ir;
-    char *cur = NULL;
-    for (int i = 0; i < ir->ops.n; i++) {
-        IrOp *op = ir->ops.v[i];
-        if (op->pstage != g->stage || op->recomp) continue;
-        char *grp = cg_group_of(op);
-        if (!cur || strcmp(cur, grp)) {
-            if (cur) fprintf(g->f, "}\n\n");
-            char *fn = cg_fn_name(&g->fnames, calls, "fwd", grp);
-            open_fn(g, fn);
-            cur = grp;
-        }
-        emit_value_comment(g, op);
-        fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
-    }
-    if (cur) fprintf(g->f, "}\n\n");
+    Gen *g = gp;
+    IrOp *op = g->ir->ops.v[i];
+    emit_value_comment(g, op);
+    fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
+    return 1;
 }
 
-static void emit_backward(Gen *g, Vec *calls)
+static void h_recompute(void *gp, IrOp *op)
 {
-    Ir *ir = g->ir;
-    char *cur = NULL;
-    int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
-    IrOp *prev = NULL;
-    memset(g->zeroed, 0, (size_t)ir->values.n + 1);
-    const char *kind = g->mode == BW_INPUT ? "bwdi" : g->mode == BW_WEIGHT ? "bwdw" : "bwd";
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        IrOp *op = b->fwd >= 0 ? BWD_OP(ir, b) : prev;
-        if (!op) sx_ice("backward step %d has no op", j);
-        prev = op;
-        if (b->pstage != g->stage || cg_step_sum(b)) continue; /* the runtime sums those once per step */
-        /* what this pass does of the step */
-        int any_param = 0, any_act = 0;
-        if (b->kind == BWD_FORWARD) {
-            any_act = 1;
-        } else if (b->kind == BWD_ALLREDUCE) {
-            any_param = cg_is_param_grad(g->ir, b->dout);
-            any_act = !any_param;
-        } else {
-            for (int k = 0; k < 4; k++)
-                if (b->din[k] >= 0) {
-                    if (cg_is_param_grad(g->ir, b->din[k])) any_param = 1;
-                    else any_act = 1;
-                }
-        }
-        if ((g->mode == BW_INPUT && !any_act) || (g->mode == BW_WEIGHT && !any_param)) continue;
-        char *grp = cg_group_of(op);
-        if (!cur || strcmp(cur, grp)) {
-            if (cur) fprintf(g->f, "}\n\n");
-            char *fn = cg_fn_name(&g->fnames, calls, kind, grp);
-            open_fn(g, fn);
-            cur = grp;
-        }
-        if (b->kind == BWD_FORWARD) {
-            fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line,
-                    ir_ops[op->kind].name);
-            fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
-        } else if (b->kind == BWD_ALLREDUCE) {
-            IrValue *dv = ir_value(ir, b->dout);
-            fprintf(g->f, "    sr_tp_allreduce(e, %s, %s, %s); /* d%%%d summed over the tensor group */\n",
-                    buf(g, b->dout), buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)), dv->primal);
-        } else {
-        fprintf(g->f, "    /* %s:%d  d %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
-        for (int k = 0; k < op->nin; k++) {
-            int d = b->din[k];
-            if (d < 0 || g->zeroed[d]) continue;
-            IrValue *dv = ir_value(ir, d);
-            IrValue *pv = ir_value(ir, dv->primal);
-            g->zeroed[d] = 1;
-            if (pv->kind == VK_PARAM || g->mode == BW_WEIGHT) continue;
-            if (ir->nstages > 1 && pv->id == ir->stages[g->stage].act_out) continue; /* received */
-            fprintf(g->f, "    sr_zero(%s, %s); /* d%%%d %s */\n", buf(g, d), cg_cdim(g->ir, shape_numel(&dv->shape)),
-                    pv->id, shape_comment(g, dv));
-        }
-        fprintf(g->f, "    %s;\n", expand(g, cg_bwd_template(b, op, 0), op, b));
-        }
-        for (int i = 0; i < ir->params.n && g->mode != BW_INPUT; i++)
-            if (last[i] == j)
-                fprintf(g->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n", i,
-                        ((IrParam *)ir->params.v[i])->name);
-    }
-    if (cur) fprintf(g->f, "}\n\n");
+    Gen *g = gp;
+    fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+    fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
+}
+
+static void h_allreduce(void *gp, IrOp *op, IrBwd *b)
+{
+    Gen *g = gp;
+    IrValue *dv = ir_value(g->ir, b->dout);
+    (void)op;
+    fprintf(g->f, "    sr_tp_allreduce(e, %s, %s, %s); /* d%%%d summed over the tensor group */\n", buf(g, b->dout),
+            buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)), dv->primal);
+}
+
+static void h_begin_step(void *gp, IrOp *op, IrBwd *b)
+{
+    Gen *g = gp;
+    (void)b;
+    fprintf(g->f, "    /* %s:%d  d %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
+}
+
+static void h_zero(void *gp, IrOp *op, int d)
+{
+    Gen *g = gp;
+    IrValue *dv = ir_value(g->ir, d);
+    (void)op;
+    fprintf(g->f, "    sr_zero(%s, %s); /* d%%%d %s */\n", buf(g, d), cg_cdim(g->ir, shape_numel(&dv->shape)),
+            dv->primal, shape_comment(g, dv));
+}
+
+static void h_step(void *gp, IrOp *op, IrBwd *b)
+{
+    Gen *g = gp;
+    fprintf(g->f, "    %s;\n", expand(g, cg_bwd_template(b, op, 0), op, b));
+}
+
+static CgEmit host_emit(Gen *g)
+{
+    CgEmit x = {g, g->f, h_open_fn, h_op, h_recompute, h_allreduce, h_begin_step, h_zero, h_step};
+    return x;
 }
 
 /* one pipeline stage (the whole model without a pipeline): its workspace
@@ -214,7 +183,8 @@ static void emit_stage(Gen *g, int s, int logits)
                "    planned%d_B = B;\n    planned%d_T = T;\n    return n;\n}\n\n", s, s, s, s);
 
     Vec fcalls = {0};
-    emit_forward(g, &fcalls);
+    CgEmit x = host_emit(g);
+    cg_emit_forward(&x, g->ir, g->stage, &g->fnames, &fcalls);
     fprintf(f, "static void stage%d_forward(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, s);
     for (int i = 0; i < fcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)fcalls.v[i]);
     if (last) {
@@ -228,7 +198,7 @@ static void emit_stage(Gen *g, int s, int logits)
     for (int mode = 0; mode < (ir->nstages > 1 ? 3 : 1); mode++) {
         Vec bcalls = {0};
         g->mode = mode;
-        emit_backward(g, &bcalls);
+        cg_emit_backward(&x, g->ir, g->stage, mode, g->zeroed, &g->fnames, &bcalls);
         fprintf(f, "static void stage%d_%s(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, suffix[mode], s);
         if (last && mode != BW_WEIGHT) fprintf(f, "    %s[0] = e->dloss; /* d loss */\n", buf(g, ir->seed));
         for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);

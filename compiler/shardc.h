@@ -456,6 +456,21 @@ const char *cg_src_file(const char *path);   /* the file name without its direct
 char *cg_fn_name(Vec *fnames, Vec *calls, const char *kind, const char *grp); /* kind_group, unique */
 const char *cg_init_name(int init);          /* SR_INIT_ZEROS, _ONES, _NORMAL */
 void cg_emit_defaults(FILE *f, Program *P, int max_seq, const char *prefix, const char *end); /* train defaults */
+/* cg_emit_forward / cg_emit_backward: the stage's forward and backward
+ * functions (codegen.c has the rules); the back end writes each piece */
+typedef struct CgEmit {
+    void *g; /* the back end's generator */
+    FILE *f;
+    void (*open_fn)(void *g, const char *name);  /* `static void name(sr_exec *e) {` and locals */
+    int (*op)(void *g, int i);                   /* forward op i; returns the ops it covered */
+    void (*recompute)(void *g, IrOp *op);        /* an op's forward again, in the backward */
+    void (*allreduce)(void *g, IrOp *op, IrBwd *b); /* b->dout summed over the tensor group */
+    void (*begin_step)(void *g, IrOp *op, IrBwd *b); /* before a rule's zeros and call */
+    void (*zero)(void *g, IrOp *op, int d);      /* clear gradient value d */
+    void (*step)(void *g, IrOp *op, IrBwd *b);   /* the backward rule's call */
+} CgEmit;
+void cg_emit_forward(const CgEmit *x, Ir *ir, int stage, Vec *fnames, Vec *calls);
+void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls);
 void cg_emit_syms(FILE *f, const Ir *ir, int tp, const char *b, const char *t); /* B, T as locals */
 
 /* codegen_host.c: C source for the host backend */
