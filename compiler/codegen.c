@@ -473,3 +473,95 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
     }
     if (cur) fprintf(x->f, "}\n\n");
 }
+
+/* what a training program needs of the model: two i32 [B, T] inputs and a
+ * cross_entropy(logits, targets) output; *vocab, *logits from the loss head,
+ * *max_seq from the position table (0 without one). Non-zero: reported. */
+int cg_training_head(Program *P, int *vocab_out, int *max_seq_out, int *logits_out)
+{
+    Ir *ir = &P->ir;
+    int vocab = 0, max_seq = 0, logits = -1;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) && op->out == ir->output) {
+            vocab = (int)op->sz[1].c * (op->kind == OP_CROSS_ENTROPY_VP ? P->layout.tp : 1);
+            logits = op->in[0];
+        }
+        if (op->kind == OP_EMBEDDING) {
+            IrValue *idx = ir_value(ir, op->in[1]);
+            if (idx->def >= 0 && ir_op(ir, idx->def)->kind == OP_ARANGE) {
+                int rows = (int)ir_value(ir, op->in[0])->shape.d[0].c;
+                if (!max_seq || rows < max_seq) max_seq = rows;
+            }
+        }
+    }
+    if (ir->ninputs != 2 || ir_value(ir, ir->inputs[0])->dtype != DT_I32 ||
+        ir_value(ir, ir->inputs[1])->dtype != DT_I32 || ir->nsym != 2 + (ir->seq_sym > 0)) {
+        sx_error(&ir->model_loc, "to build a training program, the model takes two i32[B, T] inputs "
+                 "(tokens and next-token targets)");
+        return 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        IrValue *in = ir_value(ir, ir->inputs[k]);
+        if (in->shape.nd != 2 || in->shape.d[0].p[0] != 1 || in->shape.d[1].p[1] != 1 ||
+            in->shape.d[0].c != 1 || in->shape.d[1].c != 1 || in->shape.d[0].p[1] || in->shape.d[1].p[0]) {
+            sx_error(&ir->model_loc, "model input %d must have the shape [%s, %s] (batch, sequence)", k + 1,
+                     ir->symname[0], ir->symname[1]);
+            return 1;
+        }
+    }
+    if (logits < 0) {
+        sx_error(&ir->model_loc, "to build a training program, the model must return cross_entropy(logits, targets)");
+        return 1;
+    }
+    *vocab_out = vocab;
+    *max_seq_out = max_seq;
+    *logits_out = logits;
+    return 0;
+}
+
+/* the parameter table (sr_param_desc params[]: local and full shapes, arena
+ * offsets, init, sharding, source line) and each stage's parameter list
+ * (stageS_params[]); returns the list lengths, one per stage */
+int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets)
+{
+    Ir *ir = &P->ir;
+    fprintf(f, "static const sr_param_desc params[%d] = {\n", ir->params.n);
+    for (int i = 0; i < ir->params.n; i++) {
+        IrParam *p = ir->params.v[i];
+        const Shape *ls = &ir_value(ir, p->value)->shape; /* local: split dim / tp */
+        int split = p->sh.kind == SH_SPLIT && P->layout.tp > 1;
+        fprintf(f, "    {");
+        cg_emit_cstr(f, p->name);
+        fprintf(f, ", %d, {", ls->nd);
+        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < ls->nd ? (long long)ls->d[k].c : 0LL);
+        fprintf(f, "}, %lld, %lld, %s, %s, %d, %d, %s, ", (long long)shape_numel(ls).c, (long long)offsets[i],
+                cg_init_name(p->init), cg_fmt_float(p->std), p->decay, split ? p->sh.dim : -1,
+                split ? "SR_AXIS_TENSOR" : "SR_AXIS_NONE");
+        cg_emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
+        fprintf(f, ", {");
+        for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
+        fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
+    }
+    fprintf(f, "};\n\n");
+    /* the stages: entry points, boundaries, the parameters each uses */
+    int *nused = sx_alloc(sizeof(int) * (size_t)ir->nstages);
+    for (int st = 0; st < ir->nstages; st++) {
+        char *used = sx_alloc((size_t)ir->params.n + 1);
+        for (int i = 0; i < ir->ops.n; i++) {
+            IrOp *op = ir->ops.v[i];
+            if (op->pstage != st) continue;
+            for (int k = 0; k < op->nin; k++) {
+                IrValue *v = ir_value(ir, op->in[k]);
+                if (v->kind == VK_PARAM) used[v->param] = 1;
+            }
+        }
+        fprintf(f, "static const int stage%d_params[] = {", st);
+        int n = 0;
+        for (int i = 0; i < ir->params.n; i++)
+            if (used[i]) fprintf(f, "%s%d", n++ ? ", " : "", i);
+        fprintf(f, "%s};\n", n ? "" : "-1");
+        nused[st] = n;
+    }
+    return nused;
+}
