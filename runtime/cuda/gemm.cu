@@ -238,6 +238,12 @@ void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A
                  srk_ctx.site_line);
         return;
     }
+    /* it runs here and now on the host: after the work queued on the stream
+     * (kernels waiting behind a collective), as cuBLASLt's would */
+    if (!emu::stream_drain(srk_ctx.stream, "matmul")) {
+        srk_check_cuda(cudaGetLastError(), "a matmul waiting for its stream");
+        return;
+    }
     std::vector<float> abuf, bbuf, cbuf;
     const float *a = as_float(A, adt, (ta ? K : M) * lda, abuf);
     const float *b = as_float(B, bdt, (tb ? N : K) * ldb, bbuf);

@@ -451,8 +451,11 @@ static int run_timeout(void)
         sr_req *q = NULL;
         st = sr_comm_allreduce(g.dp_comm, b.d, 1024, "grad bucket 3", &q);
         if (st == SR_OK) st = sr_comm_wait_device(q);
-        /* NCCL: wait_device only orders the stream; the next host wait (what
-         * the backend does before synchronizing) finds the dead peer */
+        /* NCCL: wait_device only orders the stream, and a kernel launched next
+         * queues behind the collective without holding the host (as on a
+         * GPU); the next host wait (what the backend does before
+         * synchronizing) finds the dead peer */
+        if (st == SR_OK) be->scale(b.d, 2.0f, 1024);
         if (st == SR_OK) st = sr_comm_settle_all();
         double dt = now() - t0;
         printf("rank %d: got %s after %.2f s: %s\n", me, sr_status_str(st), dt, sr_errmsg());

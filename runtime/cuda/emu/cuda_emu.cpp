@@ -484,7 +484,7 @@ void set_last_error(cudaError_t e, const char *detail)
     if (detail) fprintf(stderr, "cuda_emu: %s\n", detail);
 }
 
-cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, size_t smem, body_fn fn, void *arg)
+cudaError_t check_launch(const char *name, const void *kernel, dim3 grid, dim3 blk, size_t smem)
 {
     unsigned long nt = (unsigned long)blk.x * blk.y * blk.z;
     char msg[256];
@@ -509,6 +509,15 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
         set_last_error(cudaErrorInvalidValue, msg);
         return cudaErrorInvalidValue;
     }
+    return cudaSuccess;
+}
+
+cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, size_t smem, body_fn fn, void *arg)
+{
+    cudaError_t ce = check_launch(name, kernel, grid, blk, smem);
+    if (ce != cudaSuccess) return ce;
+    unsigned long nt = (unsigned long)blk.x * blk.y * blk.z;
+    char msg[256];
     long nblocks = (long)grid.x * grid.y * grid.z;
     std::vector<int> border;
     if (schedule().order != ORDER_FORWARD && nblocks <= (1L << 24)) order_indices(border, (int)nblocks, 0x5eed);
@@ -655,6 +664,27 @@ static bool wait_until(F ready, const char *what)
 
 static bool drained(CUstream_st *s) { return s->q.empty(); }
 
+bool stream_defers(cudaStream_t st)
+{
+    static const bool off = [] {
+        const char *e = getenv("EMU_DEFER");
+        return e && !strcmp(e, "0");
+    }();
+    if (off || !st || !(st->flags & cudaStreamNonBlocking)) return false;
+    stream_progress();
+    return !st->q.empty();
+}
+
+/* a kernel queued behind a collective: runs when it reaches the head */
+struct FnWork : StreamWork {
+    std::function<void()> run;
+    explicit FnWork(std::function<void()> r) : run(std::move(r)) {}
+    void start() override { run(); }
+    bool test() override { return true; }
+};
+
+void stream_enqueue_fn(cudaStream_t s, std::function<void()> run) { stream_enqueue(s, new FnWork(std::move(run))); }
+
 bool stream_drain(cudaStream_t st, const char *what)
 {
     CUstream_st *s = real(st);
@@ -789,6 +819,8 @@ cudaError_t cudaMalloc(void **p, size_t n)
 }
 cudaError_t cudaFree(void *p)
 {
+    /* it synchronizes the device first, as on a GPU: queued kernels may use p */
+    if (p) emu::all_drained("cudaFree");
     free(p);
     return cudaSuccess;
 }

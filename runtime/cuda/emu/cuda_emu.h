@@ -39,6 +39,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <tuple>
 #include <type_traits>
 
 #define SR_CUDA_EMULATION 1
@@ -149,6 +151,11 @@ void stream_enqueue(cudaStream_t s, StreamWork *w);
 void stream_progress();
 /* waits for everything queued on s so far; false (and a sticky error) after EMU_HANG_S */
 bool stream_drain(cudaStream_t s, const char *what);
+/* a kernel launched on a stream created with cudaStreamNonBlocking whose
+ * queue is not empty (it waits for a collective) is queued behind it, as on
+ * a GPU: the host goes on, and finds out at its next synchronization */
+bool stream_defers(cudaStream_t s);
+void stream_enqueue_fn(cudaStream_t s, std::function<void()> run);
 
 extern thread_local uint3 tls_block_idx;
 extern thread_local dim3 tls_block_dim;
@@ -168,6 +175,8 @@ int lane_id();
 typedef void (*body_fn)(void *);
 /* runs a kernel body: grid x block threads; returns cudaSuccess or the error */
 cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem, body_fn fn, void *arg);
+/* the launch configuration checks run_grid starts with (the error recorded) */
+cudaError_t check_launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem);
 void set_last_error(cudaError_t e, const char *detail);
 
 template <class F>
@@ -183,6 +192,17 @@ cudaError_t launch(const char *name, void (*k)(KArgs...), dim3 grid, dim3 block,
                    Args &&...args)
 {
     static_assert(sizeof...(KArgs) == sizeof...(Args), "kernel launched with the wrong number of arguments");
+    if (stream_defers(s)) {
+        cudaError_t e = check_launch(name, (const void *)k, grid, block, smem);
+        if (e != cudaSuccess) return e;
+        /* the arguments as the kernel takes them, copied now (a launch copies them) */
+        std::tuple<std::decay_t<KArgs>...> t(static_cast<KArgs>(args)...);
+        stream_enqueue_fn(s, [=]() {
+            auto body = [&]() { std::apply(k, t); };
+            run_grid(name, (const void *)k, grid, block, smem, &call_body<decltype(body)>, &body);
+        });
+        return cudaSuccess;
+    }
     if (!stream_drain(s, name)) return cudaErrorLaunchFailure;
     auto body = [&]() { k(static_cast<KArgs>(args)...); };
     return run_grid(name, (const void *)k, grid, block, smem, &call_body<decltype(body)>, &body);
