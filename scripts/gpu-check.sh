@@ -2,6 +2,10 @@
 # gpu-check.sh [LOG]: the CUDA backend on a real GPU, in one go (about
 # 5 minutes on one H200; everything printed also goes to LOG, default
 # gpu-check.log in the current directory):
+#   0. where mpicc, bison, flex or OpenBLAS are missing (a CUDA image with no
+#      package registry), unpacks the .deb files of .gpu-deps (made by
+#      scripts/gpu-deps.sh where apt works, and carried) into a private
+#      prefix, /tmp/shardc-deps, and points PATH, the compilers and CMake at it;
 #   1. builds everything (nvcc for the GPU's architecture, SHARDC_CUDA_ARCHS);
 #   2. runs every CUDA kernel against the host kernels on the device;
 #   3. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
@@ -47,8 +51,43 @@ cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d
 nvcc --version | tail -1
 echo "GPU architecture sm_$cap; $(nproc) CPU cores"
 
+stage "dependencies"
+cmake_extra=()
+missing=""
+command -v mpicc > /dev/null || missing+=" mpi"
+command -v bison > /dev/null || missing+=" bison"
+command -v flex > /dev/null || missing+=" flex"
+ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so' || missing+=" openblas"
+if [ -z "$missing" ] && [ -z "${SHARDC_GPU_DEPS_FORCE:-}" ]; then
+  echo "   mpicc, bison, flex and OpenBLAS are installed"
+else
+  deps=${SHARDC_GPU_DEPS:-$src/.gpu-deps}
+  if ! ls "$deps"/*.deb > /dev/null 2>&1; then
+    bad "missing:$missing, and no .deb files in $deps (run scripts/gpu-deps.sh where apt works; carry .gpu-deps)"
+    exit 1
+  fi
+  p=/tmp/shardc-deps
+  for f in "$deps"/*.deb; do dpkg -x "$f" "$p"; done
+  # Debian names them mpicc.openmpi etc. and links mpicc through
+  # update-alternatives, which unpacking does not run
+  for f in "$p"/usr/bin/*.openmpi; do ln -sf "$(basename "$f")" "${f%.openmpi}"; done
+  lib=$p/usr/lib/x86_64-linux-gnu
+  export PATH=$p/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib/openmpi/lib:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LIBRARY_PATH=$lib/openblas-pthread:$lib/openmpi/lib:$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export CPATH=$p/usr/include/x86_64-linux-gnu/openblas-pthread:$lib/openmpi/include${CPATH:+:$CPATH}
+  export OPAL_PREFIX=$p/usr   # Open MPI, moved: its paths follow the prefix
+  export BISON_PKGDATADIR=$p/usr/share/bison M4=$p/usr/bin/m4
+  cmake_extra=(-DMPI_C_COMPILER="$p/usr/bin/mpicc" -DMPIEXEC_EXECUTABLE="$p/usr/bin/mpiexec"
+    -DOPENBLAS_LIB="$lib/openblas-pthread/libopenblas.so" -DBISON_EXECUTABLE="$p/usr/bin/bison"
+    -DFLEX_EXECUTABLE="$p/usr/bin/flex")
+  echo "   missing:$missing; unpacked $(ls "$deps"/*.deb | wc -l) packages into $p"
+  if mpicc --version > /dev/null 2>&1 && bison --version > /dev/null 2>&1; then ok "dependencies from .gpu-deps"; else
+    bad "the unpacked mpicc or bison does not run"; exit 1; fi
+fi
+
 stage "build (cmake, nvcc for sm_$cap)"
-cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DSHARDC_CUDA_ARCHS="$cap" > "$bld.cmake.txt" 2>&1 ||
+cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DSHARDC_CUDA_ARCHS="$cap" "${cmake_extra[@]}" > "$bld.cmake.txt" 2>&1 ||
   { cat "$bld.cmake.txt"; bad "cmake configure"; exit 1; }
 grep "shardc cuda" "$bld.cmake.txt"
 if cmake --build "$bld" -j"$(nproc)" > "$bld.build.txt" 2>&1; then ok "build"; else
