@@ -86,10 +86,30 @@ else
     bad "the unpacked mpicc or bison does not run"; exit 1; fi
 fi
 
+# NCCL: the toolkit's, or the one PyTorch's image has as a Python package
+# (nvidia-nccl-cu*: include/nccl.h and lib/libnccl.so.2, no libnccl.so)
+nvinc=$(dirname "$(command -v nvcc)")/../include
+if [ ! -f "$nvinc/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+  nd=$($py -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null ||
+       $py -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$nd" ] && [ -f "$nd/include/nccl.h" ] && ls "$nd"/lib/libnccl.so* > /dev/null 2>&1; then
+    ncl=$(ls "$nd"/lib/libnccl.so* | head -1)
+    cmake_extra+=(-DNCCL_INCLUDE_DIR="$nd/include" -DNCCL_LIBRARY="$ncl")
+    export LD_LIBRARY_PATH=$nd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "   NCCL from the Python package: $ncl"
+  else
+    echo "   no nccl.h next to nvcc nor in a Python package: the CUDA binaries will only have --comm mpi"
+  fi
+fi
+
 stage "build (cmake, nvcc for sm_$cap)"
 cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DSHARDC_CUDA_ARCHS="$cap" "${cmake_extra[@]}" > "$bld.cmake.txt" 2>&1 ||
   { cat "$bld.cmake.txt"; bad "cmake configure"; exit 1; }
-grep "shardc cuda" "$bld.cmake.txt"
+grep -E "shardc cuda|shardrt comm" "$bld.cmake.txt"
+if grep -q "NCCL backend NOT compiled in" "$bld.cmake.txt"; then
+  export SHARDC_COMM=mpi # the CUDA programs' default, nccl, would be a usage error
+  bad "NCCL not found: every run below uses --comm mpi (SHARDC_COMM=mpi); NCCL itself is not checked"
+fi
 if cmake --build "$bld" -j"$(nproc)" > "$bld.build.txt" 2>&1; then ok "build"; else
   tail -40 "$bld.build.txt"; bad "build"; exit 1; fi
 ex=$bld/cuda_examples
