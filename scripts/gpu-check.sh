@@ -62,28 +62,14 @@ if [ -z "$missing" ] && [ -z "${SHARDC_GPU_DEPS_FORCE:-}" ]; then
   echo "   mpicc, bison, flex and OpenBLAS are installed"
 else
   deps=${SHARDC_GPU_DEPS:-$src/.gpu-deps}
-  if ! ls "$deps"/*.deb > /dev/null 2>&1; then
-    bad "missing:$missing, and no .deb files in $deps (run scripts/gpu-deps.sh where apt works; carry .gpu-deps)"
+  source "$src/scripts/gpu-deps-env.sh"
+  if gpu_deps_env "$deps" /tmp/shardc-deps; then
+    cmake_extra=("${GPU_DEPS_CMAKE[@]}")
+    ok "missing:$missing; unpacked $(ls "$deps"/*.deb | wc -l) packages of $deps into /tmp/shardc-deps"
+  else
+    bad "missing:$missing, and $deps could not provide them (see above)"
     exit 1
   fi
-  p=/tmp/shardc-deps
-  for f in "$deps"/*.deb; do dpkg -x "$f" "$p"; done
-  # Debian names them mpicc.openmpi etc. and links mpicc through
-  # update-alternatives, which unpacking does not run
-  for f in "$p"/usr/bin/*.openmpi; do ln -sf "$(basename "$f")" "${f%.openmpi}"; done
-  lib=$p/usr/lib/x86_64-linux-gnu
-  export PATH=$p/usr/bin:$PATH
-  export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib/openmpi/lib:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LIBRARY_PATH=$lib/openblas-pthread:$lib/openmpi/lib:$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export CPATH=$p/usr/include/x86_64-linux-gnu/openblas-pthread:$lib/openmpi/include${CPATH:+:$CPATH}
-  export OPAL_PREFIX=$p/usr   # Open MPI, moved: its paths follow the prefix
-  export BISON_PKGDATADIR=$p/usr/share/bison M4=$p/usr/bin/m4
-  cmake_extra=(-DMPI_C_COMPILER="$p/usr/bin/mpicc" -DMPIEXEC_EXECUTABLE="$p/usr/bin/mpiexec"
-    -DOPENBLAS_LIB="$lib/openblas-pthread/libopenblas.so" -DBISON_EXECUTABLE="$p/usr/bin/bison"
-    -DFLEX_EXECUTABLE="$p/usr/bin/flex")
-  echo "   missing:$missing; unpacked $(ls "$deps"/*.deb | wc -l) packages into $p"
-  if mpicc --version > /dev/null 2>&1 && bison --version > /dev/null 2>&1; then ok "dependencies from .gpu-deps"; else
-    bad "the unpacked mpicc or bison does not run"; exit 1; fi
 fi
 
 # NCCL: the toolkit's, or the one PyTorch's image has as a Python package
