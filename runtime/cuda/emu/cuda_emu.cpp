@@ -664,6 +664,14 @@ static bool wait_until(F ready, const char *what)
 
 static bool drained(CUstream_st *s) { return s->q.empty(); }
 
+/* every stream's queue empty (blocking_only: those without cudaStreamNonBlocking) */
+static bool streams_drained(bool blocking_only)
+{
+    for (CUstream_st *x : streams)
+        if (!(blocking_only && (x->flags & cudaStreamNonBlocking)) && !drained(x)) return false;
+    return true;
+}
+
 bool stream_defers(cudaStream_t st)
 {
     static const bool off = [] {
@@ -694,24 +702,12 @@ bool stream_drain(cudaStream_t st, const char *what)
             return false;
         return wait_until([s] { return drained(s); }, what);
     }
-    return wait_until(
-        [] {
-            for (CUstream_st *x : streams)
-                if (!(x->flags & cudaStreamNonBlocking) && !drained(x)) return false;
-            return true;
-        },
-        what);
+    return wait_until([] { return streams_drained(true); }, what);
 }
 
 static bool all_drained(const char *what)
 {
-    return wait_until(
-        [] {
-            for (CUstream_st *x : streams)
-                if (!drained(x)) return false;
-            return true;
-        },
-        what);
+    return wait_until([] { return streams_drained(false); }, what);
 }
 } /* namespace emu */
 

@@ -109,6 +109,7 @@ bool init_progress(ncclComm_t c, bool block)
     if (!done) return false;
     c->initializing = false;
     c->err = finish_init(c);
+    std::vector<long long>().swap(c->all); /* the all-gather's answer is not needed after */
     return true;
 }
 
