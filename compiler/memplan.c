@@ -35,9 +35,10 @@ static void touch(int *first, int *last, int v, int t)
 }
 
 /* times of the steps that read and write each value in stage s */
-static int timeline(Ir *ir, int s, int *first, int *last)
+void mp_timeline(Ir *ir, int s, int *first, int *last, int *boundary)
 {
     int t = 0;
+    for (int i = 0; i < ir->values.n; i++) first[i] = last[i] = -1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         if (op->pstage != s || op->recomp) continue;
@@ -56,7 +57,7 @@ static int timeline(Ir *ir, int s, int *first, int *last)
         if (ir->seed >= 0 && ir->bwd.n) touch(first, last, ir->seed, t);
     }
     if (s < ir->nstages - 1) touch(first, last, ir->stages[s].act_out, t); /* sent after forward */
-    t++;
+    *boundary = t++;
     /* the backward, and for zb-h1 a second pass for the weight gradients (its
      * W passes run after the B passes, so what they read stays alive) */
     int passes = ir->nstages > 1 && ir->split_backward ? 2 : 1;
@@ -86,15 +87,13 @@ static int timeline(Ir *ir, int s, int *first, int *last)
             for (int k = 0; k < 4; k++)
                 if (b->din[k] >= 0) touch(first, last, b->din[k], t);
         }
-    return t;
 }
 
 static void plan_stage(Ir *ir, int s)
 {
     int nv = ir->values.n;
-    int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv);
-    for (int i = 0; i < nv; i++) first[i] = last[i] = -1;
-    timeline(ir, s, first, last);
+    int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv), boundary;
+    mp_timeline(ir, s, first, last, &boundary);
     /* greedy: values by start time; reuse a free slot of the same size */
     int *order = sx_alloc(sizeof(int) * (size_t)nv);
     int n = 0;

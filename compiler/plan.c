@@ -364,13 +364,6 @@ static double val_bytes(Ana *A, int id)
     return val_elems(A, id) * (v->dtype == DT_I32 ? 4.0 : A->eb);
 }
 
-static void touch(int *first, int *last, int v, int t)
-{
-    if (v < 0) return;
-    if (first[v] < 0 || t < first[v]) first[v] = t;
-    if (t > last[v]) last[v] = t;
-}
-
 static int dev_of(Ana *A, int op) { return A->chunk[op] % A->pl->pp; }
 
 /* is backward step b on device d? (a parameter's gradient sum: where it is read) */
@@ -405,92 +398,47 @@ static void add_coll(Dev *D, const char *what, int group, int kind, int phase, i
 }
 
 /* activations of chunk c, per microbatch: the workspace of the compiler's
- * plan of that stage; from lifetimes over its forward ops then its backward
- * steps (memplan.c's timeline), what is saved for the backward (live across
- * the forward/backward boundary) and what block recomputation drops */
+ * plan of that stage (built with --recompute block when the plan has it:
+ * its clones and lifetimes are the program's), what is saved for the
+ * backward (live across the forward/backward boundary of memplan.c's
+ * timeline), and what block recomputation would keep: the values made
+ * outside the repeat and the inputs of each repetition (Megatron's) */
 typedef struct Act {
-    double work, saved, rc_drop, rc_keep, rc_one;
+    double work, saved, rc_keep;
 } Act;
 
 static void chunk_activations(Ana *A, int c, Act *X)
 {
     Ir *ir = A->ir;
-    int nv = ir->values.n, nf = 0, last_chunk = c == A->C - 1;
+    int nv = ir->values.n, boundary;
     int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv);
-    for (int i = 0; i < nv; i++) first[i] = last[i] = -1;
-    for (int i = 0; i < ir->ops.n; i++) {
-        IrOp *op = ir->ops.v[i];
-        if (A->chunk[i] != c) continue;
-        for (int k = 0; k < op->nin; k++) touch(first, last, op->in[k], nf);
-        touch(first, last, op->out, nf);
-        for (int a = 0; a < ir_ops[op->kind].naux; a++) touch(first, last, op->aux[a], nf);
-        nf++;
-    }
-    if (last_chunk) { /* the loss and the logits are read after the forward */
-        touch(first, last, ir->output, nf);
-        for (int i = 0; i < ir->ops.n; i++) {
-            IrOp *op = ir->ops.v[i];
-            if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) touch(first, last, op->in[0], nf);
-        }
-        if (ir->seed >= 0 && ir->bwd.n) touch(first, last, ir->seed, nf);
-    }
-    int t = nf + 1;
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        if (b->fwd < 0 || A->chunk[b->fwd] != c) continue;
-        if (b->kind == BWD_ALLREDUCE) {
-            touch(first, last, b->dout, t++);
-            continue;
-        }
-        IrOp *op = ir->ops.v[b->fwd];
-        unsigned u = ad_template_uses(ir_ops[op->kind].bwd);
-        for (int k = 0; k < op->nin; k++)
-            if (u & (1u << k)) touch(first, last, op->in[k], t);
-        if (u & (1u << 4)) touch(first, last, op->out, t);
-        for (int a = 0; a < 2; a++)
-            if (u & (1u << (5 + a))) touch(first, last, op->aux[a], t);
-        touch(first, last, b->dout, t);
-        for (int k = 0; k < 4; k++)
-            if (b->din[k] >= 0) touch(first, last, b->din[k], t);
-        t++;
-    }
-    /* the workspace: the compiler's plan of this stage (slots of 4-byte elements) */
+    mp_timeline(ir, c, first, last, &boundary);
     const IrStage *st = &ir->stages[c];
     X->work = 0;
-    for (int k = 0; k < st->nslots; k++) {
+    for (int k = 0; k < st->nslots; k++) { /* slots of 4-byte elements, 64-byte aligned */
         double b = dim_val(st->slot_elems[k], A->sym) * A->eb;
         X->work += (double)(((int64_t)ceil(b) + 63) & ~(int64_t)63);
     }
-    /* saved for the backward, and what recomputation keeps: values made
-     * outside the repeat, and the inputs of each repetition */
-    int R = A->pl->R;
-    double *per_layer = sx_alloc(sizeof(double) * (size_t)(R + 1));
     char *binput = sx_alloc((size_t)nv);
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (op->stage < 0 || A->chunk[i] != c) continue;
+        if (op->stage < 0 || op->recomp || A->chunk[i] != c) continue;
         for (int k = 0; k < op->nin; k++) {
             IrValue *x = ir->values.v[op->in[k]];
             if (x->def >= 0 && ((IrOp *)ir->ops.v[x->def])->stage != op->stage && x->dtype != DT_I32)
                 binput[x->id] = 1;
         }
     }
-    X->saved = X->rc_drop = X->rc_keep = X->rc_one = 0;
+    X->saved = X->rc_keep = 0;
     for (int i = 0; i < nv; i++) {
         IrValue *v = ir->values.v[i];
         if (home(A, v) != c) continue;
-        int live = first[i] >= 0 && first[i] < nf && last[i] > nf;
+        int live = first[i] >= 0 && first[i] < boundary && last[i] > boundary;
         double b = val_bytes(A, i);
         if (live) X->saved += b;
-        int layer = v->kind != VK_GRAD ? ((IrOp *)ir->ops.v[v->def])->stage : -1;
-        if (binput[i] || (live && layer < 0)) X->rc_keep += b;
-        else if (live) {
-            X->rc_drop += b;
-            per_layer[layer] += b;
-        }
+        int outside = v->kind != VK_GRAD && ((IrOp *)ir->ops.v[v->def])->stage < 0;
+        if (binput[i] || (live && outside)) X->rc_keep += b;
     }
-    for (int r = 0; r < R; r++)
-        if (per_layer[r] > X->rc_one) X->rc_one = per_layer[r];
 }
 
 static void dev_analyze(Ana *A, int d, Dev *D)
@@ -544,9 +492,11 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     for (int i = 0; i < ir->ops.n; i++) {
         if (dev_of(A, i) != d) continue;
         IrOp *op = ir->ops.v[i];
-        D->ff += A->ff[i];
-        D->bf += A->bf[i];
-        if (pl->rc && op->stage >= 0) D->rf += A->ff[i];
+        if (op->recomp) D->rf += A->ff[i]; /* a clone: the forward again, in the backward */
+        else {
+            D->ff += A->ff[i];
+            D->bf += A->bf[i];
+        }
     }
     /* activations at the peak: the workspace plan is static per stage, so
      * every microbatch in flight holds a whole workspace of its own (the
@@ -558,13 +508,11 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     for (int c = d; c < A->C; c += pp) {
         Act X;
         chunk_activations(A, c, &X);
-        double w = pl->rc ? X.work - X.rc_drop + X.rc_one : X.work;
-        if (w < X.rc_keep) w = X.rc_keep;
         D->work += X.work / v;
         D->saved += X.saved / v;
-        D->rc_keep += X.rc_keep / v;
-        work += w / v;
-        keep += (pl->rc ? X.rc_keep : X.saved) / v;
+        D->rc_keep += (pl->rc ? X.saved : X.rc_keep) / v; /* the program's, when built so */
+        work += X.work / v;
+        keep += X.saved / v;
         if (c > 0) bio += 2 * A->bnd[c - 1] / v;
         if (c < A->C - 1) bio += A->bnd[c] / v;
     }
@@ -619,7 +567,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         for (int i = 0; i < ir->ops.n; i++) {
             IrOp *op = ir->ops.v[i];
             if (dev_of(A, i) != d) continue;
-            int again = pl->rc && op->stage >= 0; /* recomputation repeats the forward's */
+            int ph = op->recomp ? PH_RC : PH_FWD; /* a clone: recomputation repeats the forward's */
             if (op->kind == OP_TP_ALLREDUCE || op->kind == OP_TP_ALLGATHER || op->kind == OP_TP_REDUCE_SCATTER) {
                 IrValue *x = ir->values.v[op->in[0]];
                 IrOp *def = x->def >= 0 ? ir->ops.v[x->def] : NULL;
@@ -632,8 +580,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
                     what = "sequence-split activation";
                 int kind = op->kind == OP_TP_ALLREDUCE ? C_AR : op->kind == OP_TP_ALLGATHER ? C_AG : C_RS;
                 double S = val_elems(A, kind == C_RS ? op->in[0] : op->out) * ceb;
-                add_coll(D, what, G_TENSOR, kind, PH_FWD, tp, S, m);
-                if (again) add_coll(D, what, G_TENSOR, kind, PH_RC, tp, S, m);
+                add_coll(D, what, G_TENSOR, kind, ph, tp, S, m);
                 const IrBwd *b = A->bwd_of[i] >= 0 ? ir->bwd.v[A->bwd_of[i]] : NULL;
                 if (kind == C_RS && b && b->din[0] >= 0)
                     add_coll(D, sx_fmt("%s grad", what), G_TENSOR, C_AG, PH_BWD, tp, S, m);
@@ -641,8 +588,8 @@ static void dev_analyze(Ana *A, int d, Dev *D)
                     add_coll(D, sx_fmt("%s grad", what), G_TENSOR, C_RS, PH_BWD, tp, S, m);
             } else if (op->kind == OP_CROSS_ENTROPY_VP) {
                 double N = dim_val(op->sz[0], A->sym);
-                add_coll(D, "cross-entropy row maxima", G_TENSOR, C_AG, PH_FWD, tp, N * tp * 4.0, m);
-                add_coll(D, "cross-entropy sums", G_TENSOR, C_AR, PH_FWD, tp, 2 * N * 4.0, m);
+                add_coll(D, "cross-entropy row maxima", G_TENSOR, C_AG, ph, tp, N * tp * 4.0, m);
+                add_coll(D, "cross-entropy sums", G_TENSOR, C_AR, ph, tp, 2 * N * 4.0, m);
             }
         }
         for (int j = 0; j < ir->bwd.n; j++) {
@@ -947,14 +894,15 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
         A.mf[i] = tpl_eval(mm_tpl(op, 0), ir, op, A.sym);
         A.mb[i] = A.bwd_of[i] >= 0 ? tpl_eval(mm_tpl(op, 1), ir, op, A.sym) : 0;
         double whole = A.split[i] ? pl->tp : 1; /* the model's FLOPs: every part once */
+        if (op->recomp) { /* a clone (recompute.c): hardware FLOPs, not the model's */
+            rf += A.ff[i] * whole;
+            mr += A.mf[i] * whole;
+            continue;
+        }
         ff += A.ff[i] * whole;
         bf += A.bf[i] * whole;
         mf += A.mf[i] * whole;
         mb += A.mb[i] * whole;
-        if (o->rc && op->stage >= 0) {
-            rf += A.ff[i] * whole;
-            mr += A.mf[i] * whole;
-        }
     }
     double per = (double)m * pl->dp;
     pl->nparams = (double)ir_param_count(ir);
@@ -1017,7 +965,7 @@ static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *
     P->layout.cli_tp = tp;
     P->layout.cli_pp = pp;
     P->layout.cli_mb = mb;
-    P->layout.cli_recompute = 0; /* the plan models recomputation itself (--recompute) */
+    P->layout.cli_recompute = o->rc; /* --recompute's program: its clones and memory plan */
     P->layout.cli_sp = sp == 1 || (sp < 0 && o->sp);
     P->layout.cli_sched = sched;
     for (int i = 0; i < o->ninc; i++) vec_push(&P->search_dirs, (void *)o->inc[i]);
@@ -1140,7 +1088,7 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     ROW(pl->bf16 ? "optimizer (fp32 master, m, v)" : "optimizer (Adam m, v)", fmt_bytes(D->m_opt));
     ROW("activations (peak)", fmt_bytes(D->m_act));
     ROW("  workspace per microbatch", fmt_bytes(D->work_now));
-    ROW("  saved for the backward", fmt_bytes(pl->rc ? D->rc_keep : D->saved));
+    ROW("  saved for the backward", fmt_bytes(D->saved));
     ROW("  microbatches in flight", sx_fmt("%g", D->inflight));
     if (pl->pp > 1) ROW("  (only saved values waiting)", fmt_bytes(D->m_act_saved));
     ROW(pl->pp > 1 ? "other (tokens, boundaries)" : "other (token buffers)", fmt_bytes(D->m_other));

@@ -387,6 +387,11 @@ int mp_plan(Program *P);
 /* the stage whose workspace holds v, or -1 when v is not in a workspace
  * (parameters, inputs, their gradients, the pipeline's boundary buffers) */
 int mp_home(const Ir *ir, const IrValue *v);
+/* the times of stage s's steps that touch each value (first/last: -1 if none,
+ * arrays of ir->values.n); the forward runs before *boundary, the backward
+ * after it, so a value with first < *boundary < last is saved for the
+ * backward (shardc plan reads the plan's lifetimes through this) */
+void mp_timeline(Ir *ir, int s, int *first, int *last, int *boundary);
 void mp_dump(const Ir *ir, FILE *f);
 
 /* pipeline.c: stages balanced by the cost model, boundaries, stage of every step */
