@@ -565,3 +565,46 @@ int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets)
     }
     return nused;
 }
+
+/* ---- the workspace of a stage -------------------------------------------------------------- */
+
+static int has_scratch(const IrStage *st) { return st->nkept < st->nslots; }
+
+void cg_emit_slots_head(FILE *f, const IrStage *st, int s)
+{
+    fprintf(f, "static size_t off%d[%d];\n", s, st->nslots + 1);
+    if (has_scratch(st))
+        fprintf(f, "static size_t scratch%d; /* bytes of slots %d..: the scratch, one set per rank */\n", s,
+                st->nkept);
+}
+
+void cg_emit_slot_macro(FILE *f, const IrStage *st, int s, const char *name, const char *type)
+{
+    if (has_scratch(st))
+        fprintf(f, "#define %s(k) ((%s *)(((k) < %d ? e->work : e->scratch) + off%d[k]))\n", name, type, st->nkept,
+                s);
+    else
+        fprintf(f, "#define %s(k) ((%s *)(e->work + off%d[k]))\n", name, type, s);
+}
+
+void cg_emit_plan_cut(FILE *f, const IrStage *st, int k)
+{
+    if (k == st->nkept && has_scratch(st)) fprintf(f, "    size_t kept = o;\n    o = 0;\n");
+}
+
+void cg_emit_plan_tail(FILE *f, const IrStage *st, int s)
+{
+    if (has_scratch(st))
+        fprintf(f, "    off%d[%d] = o;\n    scratch%d = o;\n    return kept;\n}\n\n", s, st->nslots, s);
+    else
+        fprintf(f, "    off%d[%d] = o;\n    return o;\n}\n\n", s, st->nslots);
+    fprintf(f, "static int planned%d_B = -1, planned%d_T = -1;\n", s, s);
+    fprintf(f, "static void replan%d(int B, int T)\n{\n    if (B != planned%d_B || T != planned%d_T) {\n"
+               "        plan%d(B, T);\n        planned%d_B = B;\n        planned%d_T = T;\n    }\n}\n\n",
+            s, s, s, s, s, s);
+    fprintf(f, "static size_t work_bytes%d(int B, int T)\n{\n    size_t n = plan%d(B, T);\n"
+               "    planned%d_B = B;\n    planned%d_T = T;\n    return n;\n}\n\n", s, s, s, s);
+    if (has_scratch(st))
+        fprintf(f, "static size_t scratch_bytes%d(int B, int T)\n{\n    replan%d(B, T);\n    return scratch%d;\n}\n\n",
+                s, s, s);
+}

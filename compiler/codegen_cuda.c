@@ -311,13 +311,13 @@ static void emit_stage(CGen *g, int s, int logits)
         fprintf(f, ": layers %d..%d%s%s", st->first_block, st->first_block + st->nblocks - 1,
                 s == 0 ? ", embedding" : "", last ? ", head and loss" : "");
     fprintf(f, " ---- */\n\n");
-    fprintf(f, "static size_t off%d[%d];\n", s, st->nslots + 1);
+    cg_emit_slots_head(f, st, s);
     fprintf(f, "#undef F\n#undef A\n#undef I\n#undef ARENA_FLOATS\n");
     fprintf(f, "#define ARENA_FLOATS %lldLL /* the parameter arena of this stage's pipeline rank */\n",
             (long long)g->L.n[s % g->L.nranks]);
-    fprintf(f, "#define F(k) ((float *)(e->work + off%d[k]))\n", s);
-    fprintf(f, "#define A(k) ((act_t *)(e->work + off%d[k]))\n", s);
-    fprintf(f, "#define I(k) ((int32_t *)(e->work + off%d[k]))\n", s);
+    cg_emit_slot_macro(f, st, s, "F", "float");
+    cg_emit_slot_macro(f, st, s, "A", "act_t");
+    cg_emit_slot_macro(f, st, s, "I", "int32_t");
     fprintf(f, "static size_t plan%d(int B_, int T_)\n{\n    size_t o = 0, b;\n", s);
     cg_emit_syms(g->f, g->ir, g->P->layout.tp, "B_", "T_");
     for (int k = 0; k < st->nslots; k++) {
@@ -330,17 +330,12 @@ static void emit_stage(CGen *g, int s, int logits)
             for (int q = 0; q < seen.n; q++) dup |= !strcmp(seen.v[q], e);
             if (!dup) vec_push(&seen, e);
         }
+        cg_emit_plan_cut(f, st, k);
         fprintf(f, "    off%d[%d] = o; b = %s;", s, k, seen.n ? (char *)seen.v[0] : "0");
         for (int q = 1; q < seen.n; q++) fprintf(f, " b = srk_max_size(b, %s);", (char *)seen.v[q]);
         fprintf(f, " o += (b + 255) & ~(size_t)255;\n");
     }
-    fprintf(f, "    off%d[%d] = o;\n    return o;\n}\n\n", s, st->nslots);
-    fprintf(f, "static int planned%d_B = -1, planned%d_T = -1;\n", s, s);
-    fprintf(f, "static void replan%d(int B, int T)\n{\n    if (B != planned%d_B || T != planned%d_T) {\n"
-               "        plan%d(B, T);\n        planned%d_B = B;\n        planned%d_T = T;\n    }\n}\n\n",
-            s, s, s, s, s, s);
-    fprintf(f, "static size_t work_bytes%d(int B, int T)\n{\n    size_t n = plan%d(B, T);\n"
-               "    planned%d_B = B;\n    planned%d_T = T;\n    return n;\n}\n\n", s, s, s, s);
+    cg_emit_plan_tail(f, st, s);
 
     Vec fcalls = {0};
     CgEmit x = cuda_emit(g);
@@ -427,6 +422,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         const IrStage *sg = &ir->stages[st];
         int multi = ir->nstages > 1;
         fprintf(f, "    stages[%d].work_bytes = work_bytes%d;\n", st, st);
+        if (sg->nkept < sg->nslots) fprintf(f, "    stages[%d].scratch_bytes = scratch_bytes%d;\n", st, st);
         fprintf(f, "    stages[%d].forward = stage%d_forward;\n", st, st);
         fprintf(f, "    stages[%d].backward = stage%d_backward;\n", st, st);
         if (multi) {

@@ -160,27 +160,22 @@ static void emit_stage(Gen *g, int s, int logits)
         fprintf(f, ": layers %d..%d%s%s", st->first_block, st->first_block + st->nblocks - 1,
                 s == 0 ? ", embedding" : "", last ? ", head and loss" : "");
     fprintf(f, " ---- */\n\n");
-    fprintf(f, "static size_t off%d[%d];\n", s, st->nslots + 1);
+    cg_emit_slots_head(f, st, s);
     fprintf(f, "#undef F\n#undef I\n");
-    fprintf(f, "#define F(k) ((float *)(e->work + off%d[k]))\n", s);
-    fprintf(f, "#define I(k) ((int32_t *)(e->work + off%d[k]))\n", s);
+    cg_emit_slot_macro(f, st, s, "F", "float");
+    cg_emit_slot_macro(f, st, s, "I", "int32_t");
     /* the plan: offsets of the slots for this run's B and T */
     fprintf(f, "static size_t plan%d(int B, int T)\n{\n    size_t o = 0;\n    (void)B;\n    (void)T;\n", s);
     for (int k = 0; k < st->nslots; k++) {
         Dim d = st->slot_elems[k];
+        cg_emit_plan_cut(f, st, k);
         fprintf(f, "    off%d[%d] = o; o += ((size_t)%lld", s, k, (long long)d.c);
         for (int i = 0; i < SX_MAXSYM; i++)
             for (int r = 0; r < d.p[i]; r++)
                 fprintf(f, " * (size_t)%s", i == 0 ? "B" : i == 1 ? "T" : sx_fmt("(T / %d)", g->P->layout.tp));
         fprintf(f, " * 4 + 63) & ~(size_t)63;\n");
     }
-    fprintf(f, "    off%d[%d] = o;\n    return o;\n}\n\n", s, st->nslots);
-    fprintf(f, "static int planned%d_B = -1, planned%d_T = -1;\n", s, s);
-    fprintf(f, "static void replan%d(int B, int T)\n{\n    if (B != planned%d_B || T != planned%d_T) {\n"
-               "        plan%d(B, T);\n        planned%d_B = B;\n        planned%d_T = T;\n    }\n}\n\n",
-            s, s, s, s, s, s);
-    fprintf(f, "static size_t work_bytes%d(int B, int T)\n{\n    size_t n = plan%d(B, T);\n"
-               "    planned%d_B = B;\n    planned%d_T = T;\n    return n;\n}\n\n", s, s, s, s);
+    cg_emit_plan_tail(f, st, s);
 
     Vec fcalls = {0};
     CgEmit x = host_emit(g);
@@ -238,10 +233,11 @@ int cg_host(Program *P, FILE *f, const char *source_path)
         if (sg->act_in >= 0) rin = cg_row_floats(ir, sg->act_in, P->layout.tp);
         if (sg->act_out >= 0) rout = cg_row_floats(ir, sg->act_out, P->layout.tp);
         int multi = ir->nstages > 1;
-        fprintf(f, "    {work_bytes%d, stage%d_forward, stage%d_backward, %s, %s, %lld, %lld, %d, %d, %d, stage%d_params},\n",
+        fprintf(f, "    {work_bytes%d, stage%d_forward, stage%d_backward, %s, %s, %lld, %lld, %d, %d, %d, stage%d_params%s},\n",
                 st, st, st, multi ? sx_fmt("stage%d_backward_input", st) : "NULL",
                 multi ? sx_fmt("stage%d_backward_weight", st) : "NULL", (long long)rin, (long long)rout,
-                sg->first_block, sg->nblocks, nused[st], st);
+                sg->first_block, sg->nblocks, nused[st], st,
+                sg->nkept < sg->nslots ? sx_fmt(", scratch_bytes%d", st) : ", NULL");
     }
     fprintf(f, "};\n\n");
     if (g.L.nranks > 1) { /* each pipeline rank's own arena */

@@ -10,10 +10,17 @@
  * stays alive until its last reader. Slots hold values of one element count
  * (a monomial in the symbolic dims), so the plan is decided here and only
  * evaluated for the run's B and T at start-up: no allocation happens inside
- * the training step. Parameters, their gradients, the model inputs and the
+ * the training step. With a pipeline, a rank holds several microbatches
+ * between their forward and backward, but runs one pass (a forward, a
+ * backward, a W) at a time: values that live across the end of a pass
+ * (saved for the backward, the sent activation, the loss) get slots of
+ * their own, one set per microbatch in flight; the rest share one scratch
+ * set per rank. Without a pipeline every slot is one plan (nkept = nslots). Parameters, their gradients, the model inputs and the
  * pipeline boundary buffers (received activations, received and sent
  * gradients) live outside the workspace.
  */
+#include <limits.h>
+
 #include "shardc.h"
 
 int mp_home(const Ir *ir, const IrValue *v)
@@ -35,9 +42,10 @@ static void touch(int *first, int *last, int v, int t)
 }
 
 /* times of the steps that read and write each value in stage s */
-void mp_timeline(Ir *ir, int s, int *first, int *last, int *boundary)
+void mp_timeline(Ir *ir, int s, int *first, int *last, int ends[2])
 {
     int t = 0;
+    ends[1] = INT_MAX;
     for (int i = 0; i < ir->values.n; i++) first[i] = last[i] = -1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
@@ -57,11 +65,12 @@ void mp_timeline(Ir *ir, int s, int *first, int *last, int *boundary)
         if (ir->seed >= 0 && ir->bwd.n) touch(first, last, ir->seed, t);
     }
     if (s < ir->nstages - 1) touch(first, last, ir->stages[s].act_out, t); /* sent after forward */
-    *boundary = t++;
+    ends[0] = t++;
     /* the backward, and for zb-h1 a second pass for the weight gradients (its
      * W passes run after the B passes, so what they read stays alive) */
     int passes = ir->nstages > 1 && ir->split_backward ? 2 : 1;
-    for (int pass = 0; pass < passes; pass++)
+    for (int pass = 0; pass < passes; pass++) {
+        if (pass) ends[1] = t;
         for (int j = 0; j < ir->bwd.n; j++, t++) {
             IrBwd *b = ir->bwd.v[j];
             if (b->pstage != s) continue;
@@ -87,14 +96,38 @@ void mp_timeline(Ir *ir, int s, int *first, int *last, int *boundary)
             for (int k = 0; k < 4; k++)
                 if (b->din[k] >= 0) touch(first, last, b->din[k], t);
         }
+    }
+}
+
+/* greedy, values by start time: each takes a free slot of its size (one
+ * whose last value ended before it starts) or a new one; kept[i] >= 0
+ * selects the values of one class (kept[i] == want) */
+static int assign(Ir *ir, const int *order, int n, const int *first, const int *last, const char *kept, int want,
+                  Dim *size, int *busy_until, int ns)
+{
+    int base = ns;
+    for (int i = 0; i < n; i++) {
+        IrValue *v = ir->values.v[order[i]];
+        if (kept && kept[v->id] != want) continue;
+        Dim el = shape_numel(&v->shape);
+        int sl = -1;
+        for (int k = base; k < ns && sl < 0; k++)
+            if (busy_until[k] < first[v->id] && dim_eq(size[k], el)) sl = k;
+        if (sl < 0) {
+            sl = ns++;
+            size[sl] = el;
+        }
+        busy_until[sl] = last[v->id];
+        v->slot = sl;
+    }
+    return ns;
 }
 
 static void plan_stage(Ir *ir, int s)
 {
-    int nv = ir->values.n;
-    int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv), boundary;
-    mp_timeline(ir, s, first, last, &boundary);
-    /* greedy: values by start time; reuse a free slot of the same size */
+    int nv = ir->values.n, ends[2];
+    int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv);
+    mp_timeline(ir, s, first, last, ends);
     int *order = sx_alloc(sizeof(int) * (size_t)nv);
     int n = 0;
     for (int i = 0; i < nv; i++) {
@@ -111,22 +144,47 @@ static void plan_stage(Ir *ir, int s)
     }
     Dim *size = sx_alloc(sizeof(Dim) * (size_t)(n + 1));
     int *busy_until = sx_alloc(sizeof(int) * (size_t)(n + 1));
-    int ns = 0;
-    for (int i = 0; i < n; i++) {
-        IrValue *v = ir->values.v[order[i]];
-        Dim el = shape_numel(&v->shape);
-        int sl = -1;
-        for (int k = 0; k < ns && sl < 0; k++)
-            if (busy_until[k] < first[v->id] && dim_eq(size[k], el)) sl = k;
-        if (sl < 0) {
-            sl = ns++;
-            size[sl] = el;
+    IrStage *st = &ir->stages[s];
+    if (ir->nstages == 1) {
+        st->nslots = st->nkept = assign(ir, order, n, first, last, NULL, 0, size, busy_until, 0);
+    } else {
+        /* kept: alive at the end of a pass (its first touch before it, its
+         * last at or after it) */
+        char *kept = sx_alloc((size_t)nv);
+        for (int i = 0; i < n; i++) {
+            int v = order[i];
+            for (int e = 0; e < 2; e++) kept[v] |= first[v] < ends[e] && last[v] >= ends[e];
         }
-        busy_until[sl] = last[v->id];
-        v->slot = sl;
+        st->nkept = assign(ir, order, n, first, last, kept, 1, size, busy_until, 0);
+        /* a value of one pass may also use a gap in a kept slot: the slot
+         * is the microbatch's own (in the backward, mostly gradients in the
+         * room of saved values that have died) */
+        int *head = sx_alloc(sizeof(int) * (size_t)(st->nkept + 1)), *next = sx_alloc(sizeof(int) * (size_t)nv);
+        for (int k = 0; k < st->nkept; k++) head[k] = -1;
+        for (int i = 0; i < n; i++) {
+            int v = order[i], k = ((IrValue *)ir->values.v[v])->slot;
+            if (!kept[v]) continue;
+            next[v] = head[k];
+            head[k] = v;
+        }
+        for (int i = 0; i < n; i++) {
+            IrValue *v = ir->values.v[order[i]];
+            if (kept[v->id]) continue;
+            Dim el = shape_numel(&v->shape);
+            for (int k = 0; k < st->nkept && !kept[v->id]; k++) {
+                if (!dim_eq(size[k], el)) continue;
+                int clash = 0;
+                for (int u = head[k]; u >= 0 && !clash; u = next[u]) clash = first[u] <= last[v->id] && first[v->id] <= last[u];
+                if (clash) continue;
+                v->slot = k;
+                next[v->id] = head[k];
+                head[k] = v->id;
+                kept[v->id] = 2; /* placed */
+            }
+        }
+        st->nslots = assign(ir, order, n, first, last, kept, 0, size, busy_until, st->nkept);
     }
-    ir->stages[s].nslots = ns;
-    ir->stages[s].slot_elems = size;
+    st->slot_elems = size;
 }
 
 int mp_plan(Program *P)
@@ -146,7 +204,8 @@ void mp_dump(const Ir *ir, FILE *f)
         const IrStage *st = &ir->stages[s];
         fprintf(f, "workspace%s: %d slots\n", ir->nstages > 1 ? sx_fmt(" of stage %d", s) : "", st->nslots);
         for (int k = 0; k < st->nslots; k++) {
-            fprintf(f, "  slot %d: %s x 4 bytes:", k, dim_str(st->slot_elems[k], ir));
+            fprintf(f, "  slot %d%s: %s x 4 bytes:", k, k >= st->nkept ? " (scratch)" : "",
+                    dim_str(st->slot_elems[k], ir));
             for (int i = 0; i < ir->values.n; i++) {
                 IrValue *v = ir->values.v[i];
                 if (v->slot == k && mp_home(ir, v) == s) fprintf(f, " %%%d", v->id);

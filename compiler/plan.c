@@ -95,7 +95,8 @@ typedef struct Dev {
     int ntensors, layers;
     double work, saved, rc_keep; /* bytes per microbatch: workspace, saved for backward, kept
                                   * with recomputation (largest chunk's, chunks' mean) */
-    double work_now;           /* the workspace under the chosen recomputation */
+    double scratch;            /* the rank's scratch: the workspace slots no value of which
+                                * outlives a pass (one set per rank; in work, not per microbatch) */
     double m_bound;            /* pipeline boundary buffers */
     double m_act_saved;        /* activations if waiting microbatches kept only saved values */
     double inflight;           /* microbatches of saved activations held at the peak */
@@ -402,22 +403,26 @@ static void add_coll(Dev *D, const char *what, int group, int kind, int phase, i
  * its clones and lifetimes are the program's), what is saved for the
  * backward (live across the forward/backward boundary of memplan.c's
  * timeline), and what block recomputation would keep: the values made
- * outside the repeat and the inputs of each repetition (Megatron's) */
+ * outside the repeat and the inputs of each repetition (Megatron's). With a
+ * pipeline the slots from nkept on are scratch, shared by the microbatches
+ * (memplan.c) */
 typedef struct Act {
-    double work, saved, rc_keep;
+    double work, scratch, saved, rc_keep;
 } Act;
 
 static void chunk_activations(Ana *A, int c, Act *X)
 {
     Ir *ir = A->ir;
-    int nv = ir->values.n, boundary;
+    int nv = ir->values.n, ends[2];
     int *first = sx_alloc(sizeof(int) * (size_t)nv), *last = sx_alloc(sizeof(int) * (size_t)nv);
-    mp_timeline(ir, c, first, last, &boundary);
+    mp_timeline(ir, c, first, last, ends);
+    int boundary = ends[0];
     const IrStage *st = &ir->stages[c];
-    X->work = 0;
+    X->work = X->scratch = 0;
     for (int k = 0; k < st->nslots; k++) { /* slots of 4-byte elements, 64-byte aligned */
-        double b = dim_val(st->slot_elems[k], A->sym) * A->eb;
-        X->work += (double)(((int64_t)ceil(b) + 63) & ~(int64_t)63);
+        double b = (double)(((int64_t)ceil(dim_val(st->slot_elems[k], A->sym) * A->eb) + 63) & ~(int64_t)63);
+        X->work += b;
+        if (k >= st->nkept) X->scratch += b;
     }
     char *binput = sx_alloc((size_t)nv);
     for (int i = 0; i < ir->ops.n; i++) {
@@ -499,10 +504,11 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         }
     }
     /* activations at the peak: the workspace plan is static per stage, so
-     * every microbatch in flight holds a whole workspace of its own (the
-     * runtime's pool), with its boundary buffers (the received activation
-     * and the gradient sent back, the gradient received for the sent one)
-     * and its token ids; with v chunks, units of one chunk's microbatch */
+     * every microbatch in flight holds the kept part of a workspace of its
+     * own (the runtime's pool), with its boundary buffers (the received
+     * activation and the gradient sent back, the gradient received for the
+     * sent one) and its token ids; the rank holds one scratch, its stages'
+     * largest; with v chunks, units of one chunk's microbatch */
     int pp = pl->pp, v = pl->v;
     double work = 0, keep = 0, bio = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;
     for (int c = d; c < A->C; c += pp) {
@@ -511,12 +517,12 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         D->work += X.work / v;
         D->saved += X.saved / v;
         D->rc_keep += (pl->rc ? X.saved : X.rc_keep) / v; /* the program's, when built so */
-        work += X.work / v;
+        work += (X.work - X.scratch) / v;
         keep += X.saved / v;
+        if (X.scratch > D->scratch) D->scratch = X.scratch;
         if (c > 0) bio += 2 * A->bnd[c - 1] / v;
         if (c < A->C - 1) bio += A->bnd[c] / v;
     }
-    D->work_now = work;
     double units = 1;
     if (pp > 1) {
         if (!strcmp(pl->sched, "gpipe")) units = m;
@@ -526,12 +532,12 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         } else units = m < pp - d ? m : pp - d;
     }
     D->inflight = units / v;
-    D->m_act = units * work;
+    D->m_act = units * work + D->scratch;
     D->m_bound = units * bio;
     D->m_other = units * tok + D->m_bound;
     /* what a runtime that keeps only the saved values of the waiting
      * microbatches would hold (Megatron's; the static plan's is above) */
-    D->m_act_saved = work + (units - 1) * keep;
+    D->m_act_saved = work + D->scratch + (units - 1) * keep;
     /* a pipeline rank holds its stages' parameters only, in an arena of its
      * own (64-byte aligned tensors: the runtime's whole allocation); the
      * owner of a tied parameter its receive buffer */
@@ -1087,7 +1093,10 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     ROW("gradients", fmt_bytes(D->m_grads));
     ROW(pl->bf16 ? "optimizer (fp32 master, m, v)" : "optimizer (Adam m, v)", fmt_bytes(D->m_opt));
     ROW("activations (peak)", fmt_bytes(D->m_act));
-    ROW("  workspace per microbatch", fmt_bytes(D->work_now));
+    ROW("  workspace per microbatch", fmt_bytes(D->work));
+    int scr = 0;
+    for (int r = 0; r < nr; r++) scr |= pl->dev[wst[r]].scratch > 0;
+    if (scr) ROW("    of it scratch (per rank)", fmt_bytes(D->scratch));
     ROW("  saved for the backward", fmt_bytes(D->saved));
     ROW("  microbatches in flight", sx_fmt("%g", D->inflight));
     if (pl->pp > 1) ROW("  (only saved values waiting)", fmt_bytes(D->m_act_saved));
@@ -1305,7 +1314,7 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
         j_open(j, "memory", '{', 0);
         j_fields(j, "weights", D->m_params, "gradients", D->m_grads, "optimizer", D->m_opt, "activations",
               D->m_act, "other", D->m_other, "total", D->total, "budget", pl->budget, "workspace_per_microbatch",
-              D->work, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
+              D->work, "scratch", D->scratch, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
               /* Megatron's count: saved activations only, each rank its own stages' model states */
               "in_flight", D->inflight, "boundary_buffers", D->m_bound, "activations_saved_only", D->m_act_saved,
               "total_saved_only", D->total - D->m_act + D->m_act_saved,

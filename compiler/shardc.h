@@ -251,6 +251,11 @@ typedef struct IrStage {
     int act_out;    /* value sent to the next stage, -1 for the last */
     int nslots;
     Dim *slot_elems;
+    int nkept;      /* slots 0..nkept-1 hold what outlives one pass (forward,
+                     * backward, zb-h1's W): with a pipeline, one copy per
+                     * microbatch in flight; slots nkept.. are the stage's
+                     * scratch, one copy per rank (nkept = nslots without a
+                     * pipeline) */
     double cost;    /* FLOPs of forward + backward at B=1, for the balance shown by build */
 } IrStage;
 
@@ -388,10 +393,11 @@ int mp_plan(Program *P);
  * (parameters, inputs, their gradients, the pipeline's boundary buffers) */
 int mp_home(const Ir *ir, const IrValue *v);
 /* the times of stage s's steps that touch each value (first/last: -1 if none,
- * arrays of ir->values.n); the forward runs before *boundary, the backward
- * after it, so a value with first < *boundary < last is saved for the
- * backward (shardc plan reads the plan's lifetimes through this) */
-void mp_timeline(Ir *ir, int s, int *first, int *last, int *boundary);
+ * arrays of ir->values.n); the forward runs before ends[0], the backward
+ * after it, and zb-h1's weight-gradient pass from ends[1] on (INT_MAX when
+ * the backward runs whole), so a value with first < ends[0] < last is saved
+ * for the backward (shardc plan reads the plan's lifetimes through this) */
+void mp_timeline(Ir *ir, int s, int *first, int *last, int ends[2]);
 void mp_dump(const Ir *ir, FILE *f);
 
 /* pipeline.c: stages balanced by the cost model, boundaries, stage of every step */
@@ -479,6 +485,17 @@ int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets); /* param
 void cg_emit_forward(const CgEmit *x, Ir *ir, int stage, Vec *fnames, Vec *calls);
 void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls);
 void cg_emit_syms(FILE *f, const Ir *ir, int tp, const char *b, const char *t); /* B, T as locals */
+/* a stage's workspace (memplan.c): `static size_t offS[]` (and scratchS
+ * with a scratch part); cg_emit_slot_macro: `#define NAME(k)`, slot k as
+ * TYPE * in e->work, or in e->scratch from slot nkept on; the back end
+ * writes `static size_t planS(B, T)` laying out slots 0.. from o = 0
+ * (`off[k] = o; o += bytes`), calling cg_emit_plan_cut before each slot;
+ * cg_emit_plan_tail closes it and writes replanS, work_bytesS (the kept
+ * part) and scratch_bytesS */
+void cg_emit_slots_head(FILE *f, const IrStage *st, int s);
+void cg_emit_slot_macro(FILE *f, const IrStage *st, int s, const char *name, const char *type);
+void cg_emit_plan_cut(FILE *f, const IrStage *st, int k);
+void cg_emit_plan_tail(FILE *f, const IrStage *st, int s);
 
 /* codegen_host.c: C source for the host backend */
 int cg_host(Program *P, FILE *out, const char *source_path);

@@ -4,8 +4,10 @@
  * halves), send the input's gradient back. Sends are asynchronous and
  * receives wait, as the schedule checker assumes, so a checked schedule
  * cannot deadlock. Every in-flight microbatch of a stage has its own
- * workspace from a pool sized by the schedule's peak, which is what the run
- * reports as the stage's activation memory.
+ * workspace (the values that outlive a pass: memplan.c's kept slots) from a
+ * pool sized by the schedule's peak; the values that live within one pass
+ * share the rank's one scratch, since the rank runs one pass at a time.
+ * Both are what the run reports as its activation memory.
  *
  * Parameters: a pipeline rank holds only the parameters its stages use,
  * in an arena laid out by the compiler (sr_program.rank_param_offsets); a
@@ -44,7 +46,9 @@ struct rt_pipe {
     sr_schedule sched;
     int p, v, m, S, rank;
     chunk *chunks;
-    size_t act_bytes;    /* one slot's workspace + boundary buffers */
+    size_t act_bytes;    /* the slots' workspaces and boundary buffers, and the scratch */
+    char *scratch;       /* the largest of the rank's stages' scratch (NULL: none) */
+    size_t scratch_bytes;
     double t_step0, busy_us, step_us; /* bubble measurement over the steps */
     int *owner;          /* owner[i]: the lowest pipeline rank holding parameter i */
     char *tied;          /* tied[i]: parameter i is held by more than one pipeline rank */
@@ -165,6 +169,15 @@ sr_status rt_pipe_init(run *r)
         pp->act_bytes += (size_t)pool * (ch->st->work_bytes(r->B, r->o.seq) +
                                          (size_t)rows(r) * sizeof(float) *
                                              (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row));
+        size_t scr = ch->st->scratch_bytes ? ch->st->scratch_bytes(r->B, r->o.seq) : 0;
+        if (scr > pp->scratch_bytes) pp->scratch_bytes = scr;
+    }
+    if (pp->scratch_bytes) {
+        pp->scratch = r->be->alloc(pp->scratch_bytes);
+        if (!pp->scratch)
+            return sr_seterr(SR_ERR_NOMEM, "cannot allocate the %.1f MB scratch of pipeline rank %d (lower --batch "
+                             "or raise --microbatches)", (double)pp->scratch_bytes / 1e6, pp->rank);
+        pp->act_bytes += pp->scratch_bytes;
     }
     return SR_OK;
 }
@@ -180,6 +193,7 @@ void rt_pipe_free(run *r)
         free(pp->chunks[c].slots);
     }
     free(pp->chunks);
+    if (pp->scratch) r->be->free(pp->scratch);
     if (pp->tied_tmp) r->be->free(pp->tied_tmp);
     free(pp->owner);
     free(pp->tied);
@@ -229,6 +243,7 @@ static void exec_for(run *r, chunk *c, slot *s, sr_exec *e, long step, float dro
 {
     rt_exec_init(r, e, r->B, dropout, step);
     e->work = s->work;
+    e->scratch = r->pipe->scratch;
     e->inputs = s->inputs;
     e->targets = s->targets;
     e->row0 = (int64_t)rt_first_seq(r, s->mb) * r->o.seq;
@@ -433,6 +448,7 @@ sr_status rt_pipe_forward(run *r, sr_exec *e, int *last)
         int64_t n = (int64_t)e->B * e->T;
         sr_exec x = *e;
         x.work = sl->work;
+        x.scratch = pp->scratch;
         x.act_in = s > 0 ? sl->act_in : NULL;
         if (s > 0)
             SR_CHECK(sr_comm_recv(comm, sl->act_in, n * ch->st->act_in_row, (s - 1) % pp->p, TAG_EVAL,
@@ -465,7 +481,8 @@ void rt_pipe_report(run *r)
             rt_info(r, "pipeline rank %d: measured bubble %.1f%% (theory %.1f%% for %s, p=%d, m=%d%s)", k,
                     100.0 * b[k], 100.0 * sr_sched_bubble_theory(pp->sched.kind, pp->p, pp->m, pp->v),
                     sr_sched_name(pp->sched.kind), pp->p, pp->m, vs);
-    /* every stage's peak in flight and its activation memory at that peak */
+    /* every stage's peak in flight and its activation memory at that peak
+     * (its slots; the rank's scratch is counted with its first stage) */
     int S = pp->S;
     double *st = calloc(2 * (size_t)S, sizeof(double));
     if (st) {
@@ -474,7 +491,7 @@ void rt_pipe_report(run *r)
             size_t one = ch->st->work_bytes(r->B, r->o.seq) +
                          (size_t)rows(r) * sizeof(float) * (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row);
             st[2 * ch->stage] = ch->peak;
-            st[2 * ch->stage + 1] = (double)ch->peak * (double)one;
+            st[2 * ch->stage + 1] = (double)ch->peak * (double)one + (c == 0 ? (double)pp->scratch_bytes : 0.0);
         }
         if (sr_comm_allreduce_double(r->grid.pp_comm, st, 2 * S) == SR_OK)
             for (int s = 0; s < S; s++)

@@ -67,6 +67,8 @@ typedef struct sr_exec {
                               * pipeline rank_param_floats[pipeline rank]) */
     float *grads;            /* gradient arena, same layout as params */
     char *work;              /* activation workspace of work_bytes(B, T) bytes */
+    char *scratch;           /* a pipeline stage's scratch of scratch_bytes(B, T) bytes,
+                              * shared by the rank's microbatches (NULL without) */
     const int32_t *inputs;   /* (B, T) token ids */
     const int32_t *targets;  /* (B, T) next-token ids */
     float loss;              /* set by forward: mean loss over the B*T rows */
@@ -103,6 +105,10 @@ typedef struct sr_stage {
     int first_block, nblocks;            /* repetitions it runs */
     int n_params;
     const int *params;                   /* indices of the parameters it uses */
+    /* the part of the workspace no value of which outlives a pass (a
+     * forward, a backward, a W): one per rank, not per microbatch in
+     * flight (work_bytes is the rest); NULL: none */
+    size_t (*scratch_bytes)(int B, int T);
 } sr_stage;
 
 /* tensor parallelism, called by generated code (runtime/tp.c) */

@@ -7,24 +7,29 @@
 # --comm-timeout: a deadlock is an error, not a hang), give exactly the
 # losses of the same binary over --comm mpi (which has neither constraint),
 # and stay within 1e-4 of the host binary (CUDA kernels add in another order).
+# 1F1B once more with block recomputation: its clones run in the rank's
+# shared scratch (memplan.c), which each microbatch's backward reuses.
 source "$(dirname "$0")/lib.sh"
 cfg="--set n_layer=4 --set n_embd=64 --set n_head=4"
 cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
 cu="--backend cuda --cuda-emulate"
-check "builds: host and emulated CUDA, pp=4 (plain, zb-h1, interleaved x 2)" bash -c "
+check "builds: host and emulated CUDA, pp=4 (plain, zb-h1, interleaved x 2, recompute)" bash -c "
   '$shardc' build '$m' $cfg -o h4 && '$shardc' build '$m' $cfg8 -o h8 &&
   '$shardc' build '$m' $cfg $cu --pp 4 -o c4 && '$shardc' build '$m' $cfg $cu --pp 4 --schedule zb-h1 -o c4z &&
-  '$shardc' build '$m' $cfg8 $cu --pp 4 --virtual-stages 2 --schedule interleaved -o c4v"
+  '$shardc' build '$m' $cfg8 $cu --pp 4 --virtual-stages 2 --schedule interleaved -o c4v &&
+  '$shardc' build '$m' $cfg $cu --pp 4 --recompute block -o c4r"
 run="--data text.txt --batch 8 --seq 32 --steps 3 --lr 3e-3 --warmup 2 --microbatches 4 --quiet --comm-timeout 30"
 mpi4() { timeout 300 mpirun --oversubscribe --bind-to none -np 4 "$@"; }
 ./h4 $run --log h4.jsonl; ./h8 $run --log h8.jsonl
 losses h4.jsonl > h4.txt; losses h8.jsonl > h8.txt
-for s in gpipe 1f1b zb-h1 interleaved; do
+for s in gpipe 1f1b zb-h1 interleaved 1f1b+recompute; do
   bin=./c4; ref=h4.txt
   [ $s = zb-h1 ] && bin=./c4z
+  [ $s = 1f1b+recompute ] && bin=./c4r
   [ $s = interleaved ] && bin=./c4v && ref=h8.txt
-  mpi4 $bin $run --pp 4 --schedule $s --comm nccl --log n.jsonl > n.err 2>&1; rn=$?
-  mpi4 $bin $run --pp 4 --schedule $s --comm mpi --log p.jsonl > p.err 2>&1; rp=$?
+  sc=${s%+recompute}
+  mpi4 $bin $run --pp 4 --schedule $sc --comm nccl --log n.jsonl > n.err 2>&1; rn=$?
+  mpi4 $bin $run --pp 4 --schedule $sc --comm mpi --log p.jsonl > p.err 2>&1; rp=$?
   check "pp=4 $s over NCCL finishes (exit $rn; $(grep -m1 -i error n.err | head -c 160))" [ $rn -eq 0 ]
   check "pp=4 $s over --comm mpi finishes (exit $rp)" [ $rp -eq 0 ]
   losses n.jsonl > n.txt; losses p.jsonl > p.txt

@@ -188,6 +188,24 @@ assert 0 < r['flops']['recompute_per_step'] < n['flops']['forward_per_step']
 assert r['flops']['hardware_per_step'] == n['flops']['model_per_step'] + r['flops']['recompute_per_step']
 PY
 
+# a pipeline rank holds, per microbatch in flight, only the values that
+# outlive a pass, and one scratch for the rest (memplan.c); with block
+# recomputation that is what makes recomputation pay in a pipeline
+plan "$gpt2" --pp 4 --microbatches 8 --batch 32 --json > "$tmp/p.json" 2>/dev/null
+plan "$gpt2" --pp 4 --microbatches 8 --batch 32 --recompute block --json > "$tmp/pr.json" 2>/dev/null
+python3 - "$tmp/p.json" "$tmp/pr.json" <<'PY' && ok "pp=4 1f1b: activations = in flight x kept part + one scratch; recompute=block holds under a third on stage 0" || bad "pp=4: kept and scratch"
+import json, sys
+n, r = (json.load(open(f)) for f in sys.argv[1:3])
+for d in (n, r):
+    for role in d['roles']:
+        m = role['memory']
+        assert 0 < m['scratch'] < m['workspace_per_microbatch'], m
+        assert m['activations'] == m['in_flight'] * (m['workspace_per_microbatch'] - m['scratch']) + m['scratch'], m
+s0, r0 = n['stages'][0]['activations'], r['stages'][0]['activations']
+print('     stage 0 activations %.1f MiB, with recomputation %.1f MiB' % (s0 / 2**20, r0 / 2**20))
+assert r0 < s0 / 3
+PY
+
 # ---- collectives ------------------------------------------------------------------------
 # GPT-2 small, tensor 2: Megatron's count: forward 1 (embedding) + 2 per block,
 # backward 2 per block + 1 (the head's input); the vocab-parallel loss gathers
