@@ -25,6 +25,7 @@
 
 #include "plan.h"
 #include "sr_json.h"
+#include "sr_schedule.h"
 
 
 /* ---- hardware ------------------------------------------------------------ */
@@ -510,8 +511,21 @@ static void dev_analyze(Ana *A, int d, Dev *D)
      * sent one) and its token ids; the rank holds one scratch, its stages'
      * largest; with v chunks, units of one chunk's microbatch */
     int pp = pl->pp, v = pl->v;
-    double work = 0, keep = 0, bio = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;
-    for (int c = d; c < A->C; c += pp) {
+    /* the runtime's pool of each of the rank's chunks: the most microbatches
+     * its schedule holds there at once (sr_sched_slot_peaks, as the
+     * executor sizes it) */
+    int *peak = sx_alloc(sizeof(int) * (size_t)v);
+    peak[0] = 1;
+    sr_schedule sc;
+    int skind = sr_sched_parse(pl->sched);
+    if (pp > 1 && (skind < 0 || sr_sched_build(&sc, (sr_sched_kind)skind, pp, m, v) != SR_OK))
+        sx_ice("plan: no %s schedule for p=%d m=%d v=%d: %s", pl->sched, pp, m, v, sr_errmsg());
+    if (pp > 1) {
+        sr_sched_slot_peaks(&sc, d, peak);
+        sr_sched_free(&sc);
+    }
+    double work = 0, keep = 0, units = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;
+    for (int c = d, k = 0; c < A->C; c += pp, k++) {
         Act X;
         chunk_activations(A, c, &X);
         D->work += X.work / v;
@@ -520,20 +534,15 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         work += (X.work - X.scratch) / v;
         keep += X.saved / v;
         if (X.scratch > D->scratch) D->scratch = X.scratch;
-        if (c > 0) bio += 2 * A->bnd[c - 1] / v;
-        if (c < A->C - 1) bio += A->bnd[c] / v;
-    }
-    double units = 1;
-    if (pp > 1) {
-        if (!strcmp(pl->sched, "gpipe")) units = m;
-        else if (!strcmp(pl->sched, "interleaved")) {
-            units = 2.0 * (pp - d - 1) + (double)(v - 1) * pp + 1;
-            if (units > (double)m * v) units = (double)m * v;
-        } else units = m < pp - d ? m : pp - d;
+        double bio = 0, n = peak[k] > 0 ? peak[k] : 1;
+        if (c > 0) bio += 2 * A->bnd[c - 1];
+        if (c < A->C - 1) bio += A->bnd[c];
+        units += n;
+        D->m_act += n * (X.work - X.scratch);
+        D->m_bound += n * bio;
     }
     D->inflight = units / v;
-    D->m_act = units * work + D->scratch;
-    D->m_bound = units * bio;
+    D->m_act += D->scratch;
     D->m_other = units * tok + D->m_bound;
     /* what a runtime that keeps only the saved values of the waiting
      * microbatches would hold (Megatron's; the static plan's is above) */
@@ -805,6 +814,16 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
         pl->ok = 0;
         snprintf(pl->reason, sizeof pl->reason, "virtual stages need the interleaved schedule");
         return;
+    }
+    if (pl->pp > 1) { /* the runtime's refusals (the interleaved schedule's m, say) */
+        sr_schedule sc;
+        int kind = sr_sched_parse(sched);
+        if (kind < 0 || sr_sched_build(&sc, (sr_sched_kind)kind, pl->pp, m, v) != SR_OK) {
+            pl->ok = 0;
+            snprintf(pl->reason, sizeof pl->reason, "%s", kind < 0 ? "unknown pipeline schedule" : sr_errmsg());
+            return;
+        }
+        sr_sched_free(&sc);
     }
     pl->B = (double)pl->G / ((double)pl->dp * m);
     pl->peak = o->bf16 ? o->gpu->peak_bf16 : o->gpu->peak_fp32;

@@ -129,15 +129,18 @@ sr_status rt_pipe_init(run *r)
                          "read)", prog->split_backward ? "zb-h1" : "schedules that run the backward whole");
     SR_CHECK(sr_sched_build(&pp->sched, (sr_sched_kind)kind, pp->p, pp->m, pp->v));
     SR_CHECK(sr_sched_check(&pp->sched)); /* never a hang: a bad schedule stops here */
-    int *peak = calloc((size_t)pp->p, sizeof(int));
-    if (!peak) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    sr_sched_simulate(&pp->sched, 1.0, 2.0, peak);
-    int pool = peak[pp->rank] > 0 ? peak[pp->rank] : 1;
-    free(peak);
     pp->chunks = calloc((size_t)pp->v, sizeof(chunk));
     pp->owner = calloc((size_t)prog->n_params + 1, sizeof(int));
     pp->tied = calloc((size_t)prog->n_params + 1, 1);
-    if (!pp->chunks || !pp->owner || !pp->tied) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    int *peak = calloc((size_t)pp->v, sizeof(int));
+    if (!pp->chunks || !pp->owner || !pp->tied || !peak) {
+        free(peak);
+        return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    }
+    /* each chunk's pool: the most of its microbatches the list holds at once */
+    sr_sched_slot_peaks(&pp->sched, pp->rank, peak);
+    for (int c = 0; c < pp->v; c++) pp->chunks[c].nslots = peak[c] > 0 ? peak[c] : 1;
+    free(peak);
     /* the holders of each parameter (rt_param_layout checked every one has one) */
     int64_t tmp_n = 0;
     for (int i = 0; i < prog->n_params; i++) {
@@ -162,7 +165,7 @@ sr_status rt_pipe_init(run *r)
         chunk *ch = &pp->chunks[c];
         ch->stage = c * pp->p + pp->rank;
         ch->st = &prog->stages[ch->stage];
-        ch->nslots = pool;
+        int pool = ch->nslots;
         ch->slots = calloc((size_t)pool, sizeof(slot));
         if (!ch->slots) return sr_seterr(SR_ERR_NOMEM, "out of memory");
         for (int k = 0; k < pool; k++) SR_CHECK(alloc_slot(r, ch, &ch->slots[k]));

@@ -408,6 +408,31 @@ double sr_sched_simulate(const sr_schedule *s, double t_fwd, double t_bwd, int *
     return bubble;
 }
 
+void sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak)
+{
+    int v = s->v, m = s->m, *held = calloc((size_t)v, sizeof(int));
+    char *has = calloc((size_t)v * (size_t)m, 1);
+    for (int c = 0; c < v; c++) peak[c] = 0;
+    for (int i = 0; held && has && i < s->n[r]; i++) {
+        const sr_instr *in = &s->ins[r][i];
+        if (in->mb < 0) continue;
+        int c = in->chunk, stage = c * s->p + r;
+        char *h = &has[(size_t)c * (size_t)m + (size_t)in->mb];
+        if ((in->op == SR_I_RECV_ACT || in->op == SR_I_FWD) && !*h) {
+            *h = 1;
+            if (++held[c] > peak[c]) peak[c] = held[c];
+        }
+        int done = in->op == SR_I_BWD_WEIGHT || (in->op == SR_I_BWD && stage == 0) ||
+                   (in->op == SR_I_SEND_GRAD && s->kind != SR_SCHED_ZBH1);
+        if (done && *h) {
+            *h = 0;
+            held[c]--;
+        }
+    }
+    free(held);
+    free(has);
+}
+
 double sr_sched_bubble_theory(sr_sched_kind kind, int p, int m, int v)
 {
     if (p < 1 || m < 1 || v < 1) return -1;

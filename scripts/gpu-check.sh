@@ -14,7 +14,9 @@
 #   4. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
 #      refuses two ranks on one device (its error must say to use --comm mpi),
 #      over the MPI path (--comm mpi: staged through page-locked host memory);
-#   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
+#   5. two pipeline stages on the GPU (--pp 2, block recomputation), over
+#      the comm path step 4 found: losses as one rank's;
+#   6. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
 #      H200 dense bf16 peak 989 TFLOP/s); target >= 45%.
 # Exit status: 0 when every check passed.
@@ -139,6 +141,25 @@ if [ -n "$how" ]; then
   if close "$w/h1.txt" "$w/dp2.txt" 1e-4; then ok "dp=2 on one GPU over $how matches one rank"; else bad "dp=2 over $how"; fi
 else
   bad "dp=2 on one GPU: neither NCCL nor the MPI path ran (see above)"
+fi
+
+stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation)"
+# two stages with 4 microbatches: each rank's waiting microbatches keep
+# their own slots while the recomputed blocks run in the shared scratch
+losses "$w/h1.jsonl" > "$w/h1.txt"
+cflag=""; [ "$how" = "MPI path (--comm mpi)" ] && cflag="--comm mpi"
+if "$bld/shardc" build "$src/examples/tinygpt.model" --backend cuda --precision fp32 --cuda-arch "$cap" --pp 2 \
+     --recompute block -o "$w/tg_pp2" > "$w/ppb.txt" 2>&1; then
+  if timeout 120 mpirun --oversubscribe -np 2 "$w/tg_pp2" $dpopts --pp 2 --microbatches 4 $cflag \
+       --log "$w/pp.jsonl" > "$w/pp.txt" 2>&1; then
+    losses "$w/pp.jsonl" > "$w/pp2.txt"
+    if close "$w/h1.txt" "$w/pp2.txt" 1e-4; then ok "pp=2 with recomputation on one GPU (${cflag:-NCCL}) matches one rank"
+    else bad "pp=2 with recomputation: losses differ from one rank"; fi
+  else
+    bad "pp=2 run: $(grep -m1 -i error "$w/pp.txt")"
+  fi
+else
+  bad "shardc build --backend cuda --pp 2: $(tail -1 "$w/ppb.txt")"
 fi
 
 stage "GPT-2 124M, seq 1024: the largest batch, 30 steps"

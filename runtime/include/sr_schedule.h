@@ -104,6 +104,15 @@ sr_status sr_sched_check(const sr_schedule *s);
  * t_bwd <= 2 t_fwd. */
 double sr_sched_simulate(const sr_schedule *s, double t_fwd, double t_bwd, int *peak_inflight);
 
+/* The activation slots an executor needs on rank r, per chunk, when a
+ * microbatch takes one of its chunk's at its RECV_ACT or FWD and gives it
+ * back after its last instruction there: BWD_WEIGHT (zb-h1), else the
+ * backward on stage 0, else the gradient's SEND_GRAD. peak[c] (v entries):
+ * the most (mb, chunk c) pairs held at once, which depends on the order of
+ * rank r's list only (runtime/pipeline.c sizes its pools with it, shardc
+ * plan its activations). */
+void sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak);
+
 /* Theoretical bubble fraction: (p-1)/(m+p-1) for gpipe and 1f1b, divided by
  * v for interleaved (Megatron: (p-1)/(v*m + p-1)), and zb-h1's from the
  * paper's formula for t_w = t_b = t_f: idle (p-1)F per rank against 3mF of

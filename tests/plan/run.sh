@@ -286,6 +286,7 @@ fi
 # (the runtime's --comm-stats: rank 0's calls and bytes per communicator over
 # the training steps; its start-up line: the bytes it allocated per rank)
 small="--set n_layer=2 --set n_embd=64 --set n_head=4"
+small4="--set n_layer=4 --set n_embd=64 --set n_head=4"
 if command -v mpirun >/dev/null && "$shardc" build "$tiny" $small -o "$tmp/tg1" >/dev/null 2>&1 &&
    "$shardc" build "$tiny" $small --tp 2 -o "$tmp/tg2" >/dev/null 2>&1 &&
    "$shardc" build "$tiny" $small --pp 2 -o "$tmp/tgp" >/dev/null 2>&1; then
@@ -296,10 +297,13 @@ if command -v mpirun >/dev/null && "$shardc" build "$tiny" $small -o "$tmp/tg1" 
   # and block recomputation (its clones and the memory plan of the program
   # built with it), at tensor 2 and at pipeline 2
   built=""
+  # and the pools of zb-h1 and of the interleaved schedule (per chunk)
   for b in "tgs --tp 2 --sequence-parallel" "tgsp --tp 2 --pp 2 --sequence-parallel" "tgr --tp 2 --recompute block" \
-           "tgpr --pp 2 --recompute block"; do
-    set -- $b
-    if "$shardc" build "$tiny" $small "${@:2}" -o "$tmp/$1" >/dev/null 2>"$tmp/err"; then
+           "tgpr --pp 2 --recompute block" "tgz --pp 2 --schedule zb-h1" \
+           "tgi --pp 2 --virtual-stages 2 --schedule interleaved"; do
+    set -- $b; cfg=$small
+    [ $1 = tgi ] && cfg=$small4
+    if "$shardc" build "$tiny" $cfg "${@:2}" -o "$tmp/$1" >/dev/null 2>"$tmp/err"; then
       built="$built $1"
     else
       bad "shardc build ${*:2}: $(head -1 "$tmp/err")"
@@ -309,18 +313,21 @@ if command -v mpirun >/dev/null && "$shardc" build "$tiny" $small -o "$tmp/tg1" 
   for lay in "2 tg2 2 1 1 0 1 1f1b 0 0" "2 tg1 1 2 1 0 1 1f1b 0 0" "4 tg2 2 2 1 0 1 1f1b 0 0" "2 tg1 1 2 1 1 2 1f1b 0 0" \
              "2 tgp 1 1 2 0 4 1f1b 0 0" "2 tgp 1 1 2 0 4 gpipe 0 0" "4 tgp 1 2 2 0 2 1f1b 0 0" "4 tgp 1 2 2 1 2 1f1b 0 0" \
              "2 tgs 2 1 1 0 2 1f1b 1 0" "4 tgsp 2 1 2 0 4 1f1b 1 0" "4 tgsp 2 1 2 0 4 gpipe 1 0" \
-             "2 tgr 2 1 1 0 2 1f1b 0 1" "2 tgpr 1 1 2 0 4 1f1b 0 1" "2 tgpr 1 1 2 0 4 gpipe 0 1"; do
+             "2 tgr 2 1 1 0 2 1f1b 0 1" "2 tgpr 1 1 2 0 4 1f1b 0 1" "2 tgpr 1 1 2 0 4 gpipe 0 1" \
+             "2 tgz 1 1 2 0 4 zb-h1 0 0" "2 tgi 1 1 2 0 4 interleaved 0 0"; do
     set -- $lay; np=$1; bin=$2; t=$3; d=$4; p=$5; z=$6; mb=$7; sc=$8; s=""; rc=""
     [ "$9" = 1 ] && s=--sequence-parallel
     [ "${10}" = 1 ] && rc="--recompute block"
+    cfg=$small
+    [ $bin = tgi ] && cfg=$small4 && rc="--virtual-stages 2" # plan's arguments only
     case " $built tg1 tg2 tgp " in *" $bin "*) ;; *) continue;; esac
     rm -f "$tmp/comm.txt"
     (cd "$tmp" && mpirun --oversubscribe --bind-to none -np $np ./$bin --data text.txt --batch 8 --seq 32 \
        --steps 2 --threads 1 --tp $t --dp $d --pp $p --zero $z --microbatches $mb --schedule $sc \
        --comm-stats comm.txt) > /dev/null 2> "$tmp/run.err"
-    plan "$tiny" $small --batch 8 --seq 32 --tp $t --dp $d --pp $p --zero $z --microbatches $mb --schedule $sc $s \
+    plan "$tiny" $cfg --batch 8 --seq 32 --tp $t --dp $d --pp $p --zero $z --microbatches $mb --schedule $sc $s \
       $rc --json > "$tmp/m.json" 2>/dev/null
-    name="tp=$t${s:+ sp} dp=$d pp=$p zero=$z m=$mb $sc${rc:+ recompute}"
+    name="tp=$t${s:+ sp} dp=$d pp=$p zero=$z m=$mb $sc${rc:+ (${rc#--})}"
     python3 - "$tmp/m.json" "$tmp/comm.txt" "$tmp/run.err" <<'PY' && ok "$name: the runtime's collectives and memory are the plan's" || bad "$name: measured against planned"
 import json, re, sys
 d = json.load(open(sys.argv[1])); r = d['roles'][0]

@@ -339,6 +339,20 @@ static void properties(sr_sched_kind kind, int p, int m, int v, summary *sum)
         if (kind == SR_SCHED_ZBH1)
             CHECK(peak[r] <= p, "%s p %d m %d: rank %d peak in-flight %d > p", name, p, m, r,
                   peak[r]);
+        /* the executor's slots (taken at the receive, given back after the
+         * last instruction): one pool per chunk */
+        int slots[VMAX], total = 0;
+        sr_sched_slot_peaks(&s, r, slots);
+        for (int c = 0; c < v; c++) total += slots[c];
+        if (kind == SR_SCHED_ZBH1)
+            CHECK(total == imin(p, m), "%s p %d m %d: rank %d holds %d slots, want min(p, m) = %d", name, p, m, r,
+                  total, imin(p, m));
+        else if (v == 1)
+            CHECK(total == peak[r], "%s p %d m %d: rank %d holds %d slots, in flight %d", name, p, m, r, total,
+                  peak[r]);
+        else /* chunks peak at different times: at most v pools of the rank's peak */
+            CHECK(total >= peak[r] && total <= v * peak[r], "%s p %d m %d v %d: rank %d holds %d slots over its "
+                  "chunks, in flight %d", name, p, m, v, r, total, peak[r]);
     }
     if (kind != SR_SCHED_ZBH1) {
         /* the formulas hold for any t_bwd / t_fwd, the same on every stage */
