@@ -20,7 +20,9 @@
  * Device memory (sr_grid_init_device): each call's buffers are classified
  * (host or device); host buffers go over plain MPI whatever the backend,
  * device buffers over NCCL, or over MPI staged through page-locked host
- * copies (runtime/comm_device.c). sr_comm_wait_device hands an NCCL request
+ * copies (runtime/comm_device.c; an asynchronous call's copy is queued and
+ * its MPI start deferred until the copy is done, starts kept in issue order
+ * per communicator: start_pending). sr_comm_wait_device hands an NCCL request
  * to its communicator ("deferred"): the device waits for it, the host checks
  * it later under the timeout (sr_comm_settle); finished ones are reaped at
  * every launch on the communicator. Groups (sr_comm_group_begin/end) are
@@ -617,6 +619,51 @@ static void reap(sr_comm *c)
     }
 }
 
+/* Starts the asynchronous calls of c's MPI path whose staging copies are
+ * done, oldest first, stopping at the first still copying; force: waits
+ * for the copies, up to and including `upto` (NULL: all). Issue order is
+ * kept, since MPI matches collectives (and a peer's sends) in the order
+ * they start. A failed start is reported by the call's wait. */
+static void start_pending(sr_comm *c, const sr_req *upto, int force)
+{
+    while (c->starting) {
+        sr_req *r = c->starting;
+        if (!force && c->dev->copy_done(r->copy) == 0) return;
+        c->starting = r->next_start;
+        r->next_start = NULL;
+        sr_status st = c->dev->copy_wait(r->copy);
+        r->copy = NULL;
+        if (st == SR_OK) st = r->ops->start(r, r->st_send, r->st_recv);
+        if (st != SR_OK) { /* as launch cleans up a failed start */
+            r->done = 1;
+            r->err = st;
+            r->comm_ok = 0;
+            snprintf(r->detail, sizeof r->detail, "%s", sr_errmsg());
+            if (r->inflight) r->ops->give_up(r);
+            else r->ops->release(r);
+            srcomm_unstage(r, r->inflight);
+            r->cleaned = 1;
+        }
+        if (r == upto) return;
+    }
+}
+
+/* every communicator's ready starts: a rank waiting for one transfer must
+ * not hold back another that a peer waits for */
+static void start_ready_all(void)
+{
+    for (sr_comm *c = live; c; c = c->next_live)
+        if (c->starting) start_pending(c, NULL, 0);
+}
+
+/* MPI on device memory: the ops that copy device data to the host before
+ * their MPI start (a broadcast only at its root; a recv copies nothing) */
+static int copies_to_host(const sr_comm *c, int op, int peer)
+{
+    return op == SRC_ALLREDUCE || op == SRC_REDUCE_SCATTER || op == SRC_ALLGATHER || op == SRC_SEND ||
+           (op == SRC_BROADCAST && c->rank == peer);
+}
+
 static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_t n, int peer,
                         int tag, const char *what, sr_req **req)
 {
@@ -636,6 +683,12 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
                            "memory; both must be in one");
     }
     if (c->deferred) reap(c);
+    /* MPI through staging: an async call queues its copy to the host and
+     * starts when it is done (start_pending); any other call but a recv
+     * first starts those queued before it */
+    int staged = moves && c->dev && n > 0 && on_dev && c->ops == &srcomm_mpi_ops;
+    int async = staged && req && group_depth == 0 && c->dev->to_host_async && copies_to_host(c, op, peer);
+    if (c->starting) start_pending(c, NULL, !async && op != SRC_RECV);
     sr_req *r = calloc(1, sizeof *r);
     if (!r)
         return sr_seterr(SR_ERR_NOMEM, "rank %d: out of memory for a %s request", c->world_rank,
@@ -650,9 +703,16 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
     r->grouped = moves && group_depth > 0;
     snprintf(r->what, sizeof r->what, "%s", what ? what : "");
     sr_status st = SR_OK;
-    if (moves && c->dev && n > 0 && on_dev && r->ops == &srcomm_mpi_ops)
-        st = srcomm_stage_in(r, &send, &recv);
-    if (st == SR_OK) st = r->ops->start(r, send, recv);
+    if (staged) st = srcomm_stage_in(r, &send, &recv, async);
+    if (st == SR_OK && r->copy) {
+        r->st_send = send;
+        r->st_recv = recv;
+        sr_req **q = &c->starting;
+        while (*q) q = &(*q)->next_start;
+        *q = r;
+    } else if (st == SR_OK) {
+        st = r->ops->start(r, send, recv);
+    }
     if (st != SR_OK) {
         if (r->inflight) {
             mark_broken(c, sr_errmsg());
@@ -671,6 +731,7 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
         c->stats.calls[op]++;
         c->stats.bytes[op] += bytes;
     }
+    if (r->copy) start_pending(c, NULL, 0); /* its copy may be done already */
     if (r->grouped) {
         *group_tail = r;
         group_tail = &r->next;
@@ -769,6 +830,11 @@ int sr_comm_test(sr_req *r)
 {
     if (!r || r->done) return 1;
     if (r->grouped) return 0; /* not launched before the group ends */
+    if (r->copy) {
+        start_pending(r->c, NULL, 0);
+        if (r->copy) return 0;
+        if (r->done) return 1; /* its start failed */
+    }
     return r->ops->poll(r);
 }
 
@@ -778,7 +844,9 @@ static sr_status wait_from(sr_req *r, double t0)
     sr_comm *c = r->c;
     char desc[512], sp[48];
     long ns = 10000;
+    if (r->copy) start_pending(c, r, 1);
     while (!r->done && !r->ops->poll(r)) {
+        start_ready_all();
         double el = srcomm_now() - t0;
         if (c->broken || el >= c->timeout_s) {
             describe(r, desc, sizeof desc);
@@ -810,8 +878,10 @@ static sr_status wait_from(sr_req *r, double t0)
         if (r->tmp) memcpy(r->tmp_dst, r->tmp, (size_t)r->tmp_n * sizeof(float));
         if (r->dev_dst) st = srcomm_stage_out(r);
     }
-    r->ops->release(r);
-    srcomm_unstage(r, 0);
+    if (!r->cleaned) {
+        r->ops->release(r);
+        srcomm_unstage(r, 0);
+    }
     free(r);
     return st;
 }

@@ -10,6 +10,12 @@
  * and a step issues the same sizes again and again. A request holds at
  * most two (what it sends, what it receives); the pool grows to what is in
  * flight at once.
+ *
+ * An asynchronous call (one given a request) copies to the host with the
+ * device's to_host_async when it has one: the host goes on at once, and
+ * comm.c starts the MPI transfer once the copy is done (checked whenever
+ * the layer is entered: a test, a wait, a later call), in issue order.
+ * The copy back of a result stays synchronous, in the wait.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +86,12 @@ void srcomm_pins_free(sr_comm *c)
     c->npins = 0;
 }
 
-static sr_status to_host(sr_req *r, void *dst, const void *src, int64_t n)
+/* async: queued (r->copy), the MPI start waits for it (comm.c) */
+static sr_status to_host(sr_req *r, void *dst, const void *src, int64_t n, int async)
 {
-    sr_status st = r->c->dev->to_host(dst, src, (size_t)n * sizeof(float));
+    const sr_comm_device *d = r->c->dev;
+    sr_status st = async ? d->to_host_async(dst, src, (size_t)n * sizeof(float), &r->copy)
+                         : d->to_host(dst, src, (size_t)n * sizeof(float));
     if (st != SR_OK)
         return sr_seterr(st, "rank %d: %s '%s' on the %s group: staging %lld floats to the host "
                          "failed: %s", r->c->world_rank, srcomm_op_name(r->op), r->what, r->c->name,
@@ -90,7 +99,7 @@ static sr_status to_host(sr_req *r, void *dst, const void *src, int64_t n)
     return SR_OK;
 }
 
-sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv)
+sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async)
 {
     sr_comm *c = r->c;
     const int64_t n = r->n, size = c->size;
@@ -113,25 +122,25 @@ sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv)
     float *hs = r->pin[0], *hr = r->pin[1];
     switch (r->op) {
     case SRC_ALLREDUCE:
-        SR_CHECK(to_host(r, hr, *recv, n));
+        SR_CHECK(to_host(r, hr, *recv, n, async));
         *send = hr;
         break;
     case SRC_BROADCAST:
-        if (c->rank == r->peer) SR_CHECK(to_host(r, hr, *recv, n));
+        if (c->rank == r->peer) SR_CHECK(to_host(r, hr, *recv, n, async));
         *send = hr;
         break;
     case SRC_RECV:
         break;
     case SRC_SEND:
-        SR_CHECK(to_host(r, hs, *send, n));
+        SR_CHECK(to_host(r, hs, *send, n, async));
         *send = hs;
         break;
     case SRC_REDUCE_SCATTER:
-        SR_CHECK(to_host(r, hs, *send, n * size));
+        SR_CHECK(to_host(r, hs, *send, n * size, async));
         *send = hs;
         break;
     case SRC_ALLGATHER:
-        SR_CHECK(to_host(r, hr + (int64_t)c->rank * n, *send, n));
+        SR_CHECK(to_host(r, hr + (int64_t)c->rank * n, *send, n, async));
         *send = hr + (int64_t)c->rank * n;
         break;
     }

@@ -46,6 +46,8 @@ struct sr_comm {
     struct srcomm_pin *pins; /* MPI on device memory: page-locked staging buffers */
     int npins;
     sr_req *deferred;        /* handed to sr_comm_wait_device, oldest first */
+    sr_req *starting;        /* MPI on device memory: launched, waiting for their
+                              * staging copies to start, in issue order */
     sr_comm *next_live;      /* every live communicator (sr_comm_settle_all) */
 };
 
@@ -85,6 +87,14 @@ struct sr_req {
     void *pin[2];
     float *host_res, *dev_dst;
     int64_t dev_n;
+    /* ... and for an asynchronous call, the copy to the host in flight (the
+     * device's token) and the buffers the MPI start then gets; the start
+     * keeps issue order per communicator (c->starting, next_start) */
+    void *copy;
+    const void *st_send;
+    void *st_recv;
+    sr_req *next_start;
+    int cleaned;             /* its start failed and was cleaned up there */
     int grouped;             /* launched inside a group that has not ended */
     double t_wait;           /* when sr_comm_wait_device took it */
     sr_req *next;            /* in the group, or in c->deferred */
@@ -141,7 +151,7 @@ int srcomm_on_device(const sr_comm *c, int op, const void *send, const void *rec
 /* MPI on device memory: copies what r sends into page-locked buffers of
  * c's pool (after the work queued on the device's stream) and points *send
  * and *recv at the host copies; r remembers where the result goes */
-sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv);
+sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async);
 /* after r succeeded: its result to the device */
 sr_status srcomm_stage_out(sr_req *r);
 /* r's staging buffers back to the pool, or, when the transfer may still

@@ -206,6 +206,8 @@ static sr_status cuda_init(int local_rank)
     return SR_OK;
 }
 
+static cudaStream_t copy_stream; /* comm_to_host_async's */
+
 static void cuda_shutdown(void)
 {
     if (!dev_ready) return;
@@ -218,6 +220,11 @@ static void cuda_shutdown(void)
     delete arena.outside;
     memset(&arena, 0, sizeof arena);
     if (srk_ctx.stream) cudaStreamDestroy(srk_ctx.stream);
+    if (copy_stream) {
+        cudaStreamSynchronize(copy_stream);
+        cudaStreamDestroy(copy_stream);
+        copy_stream = NULL;
+    }
     srk_ctx.stream = 0;
     srk_ctx.shadow = NULL;
     srk_ctx.params = NULL;
@@ -396,6 +403,52 @@ static sr_status comm_to_device(void *dst, const void *src, size_t bytes)
     return st;
 }
 
+/* the asynchronous staging copy (MPI on device memory, an async call): on a
+ * stream of its own (copy_stream) that waits for the compute stream's work
+ * so far, so the host goes on queueing kernels; the comm layer starts the
+ * MPI transfer once the copy's event has fired */
+
+static sr_status comm_to_host_async(void *dst, const void *src, size_t bytes, void **token)
+{
+    *token = NULL;
+    if (srk_ctx.failed) return sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
+    const char *what = "staging a transfer's data for MPI";
+    srk_site(NULL, 0, what);
+    cudaEvent_t after = NULL, done = NULL;
+    int ok = (copy_stream || srk_check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), what)) &&
+             srk_check_cuda(cudaEventCreateWithFlags(&after, cudaEventDisableTiming), what) &&
+             srk_check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what) &&
+             srk_check_cuda(cudaEventRecord(after, srk_ctx.stream), what) &&
+             srk_check_cuda(cudaStreamWaitEvent(copy_stream, after, 0), what) &&
+             srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, copy_stream), what) &&
+             srk_check_cuda(cudaEventRecord(done, copy_stream), what);
+    if (after) cudaEventDestroy(after); /* released once the copy stream has passed it */
+    if (!ok) {
+        if (done) cudaEventDestroy(done);
+        return sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
+    }
+    *token = (void *)done;
+    return SR_OK;
+}
+
+static int comm_copy_done(void *token)
+{
+    cudaError_t e = cudaEventQuery((cudaEvent_t)token);
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError();
+        return 0;
+    }
+    return e == cudaSuccess ? 1 : -1;
+}
+
+static sr_status comm_copy_wait(void *token)
+{
+    cudaEvent_t done = (cudaEvent_t)token;
+    int ok = srk_check_cuda(cudaEventSynchronize(done), "staging a transfer's data for MPI");
+    cudaEventDestroy(done);
+    return ok ? SR_OK : sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
+}
+
 #ifdef SR_CUDA_EMULATION
 /* the NCCL backend compiled against the emulator (emu/nccl_emu.cpp: NCCL over MPI) */
 extern "C" const struct srcomm_ops srcomm_nccl_emu_ops;
@@ -408,6 +461,9 @@ static const sr_comm_device cuda_comm_device = {
     .host_free = comm_host_free,
     .to_host = comm_to_host,
     .to_device = comm_to_device,
+    .to_host_async = comm_to_host_async,
+    .copy_done = comm_copy_done,
+    .copy_wait = comm_copy_wait,
 #ifdef SR_CUDA_EMULATION
     .nccl = &srcomm_nccl_emu_ops,
 #else

@@ -109,6 +109,15 @@ typedef struct sr_comm_device {
     /* dst (device) = src (host), before any work queued on stream() later;
      * src may be reused once it returns */
     sr_status (*to_device)(void *dst, const void *src, size_t bytes);
+    /* optional (NULL: to_host): dst (host) = src (device), queued after the
+     * work on stream() and returning at once with *token; copy_done(token):
+     * 1 once dst holds the data, 0 before, -1 on failure; copy_wait(token):
+     * waits for it and frees token. An asynchronous call of the MPI path
+     * then starts its MPI transfer when the copy is done, not at once, so
+     * the host need not wait for the device to reach the call */
+    sr_status (*to_host_async)(void *dst, const void *src, size_t bytes, void **token);
+    int (*copy_done)(void *token);
+    sr_status (*copy_wait)(void *token);
     /* the NCCL backend for this memory when it is not libshardrt's own (the
      * CUDA emulator's, NCCL over MPI); NULL: libshardrt's */
     const struct srcomm_ops *nccl;

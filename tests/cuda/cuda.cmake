@@ -20,7 +20,9 @@
 #                              NCCL (the default, as on a GPU); no-GPU error
 #   cuda_comm_device_np2, _np3 the comm layer on (emulated) device memory under mpirun: every op
 #                              staged through page-locked host buffers (MPI, what --comm mpi
-#                              runs), async forms, wait_device, groups, host buffers, chunks
+#                              runs), async forms, wait_device, groups, host buffers, chunks;
+#                              async calls queue their copy and start in issue order
+#   cuda_comm_device_np3_lag   the same with rank 0's copies "not ready" at their first 3 queries
 #   cuda_comm_device_timeout   rank 1 skips a device all-reduce: the others time out after 1 s
 #   cuda_comm_nccl_emu_np2,    the same suites over the NCCL backend (runtime/cuda/comm_nccl.c)
 #   _np3, _timeout             on the emulator's NCCL (emu/nccl_emu.cpp, MPI underneath): every
@@ -111,6 +113,14 @@ if(TARGET shardrt_cuda_emu)
     set_tests_properties(cuda_comm_device_np${np} PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 120
       PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
   endforeach()
+  # the MPI path with rank 0's staging copies still running at their first
+  # three queries: its async calls start later than the others', in order
+  add_test(NAME cuda_comm_device_np3_lag
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
+            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(cuda_comm_device_np3_lag PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV};EMU_EVENT_LAG=3"
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION "EMU_EVENT_LAG on rank 0: its copies were still running.*[1-9][0-9]* passed, 0 failed"
+    FAIL_REGULAR_EXPRESSION "FAIL")
   # the same over the NCCL backend (comm_nccl.c) on the emulator's NCCL
   foreach(np 2 3)
     add_test(NAME cuda_comm_nccl_emu_np${np}

@@ -11,7 +11,10 @@
  *                               op that moves data) and the pool (page-locked
  *                               buffers reused, not reallocated); host buffers
  *                               on the same grid (not staged); mixed buffers;
- *                               a short recv; groups (send/recv pairs, misuse)
+ *                               a short recv; groups (send/recv pairs, misuse);
+ *                               async calls' deferred starts, in order
+ *                               (EMU_EVENT_LAG=N: rank 0's copies report
+ *                               "not ready" N times, the other ranks' not)
  *   test_comm_device --timeout  rank 1 skips an all-reduce on device memory:
  *                               the others get SR_ERR_COMM after the 1 s
  *                               timeout, blocking and through
@@ -62,7 +65,8 @@ static double now(void)
 
 /* ---- the backend's device calls, counted ---------------------------------- */
 static const sr_comm_device *real;
-static long n_to_host, n_to_device, n_pinned;
+static long n_to_host, n_to_device, n_pinned, n_async, n_not_ready;
+static int lagged; /* EMU_EVENT_LAG was set: kept on rank 0 only (main) */
 static void *c_stream(void) { return real->stream(); }
 static int c_on_device(const void *p) { return real->on_device(p); }
 static void *c_host_alloc(size_t b)
@@ -81,8 +85,22 @@ static sr_status c_to_device(void *d, const void *s, size_t b)
     n_to_device++;
     return real->to_device(d, s, b);
 }
+static sr_status c_to_host_async(void *d, const void *s, size_t b, void **token)
+{
+    n_to_host++;
+    n_async++;
+    return real->to_host_async(d, s, b, token);
+}
+static int c_copy_done(void *token)
+{
+    int done = real->copy_done(token);
+    if (done == 0) n_not_ready++;
+    return done;
+}
+static sr_status c_copy_wait(void *token) { return real->copy_wait(token); }
 /* the backend's device with counted calls; .nccl set in main */
-static sr_comm_device counted = {c_stream, c_on_device, c_host_alloc, c_host_free, c_to_host, c_to_device, NULL};
+static sr_comm_device counted = {c_stream,        c_on_device, c_host_alloc, c_host_free, c_to_host,
+                                 c_to_device,     c_to_host_async, c_copy_done, c_copy_wait, NULL};
 /* SR_COMM_MPI (staging), or with --nccl the emulator's NCCL (comm_nccl.c over nccl_emu.cpp) */
 static sr_comm_backend backend = SR_COMM_MPI;
 static const char *bname = "MPI";
@@ -262,6 +280,69 @@ static void ops_suite(sr_comm *c, const char *shape, const int64_t *sizes, int n
     }
 }
 
+/* asynchronous calls on the MPI path: the copy to the host is queued and
+ * the MPI start waits for it, starts kept in issue order (under
+ * EMU_EVENT_LAG the first queries of every copy say "not ready") */
+static void async_checks(sr_comm *w)
+{
+    int size = sr_comm_size(w), rank = sr_comm_rank(w);
+    long a0 = n_async;
+    int ok = t_allreduce(w, 77, 0);
+    CHECK(ok && n_async == a0, "async staging: a blocking all-reduce copies synchronously");
+    ok = t_allreduce(w, 77, 1);
+    CHECK(ok && n_async == a0 + 1, "async staging: an async all-reduce queues its copy (%ld)", n_async - a0);
+    /* six in flight, a blocking host all-reduce among them (it starts the
+     * queued ones first), a send/recv pair, then the waits in reverse */
+    enum { K = 6 };
+    dbuf b[K];
+    sr_req *rq[K];
+    long nr0 = n_not_ready;
+    sr_status st = SR_OK;
+    double hsum = 0;
+    for (int k = 0; k < K; k++) {
+        int64_t n = 100 + 37 * k;
+        b[k] = dnew(n);
+        for (int64_t i = 0; i < n; i++) b[k].h[i] = (float)(rank * 1000 + k + i);
+        dput(&b[k]);
+        rq[k] = NULL;
+        if (st == SR_OK) st = sr_comm_allreduce(w, b[k].d, n, "in order", &rq[k]);
+        if (k == 2 && st == SR_OK) {
+            hsum = rank;
+            st = sr_comm_allreduce_double(w, &hsum, 1);
+        }
+    }
+    for (int k = K - 1; k >= 0; k--) {
+        sr_status x = sr_comm_wait(rq[k]);
+        if (st == SR_OK) st = x;
+    }
+    int good = st == SR_OK && hsum == size * (size - 1) / 2.0;
+    double rsum = 1000.0 * size * (size - 1) / 2.0;
+    for (int k = 0; k < K; k++) {
+        dget(&b[k]);
+        for (int64_t i = 0; i < b[k].n; i++) good &= b[k].h[i] == (float)(rsum + (double)size * (double)(k + i));
+        dfree(&b[k]);
+    }
+    CHECK(good, "async staging: 6 all-reduces in flight with a host one among them, waited in reverse: every "
+          "sum right (%s)", st == SR_OK ? "ok" : sr_errmsg());
+    /* polled to completion, as the data-parallel hook does */
+    dbuf t = dnew(50);
+    for (int i = 0; i < 50; i++) t.h[i] = 1.0f;
+    dput(&t);
+    sr_req *q = NULL;
+    st = sr_comm_allreduce(w, t.d, 50, "polled", &q);
+    double t0 = now();
+    while (st == SR_OK && !sr_comm_test(q) && now() - t0 < 30) {
+    }
+    if (st == SR_OK) st = sr_comm_wait(q);
+    dget(&t);
+    CHECK(st == SR_OK && t.h[0] == (float)size && t.h[49] == (float)size, "async staging: sr_comm_test starts "
+          "and completes a deferred all-reduce");
+    dfree(&t);
+    if (lagged)
+        CHECK(me != 0 || n_not_ready > nr0, "EMU_EVENT_LAG on rank 0: its copies were still running when asked "
+              "(%ld times), its starts came later than the other ranks' and in the same order", n_not_ready - nr0);
+}
+
 /* the staging copies and the pool, on the world group */
 static void staging_checks(sr_comm *w)
 {
@@ -404,6 +485,7 @@ static int run_normal(void)
     CHECK(st == SR_OK, "grid dp=%d for the staging and group checks", nworld);
     if (st == SR_OK) {
         if (backend == SR_COMM_MPI) staging_checks(g.world_comm);
+        if (backend == SR_COMM_MPI) async_checks(g.world_comm);
         if (backend == SR_COMM_NCCL && nworld >= 2) ordering_checks(g.world_comm);
         group_checks(g.world_comm);
         sr_grid_free(&g);
@@ -487,6 +569,10 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &nworld);
     real = be->device;
+    /* a lag on rank 0 only: its deferred starts then come later than the
+     * others', which only issue order per communicator keeps matched */
+    lagged = getenv("EMU_EVENT_LAG") != NULL;
+    if (me != 0) unsetenv("EMU_EVENT_LAG");
     if (be->init(me) != SR_OK) {
         fprintf(stderr, "rank %d: test_comm_device: %s\n", me, sr_errmsg());
         sr_comm_abort(1);
