@@ -15,9 +15,10 @@
  * backward, a W) at a time: values that live across the end of a pass
  * (saved for the backward, the sent activation, the loss) get slots of
  * their own, one set per microbatch in flight; the rest share one scratch
- * set per rank. Without a pipeline every slot is one plan (nkept = nslots). Parameters, their gradients, the model inputs and the
- * pipeline boundary buffers (received activations, received and sent
- * gradients) live outside the workspace.
+ * set per rank. Without a pipeline every slot is one plan (nkept = nslots).
+ * Parameters, their gradients, the model inputs and the pipeline boundary
+ * buffers (received activations, received and sent gradients) live outside
+ * the workspace.
  */
 #include <limits.h>
 
@@ -99,9 +100,10 @@ void mp_timeline(Ir *ir, int s, int *first, int *last, int ends[2])
     }
 }
 
-/* greedy, values by start time: each takes a free slot of its size (one
- * whose last value ended before it starts) or a new one; kept[i] >= 0
- * selects the values of one class (kept[i] == want) */
+/* greedy, values by start time: each takes a free slot of its size among
+ * those from ns on (one whose last value ended before it starts) or a new
+ * one; with `kept`, only the values with kept[i] == want; returns the slot
+ * count */
 static int assign(Ir *ir, const int *order, int n, const int *first, const int *last, const char *kept, int want,
                   Dim *size, int *busy_until, int ns)
 {
@@ -174,7 +176,8 @@ static void plan_stage(Ir *ir, int s)
             for (int k = 0; k < st->nkept && !kept[v->id]; k++) {
                 if (!dim_eq(size[k], el)) continue;
                 int clash = 0;
-                for (int u = head[k]; u >= 0 && !clash; u = next[u]) clash = first[u] <= last[v->id] && first[v->id] <= last[u];
+                for (int u = head[k]; u >= 0 && !clash; u = next[u])
+                    clash = first[u] <= last[v->id] && first[v->id] <= last[u];
                 if (clash) continue;
                 v->slot = k;
                 next[v->id] = head[k];
