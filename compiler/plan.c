@@ -61,7 +61,7 @@ typedef struct Opts {
     int ninc;
     int dp, tp, pp, mb, vs;
     const char *sched;
-    int zero, rc, bf16;
+    int zero, rc, bf16;        /* rc: --recompute, -1 when not given (the model's own setting) */
     int sp;             /* --sequence-parallel */
     long long batch, seq;
     int gpus;
@@ -777,7 +777,7 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     pl->v = v;
     snprintf(pl->sched, sizeof pl->sched, "%s", sched);
     pl->zero = o->zero;
-    pl->rc = o->rc;
+    pl->rc = P->layout.recompute; /* --recompute, else the model's parallel section or @recompute */
     pl->bf16 = o->bf16;
     pl->sp = ir->seq_sym > 0;
     pl->R = P->layout_repeats;
@@ -990,7 +990,7 @@ static Program *load(const Opts *o, int dp, int tp, int pp, int mb, const char *
     P->layout.cli_tp = tp;
     P->layout.cli_pp = pp;
     P->layout.cli_mb = mb;
-    P->layout.cli_recompute = o->rc; /* --recompute's program: its clones and memory plan */
+    P->layout.cli_recompute = o->rc; /* the program built so: its clones and memory plan */
     P->layout.cli_sp = sp == 1 || (sp < 0 && o->sp);
     P->layout.cli_sched = sched;
     for (int i = 0; i < o->ninc; i++) vec_push(&P->search_dirs, (void *)o->inc[i]);
@@ -1572,8 +1572,8 @@ static int search(const Opts *o)
     } else {
         printf("%s  %s: every layout of %d GPUs (%s, %s per GPU), batch %lld x seq %lld\n", model, o->file, N,
                o->gpu->name, fmt_bytes(budget), G, T);
-        printf("ZeRO %d, recompute %s, %s; ranked by estimated step time\n\n", o->zero, o->rc ? "block" : "none",
-               o->bf16 ? "bf16" : "fp32");
+        printf("ZeRO %d, recompute %s, %s; ranked by estimated step time\n\n", o->zero,
+               o->rc < 0 ? "as the model says" : o->rc ? "block" : "none", o->bf16 ? "bf16" : "fp32");
         printf("  %4s  %-36s %12s %7s %8s %12s\n", "rank", "layout", "step", "MFU", "bubble", "memory");
         int shown = 0;
         for (int i = 0; i < nc && cs[i].status == 0; i++) {
@@ -1632,7 +1632,8 @@ static void usage(FILE *f)
             "  --schedule S               gpipe, 1f1b, interleaved or zb-h1\n"
             "  --virtual-stages V         model chunks per stage (interleaved)\n"
             "  --zero 0|1|2|3             ZeRO stage (memory and communication)\n"
-            "  --recompute none|block     recompute each repeated block in the backward\n"
+            "  --recompute none|block     recompute each repeated block in the backward (default: as\n"
+            "                             the model says, as shardc build)\n"
             "  --sequence-parallel        with --tp > 1: activations outside attention and the MLP split\n"
             "                             along the sequence (--search: tried both ways unless given)\n"
             "  --precision fp32|bf16      fp32 (4+4+8 bytes per parameter), or bf16 mixed (2+2+12)\n"
@@ -1708,6 +1709,7 @@ int plan_main(int argc, char **argv)
     Opts o;
     memset(&o, 0, sizeof o);
     o.gpu = &gpus[0];
+    o.rc = -1;
     o.eff = 0.5;
     o.gpn = 8;
     o.intra_bw = 450;

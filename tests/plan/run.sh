@@ -188,6 +188,19 @@ assert 0 < r['flops']['recompute_per_step'] < n['flops']['forward_per_step']
 assert r['flops']['hardware_per_step'] == n['flops']['model_per_step'] + r['flops']['recompute_per_step']
 PY
 
+# without --recompute the plan follows the model, as shardc build does
+sed 's|^  data = 1|  data = 1\n  recompute = "block"|' "$tiny" > "$tmp/tinyrc.model"
+plan "$tmp/tinyrc.model" --json > "$tmp/frc.json" 2>/dev/null
+plan "$tiny" --recompute block --json > "$tmp/crc.json" 2>/dev/null
+plan "$tmp/tinyrc.model" --recompute none --json > "$tmp/nrc.json" 2>/dev/null
+python3 - "$tmp/frc.json" "$tmp/crc.json" "$tmp/nrc.json" "$tmp/tiny.json" <<'PY' && ok "parallel.recompute = \"block\" in the model: planned as --recompute block; --recompute none overrides it" || bad "the model's recompute setting"
+import json, sys
+f, c, n, t = (json.load(open(x)) for x in sys.argv[1:5])
+assert f['layout']['recompute'] == 'block' and n['layout']['recompute'] == 'none'
+assert f['roles'][0]['memory'] == c['roles'][0]['memory']
+assert n['roles'][0]['memory'] == t['roles'][0]['memory']
+PY
+
 # a pipeline rank holds, per microbatch in flight, only the values that
 # outlive a pass, and one scratch for the rest (memplan.c); with block
 # recomputation that is what makes recomputation pay in a pipeline
