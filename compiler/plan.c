@@ -521,7 +521,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     if (pp > 1 && (skind < 0 || sr_sched_build(&sc, (sr_sched_kind)skind, pp, m, v) != SR_OK))
         sx_ice("plan: no %s schedule for p=%d m=%d v=%d: %s", pl->sched, pp, m, v, sr_errmsg());
     if (pp > 1) {
-        sr_sched_slot_peaks(&sc, d, peak);
+        if (sr_sched_slot_peaks(&sc, d, peak) != SR_OK) sx_ice("plan: %s", sr_errmsg());
         sr_sched_free(&sc);
     }
     double work = 0, keep = 0, units = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;

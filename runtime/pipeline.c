@@ -138,9 +138,10 @@ sr_status rt_pipe_init(run *r)
         return sr_seterr(SR_ERR_NOMEM, "out of memory");
     }
     /* each chunk's pool: the most of its microbatches the list holds at once */
-    sr_sched_slot_peaks(&pp->sched, pp->rank, peak);
+    sr_status st = sr_sched_slot_peaks(&pp->sched, pp->rank, peak);
     for (int c = 0; c < pp->v; c++) pp->chunks[c].nslots = peak[c] > 0 ? peak[c] : 1;
     free(peak);
+    SR_CHECK(st);
     /* the holders of each parameter (rt_param_layout checked every one has one) */
     int64_t tmp_n = 0;
     for (int i = 0; i < prog->n_params; i++) {

@@ -408,12 +408,17 @@ double sr_sched_simulate(const sr_schedule *s, double t_fwd, double t_bwd, int *
     return bubble;
 }
 
-void sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak)
+sr_status sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak)
 {
     int v = s->v, m = s->m, *held = calloc((size_t)v, sizeof(int));
     char *has = calloc((size_t)v * (size_t)m, 1);
     for (int c = 0; c < v; c++) peak[c] = 0;
-    for (int i = 0; held && has && i < s->n[r]; i++) {
+    if (!held || !has) {
+        free(held);
+        free(has);
+        return sr_seterr(SR_ERR_NOMEM, "out of memory counting the pipeline's activation slots");
+    }
+    for (int i = 0; i < s->n[r]; i++) {
         const sr_instr *in = &s->ins[r][i];
         if (in->mb < 0) continue;
         int c = in->chunk, stage = c * s->p + r;
@@ -431,6 +436,7 @@ void sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak)
     }
     free(held);
     free(has);
+    return SR_OK;
 }
 
 double sr_sched_bubble_theory(sr_sched_kind kind, int p, int m, int v)

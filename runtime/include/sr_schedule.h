@@ -111,7 +111,7 @@ double sr_sched_simulate(const sr_schedule *s, double t_fwd, double t_bwd, int *
  * the most (mb, chunk c) pairs held at once, which depends on the order of
  * rank r's list only (runtime/pipeline.c sizes its pools with it, shardc
  * plan its activations). */
-void sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak);
+sr_status sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak);
 
 /* Theoretical bubble fraction: (p-1)/(m+p-1) for gpipe and 1f1b, divided by
  * v for interleaved (Megatron: (p-1)/(v*m + p-1)), and zb-h1's from the

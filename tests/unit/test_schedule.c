@@ -342,7 +342,7 @@ static void properties(sr_sched_kind kind, int p, int m, int v, summary *sum)
         /* the executor's slots (taken at the receive, given back after the
          * last instruction): one pool per chunk */
         int slots[VMAX], total = 0;
-        sr_sched_slot_peaks(&s, r, slots);
+        CHECK(sr_sched_slot_peaks(&s, r, slots) == SR_OK, "%s p %d m %d v %d: slots counted", name, p, m, v);
         for (int c = 0; c < v; c++) total += slots[c];
         if (kind == SR_SCHED_ZBH1)
             CHECK(total == imin(p, m), "%s p %d m %d: rank %d holds %d slots, want min(p, m) = %d", name, p, m, r,
