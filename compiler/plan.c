@@ -336,6 +336,7 @@ typedef struct Ana {
     int *bwd_of;           /* op -> its backward step, -1 */
     double *ff, *bf, *mf, *mb; /* op -> FLOPs per microbatch on a rank */
     char *split;           /* op -> computed on split or partial tensors (tp parts make the whole) */
+    int *slots;            /* [rank * v + chunk]: the runtime's pool (sr_sched_slot_peaks); NULL: pp = 1 */
     double eb;             /* bytes of an activation element */
     double pb, gb, ob;     /* bytes per parameter: weights, gradients, optimizer */
 } Ana;
@@ -514,16 +515,8 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     /* the runtime's pool of each of the rank's chunks: the most microbatches
      * its schedule holds there at once (sr_sched_slot_peaks, as the
      * executor sizes it) */
-    int *peak = sx_alloc(sizeof(int) * (size_t)v);
-    peak[0] = 1;
-    sr_schedule sc;
-    int skind = sr_sched_parse(pl->sched);
-    if (pp > 1 && (skind < 0 || sr_sched_build(&sc, (sr_sched_kind)skind, pp, m, v) != SR_OK))
-        sx_ice("plan: no %s schedule for p=%d m=%d v=%d: %s", pl->sched, pp, m, v, sr_errmsg());
-    if (pp > 1) {
-        if (sr_sched_slot_peaks(&sc, d, peak) != SR_OK) sx_ice("plan: %s", sr_errmsg());
-        sr_sched_free(&sc);
-    }
+    static const int one = 1;
+    const int *peak = A->slots ? A->slots + (size_t)d * (size_t)v : &one;
     double work = 0, keep = 0, units = 0, tok = 2.0 * pl->B * (double)pl->T * 4.0;
     for (int c = d, k = 0; c < A->C; c += pp, k++) {
         Act X;
@@ -815,7 +808,8 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
         snprintf(pl->reason, sizeof pl->reason, "virtual stages need the interleaved schedule");
         return;
     }
-    if (pl->pp > 1) { /* the runtime's refusals (the interleaved schedule's m, say) */
+    int *slots = NULL;
+    if (pl->pp > 1) { /* the runtime's schedule: its refusals (the interleaved schedule's m, say), its pools */
         sr_schedule sc;
         int kind = sr_sched_parse(sched);
         if (kind < 0 || sr_sched_build(&sc, (sr_sched_kind)kind, pl->pp, m, v) != SR_OK) {
@@ -823,6 +817,9 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
             snprintf(pl->reason, sizeof pl->reason, "%s", kind < 0 ? "unknown pipeline schedule" : sr_errmsg());
             return;
         }
+        slots = sx_alloc(sizeof(int) * (size_t)pl->pp * (size_t)v);
+        for (int r = 0; r < pl->pp; r++)
+            if (sr_sched_slot_peaks(&sc, r, slots + (size_t)r * (size_t)v) != SR_OK) sx_ice("plan: %s", sr_errmsg());
         sr_sched_free(&sc);
     }
     pl->B = (double)pl->G / ((double)pl->dp * m);
@@ -840,6 +837,7 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     A.ir = ir;
     A.o = o;
     A.pl = pl;
+    A.slots = slots;
     for (int i = 0; i < SX_MAXSYM; i++) A.sym[i] = 1;
     A.sym[0] = pl->B;
     if (ir->nsym > 1) A.sym[1] = (double)pl->T;
@@ -1333,7 +1331,8 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
         j_open(j, "memory", '{', 0);
         j_fields(j, "weights", D->m_params, "gradients", D->m_grads, "optimizer", D->m_opt, "activations",
               D->m_act, "other", D->m_other, "total", D->total, "budget", pl->budget, "workspace_per_microbatch",
-              D->work, "scratch", D->scratch, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch", D->rc_keep,
+              D->work, "scratch", D->scratch, "saved_per_microbatch", D->saved, "recompute_saved_per_microbatch",
+              D->rc_keep,
               /* Megatron's count: saved activations only, each rank its own stages' model states */
               "in_flight", D->inflight, "boundary_buffers", D->m_bound, "activations_saved_only", D->m_act_saved,
               "total_saved_only", D->total - D->m_act + D->m_act_saved,

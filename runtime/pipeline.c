@@ -300,7 +300,7 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
         if (in->op == SR_I_REDUCE || in->op == SR_I_STEP) continue; /* train.c does these */
         chunk *c = &pp->chunks[in->chunk];
         int s = c->stage, mb = in->mb;
-        slot *sl = slot_for(c, mb, in->op == SR_I_RECV_ACT || in->op == SR_I_FWD);
+        slot *sl = slot_for(c, mb, sr_sched_takes_slot(in->op));
         if (!sl)
             return sr_seterr(SR_ERR_STATE, "pipeline stage %d: no activation slot for microbatch %d at "
                              "instruction %d (%s)", s, mb, i, sr_op_name(in->op));
@@ -353,9 +353,8 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
             busy += sr_trace_now_us() - t0;
             span(r, SR_TRACK_COMPUTE, name, t0, mb, in->chunk);
             /* the slot is free once nothing of this microbatch remains to
-             * run: after W (zb-h1), else after the backward on the first
-             * stage or the gradient's send on the others */
-            if (in->op == SR_I_BWD_WEIGHT || (in->op == SR_I_BWD && s == 0)) release(c, sl);
+             * run here (the rule the pools are sized by) */
+            if (sr_sched_frees_slot(sc->kind, in->op, s)) release(c, sl);
             break;
         }
         case SR_I_SEND_GRAD:
@@ -363,7 +362,7 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
                               "activation gradient", &sl->send[1]);
             if (st != SR_OK) break;
             span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
-            if (sc->kind != SR_SCHED_ZBH1) release(c, sl);
+            if (sr_sched_frees_slot(sc->kind, in->op, s)) release(c, sl);
             break;
         default:
             break;

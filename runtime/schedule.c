@@ -408,6 +408,13 @@ double sr_sched_simulate(const sr_schedule *s, double t_fwd, double t_bwd, int *
     return bubble;
 }
 
+int sr_sched_takes_slot(sr_op op) { return op == SR_I_RECV_ACT || op == SR_I_FWD; }
+
+int sr_sched_frees_slot(sr_sched_kind kind, sr_op op, int stage)
+{
+    return op == SR_I_BWD_WEIGHT || (op == SR_I_BWD && stage == 0) || (op == SR_I_SEND_GRAD && kind != SR_SCHED_ZBH1);
+}
+
 sr_status sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak)
 {
     int v = s->v, m = s->m, *held = calloc((size_t)v, sizeof(int));
@@ -423,13 +430,11 @@ sr_status sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak)
         if (in->mb < 0) continue;
         int c = in->chunk, stage = c * s->p + r;
         char *h = &has[(size_t)c * (size_t)m + (size_t)in->mb];
-        if ((in->op == SR_I_RECV_ACT || in->op == SR_I_FWD) && !*h) {
+        if (sr_sched_takes_slot(in->op) && !*h) {
             *h = 1;
             if (++held[c] > peak[c]) peak[c] = held[c];
         }
-        int done = in->op == SR_I_BWD_WEIGHT || (in->op == SR_I_BWD && stage == 0) ||
-                   (in->op == SR_I_SEND_GRAD && s->kind != SR_SCHED_ZBH1);
-        if (done && *h) {
+        if (sr_sched_frees_slot(s->kind, in->op, stage) && *h) {
             *h = 0;
             held[c]--;
         }

@@ -17,6 +17,7 @@
  * page-locked staging copies of the MPI path (--comm mpi).
  */
 #include <map>
+#include <vector>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,7 +207,12 @@ static sr_status cuda_init(int local_rank)
     return SR_OK;
 }
 
-static cudaStream_t copy_stream; /* comm_to_host_async's */
+/* comm_to_host_async's stream, the event it waits for (re-recorded at each
+ * copy: a wait takes the record current when it is queued) and the copies'
+ * completion events, kept for reuse as a step issues the same copies again */
+static cudaStream_t copy_stream;
+static cudaEvent_t copy_after;
+static std::vector<cudaEvent_t> *copy_events;
 
 static void cuda_shutdown(void)
 {
@@ -225,6 +231,12 @@ static void cuda_shutdown(void)
         cudaStreamDestroy(copy_stream);
         copy_stream = NULL;
     }
+    if (copy_after) cudaEventDestroy(copy_after);
+    copy_after = NULL;
+    if (copy_events)
+        for (cudaEvent_t e : *copy_events) cudaEventDestroy(e);
+    delete copy_events;
+    copy_events = NULL;
     srk_ctx.stream = 0;
     srk_ctx.shadow = NULL;
     srk_ctx.params = NULL;
@@ -407,22 +419,25 @@ static sr_status comm_to_device(void *dst, const void *src, size_t bytes)
  * stream of its own (copy_stream) that waits for the compute stream's work
  * so far, so the host goes on queueing kernels; the comm layer starts the
  * MPI transfer once the copy's event has fired */
-
 static sr_status comm_to_host_async(void *dst, const void *src, size_t bytes, void **token)
 {
     *token = NULL;
     if (srk_ctx.failed) return sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
     const char *what = "staging a transfer's data for MPI";
     srk_site(NULL, 0, what);
-    cudaEvent_t after = NULL, done = NULL;
+    if (!copy_events) copy_events = new std::vector<cudaEvent_t>();
+    cudaEvent_t done = NULL;
+    if (!copy_events->empty()) {
+        done = copy_events->back();
+        copy_events->pop_back();
+    }
     int ok = (copy_stream || srk_check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), what)) &&
-             srk_check_cuda(cudaEventCreateWithFlags(&after, cudaEventDisableTiming), what) &&
-             srk_check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what) &&
-             srk_check_cuda(cudaEventRecord(after, srk_ctx.stream), what) &&
-             srk_check_cuda(cudaStreamWaitEvent(copy_stream, after, 0), what) &&
+             (copy_after || srk_check_cuda(cudaEventCreateWithFlags(&copy_after, cudaEventDisableTiming), what)) &&
+             (done || srk_check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what)) &&
+             srk_check_cuda(cudaEventRecord(copy_after, srk_ctx.stream), what) &&
+             srk_check_cuda(cudaStreamWaitEvent(copy_stream, copy_after, 0), what) &&
              srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, copy_stream), what) &&
              srk_check_cuda(cudaEventRecord(done, copy_stream), what);
-    if (after) cudaEventDestroy(after); /* released once the copy stream has passed it */
     if (!ok) {
         if (done) cudaEventDestroy(done);
         return sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
@@ -445,7 +460,8 @@ static sr_status comm_copy_wait(void *token)
 {
     cudaEvent_t done = (cudaEvent_t)token;
     int ok = srk_check_cuda(cudaEventSynchronize(done), "staging a transfer's data for MPI");
-    cudaEventDestroy(done);
+    if (ok && copy_events) copy_events->push_back(done); /* for the next copy */
+    else cudaEventDestroy(done);
     return ok ? SR_OK : sr_seterr(SR_ERR_STATE, "CUDA: %s", srk_ctx.err);
 }
 

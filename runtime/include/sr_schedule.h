@@ -104,13 +104,18 @@ sr_status sr_sched_check(const sr_schedule *s);
  * t_bwd <= 2 t_fwd. */
 double sr_sched_simulate(const sr_schedule *s, double t_fwd, double t_bwd, int *peak_inflight);
 
-/* The activation slots an executor needs on rank r, per chunk, when a
- * microbatch takes one of its chunk's at its RECV_ACT or FWD and gives it
- * back after its last instruction there: BWD_WEIGHT (zb-h1), else the
- * backward on stage 0, else the gradient's SEND_GRAD. peak[c] (v entries):
- * the most (mb, chunk c) pairs held at once, which depends on the order of
- * rank r's list only (runtime/pipeline.c sizes its pools with it, shardc
- * plan its activations). */
+/* The executor's activation slots (runtime/pipeline.c): a microbatch takes
+ * one of its chunk's at the first instruction there for which
+ * sr_sched_takes_slot holds (RECV_ACT or FWD), and gives it back after the
+ * one for which sr_sched_frees_slot holds, its last on the stage:
+ * BWD_WEIGHT (zb-h1), else the backward on stage 0, else the gradient's
+ * SEND_GRAD. */
+int sr_sched_takes_slot(sr_op op);
+int sr_sched_frees_slot(sr_sched_kind kind, sr_op op, int stage);
+/* The slots those rules need on rank r, per chunk: peak[c] (v entries), the
+ * most (mb, chunk c) pairs held at once, which depends on the order of rank
+ * r's list only (runtime/pipeline.c sizes its pools with it, shardc plan
+ * its activations). */
 sr_status sr_sched_slot_peaks(const sr_schedule *s, int r, int *peak);
 
 /* Theoretical bubble fraction: (p-1)/(m+p-1) for gpipe and 1f1b, divided by
