@@ -406,6 +406,25 @@ void cg_emit_forward(const CgEmit *x, Ir *ir, int stage, Vec *fnames, Vec *calls
     if (cur) fprintf(x->f, "}\n\n");
 }
 
+int cg_step_runs(Ir *ir, const IrBwd *b, int mode)
+{
+    if (mode == BW_FULL) return 1;
+    int any_param = 0, any_act = 0;
+    if (b->kind == BWD_FORWARD) {
+        any_act = 1;
+    } else if (b->kind == BWD_ALLREDUCE) {
+        any_param = cg_is_param_grad(ir, b->dout);
+        any_act = !any_param;
+    } else {
+        for (int k = 0; k < 4; k++)
+            if (b->din[k] >= 0) {
+                if (cg_is_param_grad(ir, b->din[k])) any_param = 1;
+                else any_act = 1;
+            }
+    }
+    return mode == BW_INPUT ? any_act : any_param;
+}
+
 /* the stage's backward steps in order, grouped into functions like the
  * forward: steps the runtime sums once per step are left out, zb-h1's
  * halves (mode BW_INPUT, BW_WEIGHT) keep the steps with activation or
@@ -425,21 +444,7 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
         if (!op) sx_ice("backward step %d has no op", j);
         prev = op;
         if (b->pstage != stage || cg_step_sum(b)) continue; /* the runtime sums those once per step */
-        /* what this pass does of the step */
-        int any_param = 0, any_act = 0;
-        if (b->kind == BWD_FORWARD) {
-            any_act = 1;
-        } else if (b->kind == BWD_ALLREDUCE) {
-            any_param = cg_is_param_grad(ir, b->dout);
-            any_act = !any_param;
-        } else {
-            for (int k = 0; k < 4; k++)
-                if (b->din[k] >= 0) {
-                    if (cg_is_param_grad(ir, b->din[k])) any_param = 1;
-                    else any_act = 1;
-                }
-        }
-        if ((mode == BW_INPUT && !any_act) || (mode == BW_WEIGHT && !any_param)) continue;
+        if (!cg_step_runs(ir, b, mode)) continue;
         char *grp = cg_group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(x->f, "}\n\n");

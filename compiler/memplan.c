@@ -67,21 +67,22 @@ void mp_timeline(Ir *ir, int s, int *first, int *last, int ends[2])
     }
     if (s < ir->nstages - 1) touch(first, last, ir->stages[s].act_out, t); /* sent after forward */
     ends[0] = t++;
-    /* the backward, and for zb-h1 a second pass for the weight gradients (its
-     * W passes run after the B passes, so what they read stays alive) */
-    int passes = ir->nstages > 1 && ir->split_backward ? 2 : 1;
-    for (int pass = 0; pass < passes; pass++) {
+    /* the backward, and for zb-h1 its B pass then its W pass, each with the
+     * steps the generated code runs in it (cg_step_runs): a value only B
+     * reads dies in B, what W reads stays alive until W */
+    int split = ir->nstages > 1 && ir->split_backward;
+    for (int pass = 0; pass < 1 + split; pass++) {
+        int mode = !split ? BW_FULL : pass ? BW_WEIGHT : BW_INPUT;
         if (pass) ends[1] = t;
         for (int j = 0; j < ir->bwd.n; j++, t++) {
             IrBwd *b = ir->bwd.v[j];
-            if (b->pstage != s) continue;
+            if (b->pstage != s || !cg_step_runs(ir, b, mode)) continue;
             if (b->kind == BWD_ALLREDUCE) {
                 touch(first, last, b->dout, t);
                 continue;
             }
             IrOp *op = BWD_OP(ir, b);
             if (b->kind == BWD_FORWARD) {
-                if (pass) continue; /* the W pass reads what B recomputed */
                 for (int k = 0; k < op->nin; k++) touch(first, last, op->in[k], t);
                 touch(first, last, op->out, t);
                 for (int a = 0; a < ir_ops[op->kind].naux; a++) touch(first, last, op->aux[a], t);
@@ -94,8 +95,8 @@ void mp_timeline(Ir *ir, int s, int *first, int *last, int ends[2])
             for (int a = 0; a < 2; a++)
                 if (u & (1u << (5 + a))) touch(first, last, op->aux[a], t);
             touch(first, last, b->dout, t);
-            for (int k = 0; k < 4; k++)
-                if (b->din[k] >= 0) touch(first, last, b->din[k], t);
+            for (int k = 0; k < 4; k++) /* W leaves the activation gradients out */
+                if (b->din[k] >= 0 && mode != BW_WEIGHT) touch(first, last, b->din[k], t);
         }
     }
 }

@@ -457,6 +457,11 @@ typedef struct CgExpander {
 } CgExpander;
 char *cg_expand(const CgExpander *x, const char *t, IrOp *op, const IrBwd *b);
 int cg_is_param_grad(Ir *ir, int gv);
+/* cg_step_runs: backward step b runs in pass `mode`: all in BW_FULL; zb-h1's
+ * B (BW_INPUT) runs the steps with an activation gradient (recomputation
+ * included), its W (BW_WEIGHT) those with a parameter gradient, with the
+ * other kind of gradient left out ($dK expands to null_grad) */
+int cg_step_runs(Ir *ir, const IrBwd *b, int mode);
 char *cg_cdim(Ir *ir, Dim d);   /* C expression of a dimension, long arithmetic over B and T */
 char *cg_fmt_float(double x);   /* a float literal */
 double cg_tnum(Program *P, const char *name, double dflt); /* a number of the train block */
