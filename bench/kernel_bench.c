@@ -94,7 +94,7 @@ static void run(int k)
     case K_GELU_F: sr_gelu_fwd(y, x, N * 4 * C); break;
     case K_DROP_F: sr_dropout_fwd(y, x, N * C, 0.0f, 1, 1, 1, 0); break;
     case K_HEAD_F: sr_matmul_t_fwd(logits, x, pp, (int)N, (int)C, (int)V); break;
-    case K_CE_F: sr_crossentropy_fwd(lse, logits, tgt, (int)N, (int)V); break;
+    case K_CE_F: sr_crossentropy_fwd(lse, logits, tgt, (int)N, (int)V, 0); break;
     case K_LN_B: sr_layernorm_bwd(y, g, g + C, z, x, w, mean, rstd, (int)N, (int)C); break;
     case K_MM_QKV_B: sr_matmul_bwd(y, g, z, x, w, (int)N, (int)C, (int)(3 * C)); break;
     case K_MM_PROJ_B: sr_matmul_bwd(y, g, z, x, w, (int)N, (int)C, (int)C); break;
@@ -112,7 +112,7 @@ static void run(int k)
     case K_GELU_B: sr_gelu_bwd(y, z, x, N * 4 * C); break;
     case K_DROP_B: sr_dropout_bwd(y, x, N * C, 0.0f, 1, 1, 1, 0); break;
     case K_HEAD_B: sr_matmul_t_bwd(y, pg, dlogits, x, pp, (int)N, (int)C, (int)V); break;
-    case K_CE_B: sr_crossentropy_bwd(dlogits, logits, lse, tgt, 1.0f, (int)N, (int)V); break;
+    case K_CE_B: sr_crossentropy_bwd(dlogits, logits, lse, tgt, 1.0f, (int)N, (int)V, 0); break;
     case K_ZERO_C: sr_zero(y, N * C); break;
     case K_ZERO_3C: sr_zero(y, N * 3 * C); break;
     case K_ZERO_4C: sr_zero(y, N * 4 * C); break;
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
     sr_layernorm_fwd(y, mean, rstd, x, w, w + C, (int)N, (int)C, 1e-5f);
     sr_attention_fwd(y, att, x, z, x + N * C, (int)B, (int)T, (int)C, (int)NH); /* valid probabilities */
     sr_matmul_t_fwd(logits, x, pp, (int)N, (int)C, (int)V);
-    sr_crossentropy_fwd(lse, logits, tgt, (int)N, (int)V);
+    sr_crossentropy_fwd(lse, logits, tgt, (int)N, (int)V, 0);
     (void)w2; (void)F;
 
     double mm = 2.0 * N * C * C; /* flops of an (N,C)x(C,C) matmul */

@@ -481,15 +481,17 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
 
 /* what a training program needs of the model: two i32 [B, T] inputs and a
  * cross_entropy(logits, targets) output; *vocab, *logits from the loss head,
+ * *classes its classes when the vocabulary is padded (0: not),
  * *max_seq from the position table (0 without one). Non-zero: reported. */
-int cg_training_head(Program *P, int *vocab_out, int *max_seq_out, int *logits_out)
+int cg_training_head(Program *P, int *vocab_out, int *classes_out, int *max_seq_out, int *logits_out)
 {
     Ir *ir = &P->ir;
-    int vocab = 0, max_seq = 0, logits = -1;
+    int vocab = 0, classes = 0, max_seq = 0, logits = -1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) && op->out == ir->output) {
             vocab = (int)op->sz[1].c * (op->kind == OP_CROSS_ENTROPY_VP ? P->layout.tp : 1);
+            classes = (int)op->sz[2].c;
             logits = op->in[0];
         }
         if (op->kind == OP_EMBEDDING) {
@@ -520,6 +522,7 @@ int cg_training_head(Program *P, int *vocab_out, int *max_seq_out, int *logits_o
         return 1;
     }
     *vocab_out = vocab;
+    *classes_out = classes;
     *max_seq_out = max_seq;
     *logits_out = logits;
     return 0;

@@ -380,8 +380,8 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     g.param_off = g.L.global;
     int64_t off = g.L.nglobal;
     g.zeroed = sx_alloc((size_t)ir->values.n + 1);
-    int vocab = 0, max_seq = 0, logits = -1;
-    if (cg_training_head(P, &vocab, &max_seq, &logits)) return 1;
+    int vocab = 0, classes = 0, max_seq = 0, logits = -1;
+    if (cg_training_head(P, &vocab, &classes, &max_seq, &logits)) return 1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         if (!*ir_ops[op->kind].cuda_fwd) sx_ice("op %s has no CUDA template in ops.def", ir_ops[op->kind].name);
@@ -443,6 +443,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, ";\n    program.n_params = %d;\n    program.params = params;\n", ir->params.n);
     fprintf(f, "    program.n_param_floats = N_PARAM_FLOATS;\n");
     fprintf(f, "    program.vocab = %d;\n    program.max_seq = %d;\n    program.tp = %d;\n", vocab, max_seq, P->layout.tp);
+    if (classes) fprintf(f, "    program.classes = %d; /* the rest of vocab pads */\n", classes);
     fprintf(f, "    program.work_bytes = work_bytes0;\n    program.forward = stage0_forward;\n");
     fprintf(f, "    program.backward = stage0_backward;\n");
     fprintf(f, "    program.recompute = %d;\n", P->layout.recompute);

@@ -615,9 +615,9 @@ static void check_expr_node(Program *P, Scope *s, Node *n)
             if (oi->nk >= 0 && n->args.n != want) {
                 sx_error(&n->loc, "'%s' takes %d argument%s, got %d", n->name, want,
                          want == 1 ? "" : "s", n->args.n);
-            } else if (oi->nk < 0 && n->args.n < oi->nin + 1) {
-                sx_error(&n->loc, "'%s' takes at least %d arguments, got %d", n->name,
-                         oi->nin + 1, n->args.n);
+            } else if (oi->nk < 0 && n->args.n < oi->nin) { /* the shape rule checks the constants */
+                sx_error(&n->loc, "'%s' takes at least %d argument%s, got %d", n->name, oi->nin,
+                         oi->nin == 1 ? "" : "s", n->args.n);
             }
             for (int i = 0; i < n->args.n; i++)
                 if (((Node *)n->args.v[i])->kind == N_KWARG)

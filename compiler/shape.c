@@ -564,11 +564,39 @@ static int shape_cross_entropy(ShapeCtx *c)
     int ok = tg->shape.nd == lg->shape.nd - 1;
     for (int i = 0; ok && i < tg->shape.nd; i++) ok = dim_eq(tg->shape.d[i], lg->shape.d[i]);
     if (!ok) return mismatch(c, "the targets must have the logits' shape without the last dimension", lg, tg);
+    /* cross_entropy(logits, targets, classes): the logits' last columns from
+     * `classes` on pad the vocabulary (to divide it over tensor ranks, as
+     * Megatron and llm.c pad GPT-2's 50257 to 50304); the softmax leaves
+     * them out, so the loss is the unpadded model's. Without it: none. */
+    long long nv = 0;
+    if (c->nk > 1) {
+        sx_error(c->loc, "'cross_entropy' takes the logits, the targets and at most one number (the classes "
+                 "that are not padding), got %d numbers", c->nk);
+        return -1;
+    }
+    if (c->nk == 1) {
+        if (int_arg(c, 0, &nv, "the number of classes")) return -1;
+        Dim V = last_dim(lg);
+        /* the vocab-parallel op (shard.c) keeps the count of the whole vocabulary */
+        if (c->op->kind == OP_CROSS_ENTROPY && (!dim_is_const(V) || nv < 1 || nv > V.c)) {
+            sx_error(c->loc, "'cross_entropy': %lld classes for logits of %s columns; the classes must be "
+                     "between 1 and the columns (the rest is padding)", nv, dim_str(V, IR_));
+            return -1;
+        }
+        if (c->op->kind == OP_CROSS_ENTROPY && nv == V.c) {
+            nv = 0; /* no padding: the program without the argument */
+            c->op->nk = 0;
+        } else {
+            c->op->k[0] = (double)nv;
+            c->op->nk = 1;
+        }
+    }
     c->out.nd = 0;
     c->aux[0].nd = 1;
     c->aux[0].d[0] = rows_of(lg);
     c->op->sz[0] = rows_of(lg);
     c->op->sz[1] = last_dim(lg);
+    c->op->sz[2] = dim_const(nv); /* 0: every column is a class */
     return 0;
 }
 
@@ -1150,6 +1178,13 @@ static void param_annots(Elab *E, Frame *f, Node *st, IrParam *p)
             const sx_loc *dl = axis == 0 ? &L->loc_dp : axis == 1 ? &L->loc_tp : &L->loc_pp;
             int cli = axis == 0 ? L->cli_dp : axis == 1 ? L->cli_tp : L->cli_pp;
             if (dl->file && !cli) sx_note(dl, "the %s degree is set here", axis_name(axis));
+            if (!strcmp(nm, "vocab")) {
+                int64_t pad = (size + deg - 1) / deg * deg;
+                sx_note(&an->loc, "pad the vocabulary: a table of %lld rows, with the loss told the real size, "
+                        "cross_entropy(logits, targets, %lld), leaves the %lld padding row%s out (Megatron's "
+                        "--make-vocab-size-divisible-by; examples/gpt2.model: --set make_vocab_size_divisible_by=128)",
+                        (long long)pad, (long long)size, (long long)(pad - size), pad - size == 1 ? "" : "s");
+            }
         }
     }
 }

@@ -485,7 +485,7 @@ typedef struct CgEmit {
     void (*zero)(void *g, IrOp *op, int d);      /* clear gradient value d */
     void (*step)(void *g, IrOp *op, IrBwd *b);   /* the backward rule's call */
 } CgEmit;
-int cg_training_head(Program *P, int *vocab, int *max_seq, int *logits); /* inputs and loss head, checked */
+int cg_training_head(Program *P, int *vocab, int *classes, int *max_seq, int *logits); /* inputs and loss head, checked */
 int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets); /* params[], stageS_params[] */
 void cg_emit_forward(const CgEmit *x, Ir *ir, int stage, Vec *fnames, Vec *calls);
 void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls);

@@ -395,6 +395,13 @@ sr_status sr_st_read_f32(const sr_st_file *f, const sr_st_tensor *t, float *out)
 sr_status sr_st_load(const sr_st_file *f, const char *name, const char *prefix, int ndim,
                      const int64_t *dims, float *out)
 {
+    return sr_st_load_rows(f, name, prefix, ndim, dims, 0, out, NULL);
+}
+
+sr_status sr_st_load_rows(const sr_st_file *f, const char *name, const char *prefix, int ndim,
+                          const int64_t *dims, int64_t rows, float *out, int *padded)
+{
+    if (padded) *padded = 0;
     const sr_st_tensor *t = prefix ? sr_st_find_alias(f, name, prefix) : sr_st_find(f, name);
     if (!t) {
         if (prefix)
@@ -405,8 +412,20 @@ sr_status sr_st_load(const sr_st_file *f, const char *name, const char *prefix, 
         return sr_seterr(SR_ERR_STATE, "%s has no tensor '%s'; it was saved from a different "
                          "model", f->path, name);
     }
-    int same = t->ndim == ndim;
+    int same = t->ndim == ndim, short_rows = 0;
     for (int i = 0; same && i < ndim; i++) same = t->dims[i] == dims[i];
+    if (!same && rows > 0 && ndim >= 1 && t->ndim == ndim && t->dims[0] == rows && rows < dims[0]) {
+        short_rows = 1; /* the vocabulary's rows without its padding */
+        for (int i = 1; i < ndim; i++) short_rows &= t->dims[i] == dims[i];
+    }
+    if (short_rows) {
+        /* row-major: the file's rows are a prefix; the padding rows are zero */
+        int64_t n = 1;
+        for (int i = 0; i < ndim; i++) n *= dims[i];
+        memset(out + t->numel, 0, sizeof(float) * (size_t)(n - t->numel));
+        if (padded) *padded = 1;
+        return sr_st_read_f32(f, t, out);
+    }
     if (!same) {
         char a[160], b[160];
         return sr_seterr(SR_ERR_STATE, "%s: tensor '%s' has shape %s, the program expects %s",

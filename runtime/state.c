@@ -293,7 +293,15 @@ static sr_status load_tensors_host(run *r, const char *path, float *arena, const
         }
         strcpy(name, d->name);
         strcat(name, suffix);
-        s = sr_st_load(&f, name, prefix, d->ndim, d->dims, arena + d->offset);
+        /* --init (prefix): a padded vocabulary takes a file without the padding (Hugging Face's
+         * GPT-2 at 50257 rows into 50304) */
+        int64_t rows = prefix && sr_classes(r->prog) != r->prog->vocab && d->ndim >= 1 &&
+                               d->dims[0] == r->prog->vocab ? sr_classes(r->prog) : 0;
+        int padded = 0;
+        s = sr_st_load_rows(&f, name, prefix, d->ndim, d->dims, rows, arena + d->offset, &padded);
+        if (s == SR_OK && padded)
+            rt_info(r, "%s: %lld rows from %s, padded with zeros to %lld (the vocabulary's padding)", d->name,
+                    (long long)rows, path, (long long)d->dims[0]);
         free(name);
     }
     sr_st_close(&f);

@@ -137,10 +137,12 @@ void sr_embedding_vp_bwd(float *dw, const float *dout, const int32_t *idx, int N
     }
 }
 
-float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl)
+float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl,
+                             int nv)
 {
     int tp = e->tp;
     long lo = (long)e->tp_rank * Vl;
+    int nc = sr_vp_classes(lo, Vl, nv); /* the rest of this rank's columns pad */
     float *mx = scratch(SCR_CE_MAX, (size_t)N * (size_t)(tp + 1), "cross-entropy");
     float *sums = scratch(SCR_CE_SUMS, (size_t)2 * (size_t)N + 1, "cross-entropy");
     float *allmx = mx + N;
@@ -149,7 +151,7 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
     for (int i = 0; i < N; i++) {
         const float *x = logits + (long)i * Vl;
         float m = -INFINITY;
-        for (int j = 0; j < Vl; j++) m = x[j] > m ? x[j] : m;
+        for (int j = 0; j < nc; j++) m = x[j] > m ? x[j] : m;
         mx[i] = m;
     }
     if (tp > 1) {
@@ -168,10 +170,10 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
     for (int i = 0; i < N; i++) {
         const float *x = logits + (long)i * Vl;
         double s = 0;
-        for (int j = 0; j < Vl; j++) s += exp((double)(x[j] - allmx[i]));
+        for (int j = 0; j < nc; j++) s += exp((double)(x[j] - allmx[i]));
         sums[i] = (float)s;
         long t = (long)targets[i] - lo;
-        sums[N + i] = (t >= 0 && t < Vl) ? x[t] : 0.0f;
+        sums[N + i] = (t >= 0 && t < nc) ? x[t] : 0.0f;
     }
     if (tp > 1 && sr_comm_allreduce(e->tp_comm, sums, 2L * N, "cross-entropy sums", NULL) != SR_OK)
         fatal("cross-entropy");
@@ -184,18 +186,19 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
 }
 
 void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, const float *lse,
-                            const int32_t *targets, float dloss, int N, int Vl)
+                            const int32_t *targets, float dloss, int N, int Vl, int nv)
 {
     if (!dlogits) return;
     long lo = (long)e->tp_rank * Vl;
+    int nc = sr_vp_classes(lo, Vl, nv);
     float scale = dloss / (float)N;
 #pragma omp parallel for if (N >= 16)
     for (int i = 0; i < N; i++) {
         const float *x = logits + (long)i * Vl;
         float *d = dlogits + (long)i * Vl;
-        for (int j = 0; j < Vl; j++) d[j] += scale * expf(x[j] - lse[i]);
+        for (int j = 0; j < nc; j++) d[j] += scale * expf(x[j] - lse[i]);
         long t = (long)targets[i] - lo;
-        if (t >= 0 && t < Vl) d[t] -= scale;
+        if (t >= 0 && t < nc) d[t] -= scale;
     }
 }
 

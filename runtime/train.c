@@ -288,8 +288,8 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(o->temperature >= 0, "--temperature must be >= 0 (got %g)", (double)o->temperature);
     NEED(o->top_k >= 0, "--top-k must be >= 0 (got %d)", o->top_k);
     NEED(o->threads >= 0, "--threads must be >= 0 (got %d)", o->threads);
-    NEED(!o->prompt || prog->vocab == 256,
-         "--prompt needs a byte-level model (vocab 256); this model's vocab is %d", prog->vocab);
+    NEED(!o->prompt || sr_classes(prog) == 256,
+         "--prompt needs a byte-level model (vocab 256); this model's vocab is %d", sr_classes(prog));
     NEED(!(o->load && o->init && strcmp(o->init, "random") != 0),
          "--init and --load cannot be combined (--load restores the parameters)");
     NEED(o->init && *o->init, "--init needs 'random' or a path");
@@ -319,9 +319,10 @@ static sr_status parse_comm(const opts *o, const sr_program *prog, int from_env,
 static void print_help(const sr_program *prog, const opts *d, const char *argv0)
 {
     printf("usage: %s [flags]\n", argv0);
-    printf("Trains %s (built by shardc from %s): %d parameter tensors, %lld floats, vocab %d.\n\n",
-           prog->name ? prog->name : "model", prog->source ? prog->source : "?", prog->n_params,
-           (long long)prog->n_param_floats, prog->vocab);
+    printf("Trains %s (built by shardc from %s): %d parameter tensors, %lld floats, vocab %d", prog->name ? prog->name : "model",
+           prog->source ? prog->source : "?", prog->n_params, (long long)prog->n_param_floats, sr_classes(prog));
+    if (sr_classes(prog) != prog->vocab) printf(" (padded to %d)", prog->vocab);
+    printf(".\n\n");
     for (int i = 0; i < N_FLAGS; i++) {
         const flag *f = &flags[i];
         char left[64], def[96] = "";
@@ -864,8 +865,8 @@ static sr_status sample(run *r)
 {
     const opts *o = &r->o;
     const sr_program *prog = r->prog;
-    int V = prog->vocab, T = o->seq;
-    int byte_model = V == 256;
+    int V = prog->vocab, T = o->seq, nv = sr_classes(prog); /* V - nv columns pad */
+    int byte_model = nv == 256;
     size_t plen = o->prompt ? strlen(o->prompt) : 1;
     if (plen == 0) plen = 1;
     int32_t *toks = malloc((plen + (size_t)o->sample) * sizeof *toks);
@@ -882,7 +883,7 @@ static sr_status sample(run *r)
         for (const unsigned char *p = (const unsigned char *)o->prompt; *p; p++) toks[n++] = *p;
     } else {
         /* byte models start at a newline; GPT-2 vocabularies at <|endoftext|> as llm.c does */
-        toks[n++] = byte_model ? '\n' : (V >= 50257 ? 50256 : 0);
+        toks[n++] = byte_model ? '\n' : (nv >= 50257 ? 50256 : 0);
     }
     sr_status s = SR_OK;
     for (int i = 0; i < o->sample; i++) {
@@ -907,7 +908,7 @@ static sr_status sample(run *r)
                 memcpy(row, row + (size_t)V, (size_t)V * sizeof(float));
             if (s != SR_OK) break;
             float u = sr_rand_uniform(o->seed, SAMPLE_STREAM, (uint64_t)i);
-            tok = pick(row, V, o->temperature, o->top_k, u, c);
+            tok = pick(row, nv, o->temperature, o->top_k, u, c);
         }
         /* the last stage picks; every pipeline rank learns the token (the others add 0) */
         if (r->pipe) {
@@ -980,12 +981,12 @@ static sr_status setup(run *r)
 
     /* data first: a wrong file name should fail before minutes of loading */
     if (o->data) {
-        SR_CHECK(sr_data_open(&r->train, o->data, prog->vocab));
+        SR_CHECK(sr_data_open(&r->train, o->data, sr_classes(prog)));
         r->have_train = 1;
         SR_CHECK(sr_data_check(&r->train, o->batch, o->seq));
     }
     if (o->val_data) {
-        SR_CHECK(sr_data_open(&r->val, o->val_data, prog->vocab));
+        SR_CHECK(sr_data_open(&r->val, o->val_data, sr_classes(prog)));
         r->have_val = 1;
         SR_CHECK(sr_data_check(&r->val, o->batch, o->seq));
     }

@@ -192,11 +192,13 @@ void srk_softmax_bwd(TD *dx, const TG *dout, const TY *out, long N, long C)
 
 /* ---- fused softmax + cross-entropy ----------------------------------------------------------- */
 template <class TL>
-__global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *logits, const int32_t *targets, int V)
+__global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *logits, const int32_t *targets, int V,
+                                         int ld)
 {
-    // one block per row: lse = max + log(sum exp(l - max)); rowloss = lse - l[target] (0 if the target is out of range)
+    // one block per row of ld columns, the first V classes: lse = max + log(sum exp(l - max));
+    // rowloss = lse - l[target] (0 if the target is out of range)
     long row = blockIdx.x;
-    const TL *lr = logits + row * V;
+    const TL *lr = logits + row * ld;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, srk_ld(lr[j]));
     mx = srk_block_max(mx);
@@ -220,24 +222,26 @@ static __global__ void mean_rows_kernel(float *out, const float *rowloss, long N
 }
 template <class TD, class TL>
 __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                                        const float *dloss, long N, int V)
+                                        const float *dloss, long N, int V, int ld)
 {
-    // dlogits (N,V) += dloss/N * (softmax(logits) - onehot(target)); ignored rows get nothing
+    // dlogits (N,ld) += dloss/N * (softmax(logits) - onehot(target)) in the first V columns (the
+    // rest pad); ignored rows get nothing
     long row = blockIdx.x;
     int t = targets[row];
     if (t < 0 || t >= V) return; /* the whole block leaves */
     float sc = dloss[0] / (float)N, l = lse[row];
-    const TL *lr = logits + row * V;
-    TD *dr = dlogits + row * V;
+    const TL *lr = logits + row * ld;
+    TD *dr = dlogits + row * ld;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float p = sc * expf(srk_ld(lr[j]) - l);
         srk_acc(&dr[j], j == t ? p - sc : p);
     }
 }
 
-/* loss (1) = mean over rows (on the device); lse (N) is saved for the backward */
+/* loss (1) = mean over rows (on the device); lse (N) is saved for the backward; the
+ * columns of the V from nv on pad the vocabulary (nv 0: none) */
 template <class TL>
-void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32_t *targets, long N, long V)
+void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32_t *targets, long N, long V, long nv)
 {
     if (N <= 0) {
         srk_zero(loss, 1);
@@ -246,17 +250,17 @@ void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32
     float *rows = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)N);
     if (!rows) return;
     SR_LAUNCH(crossentropy_rows_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
-              (int)V);
+              (int)(nv > 0 && nv < V ? nv : V), (int)V);
     SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
 }
 /* dloss is a device pointer to the scalar seed (the backward's d loss) */
 template <class TD, class TL>
 void srk_crossentropy_bwd(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                          const float *dloss, long N, long V)
+                          const float *dloss, long N, long V, long nv)
 {
     if (!dlogits || N <= 0) return;
     SR_LAUNCH((crossentropy_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse,
-              targets, dloss, N, (int)V);
+              targets, dloss, N, (int)(nv > 0 && nv < V ? nv : V), (int)V);
 }
 
 #endif /* SRK_NORM_CUH */

@@ -292,12 +292,12 @@ void srk_embedding_vp_bwd(TD *dw, const TG *dout, const int32_t *idx, long N, lo
 
 /* ---- vocab-parallel cross-entropy (Megatron's): the logits never gathered -------------------- */
 template <class TL>
-__global__ void ce_vp_max_kernel(float *mx, const TL *logits, int Vl)
+__global__ void ce_vp_max_kernel(float *mx, const TL *logits, int Vl, int nc)
 {
-    // one block per row: mx (N) = max over this rank's columns
+    // one block per row: mx (N) = max over this rank's columns that are classes (the first nc)
     const TL *lr = logits + (long)blockIdx.x * Vl;
     float m = -INFINITY;
-    for (int j = threadIdx.x; j < Vl; j += blockDim.x) m = fmaxf(m, srk_ld(lr[j]));
+    for (int j = threadIdx.x; j < nc; j += blockDim.x) m = fmaxf(m, srk_ld(lr[j]));
     m = srk_block_max(m);
     if (threadIdx.x == 0) mx[blockIdx.x] = m;
 }
@@ -312,18 +312,19 @@ static __global__ void ce_vp_allmax_kernel(float *allmx, const float *g, long N,
 }
 template <class TL>
 __global__ void ce_vp_sums_kernel(float *sums, const float *allmx, const TL *logits, const int32_t *targets, long N,
-                                  int Vl, long lo)
+                                  int Vl, int nc, long lo)
 {
-    // one block per row: sums[i] = sum exp(l - max), sums[N + i] = the target's logit if this rank has it
+    // one block per row: sums[i] = sum exp(l - max) over the first nc columns, sums[N + i] = the
+    // target's logit if this rank has it
     long i = blockIdx.x;
     const TL *lr = logits + i * Vl;
     float s = 0.0f;
-    for (int j = threadIdx.x; j < Vl; j += blockDim.x) s += expf(srk_ld(lr[j]) - allmx[i]);
+    for (int j = threadIdx.x; j < nc; j += blockDim.x) s += expf(srk_ld(lr[j]) - allmx[i]);
     s = srk_block_sum(s);
     if (threadIdx.x == 0) {
         long t = (long)targets[i] - lo;
         sums[i] = s;
-        sums[N + i] = (t >= 0 && t < Vl) ? srk_ld(lr[t]) : 0.0f;
+        sums[N + i] = (t >= 0 && t < nc) ? srk_ld(lr[t]) : 0.0f;
     }
 }
 static __global__ void ce_vp_rows_kernel(float *lse, float *rowloss, const float *allmx, const float *sums, long N)
@@ -336,15 +337,16 @@ static __global__ void ce_vp_rows_kernel(float *lse, float *rowloss, const float
 }
 template <class TD, class TL>
 __global__ void ce_vp_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                                 const float *dloss, long N, int Vl, long lo)
+                                 const float *dloss, long N, int Vl, int nc, long lo)
 {
-    // one block per row: dlogits += dloss/N * (exp(l - lse) - onehot(target in this rank's columns))
+    // one block per row: dlogits += dloss/N * (exp(l - lse) - onehot(target in this rank's columns)),
+    // the first nc of them (the rest pad)
     long i = blockIdx.x;
     float sc = dloss[0] / (float)N, l = lse[i];
     long t = (long)targets[i] - lo;
     const TL *lr = logits + i * Vl;
     TD *dr = dlogits + i * Vl;
-    for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+    for (int j = threadIdx.x; j < nc; j += blockDim.x) {
         float p = sc * expf(srk_ld(lr[j]) - l);
         srk_acc(&dr[j], j == t ? p - sc : p);
     }
@@ -352,7 +354,7 @@ __global__ void ce_vp_bwd_kernel(TD *dlogits, const TL *logits, const float *lse
 
 template <class TL>
 void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logits, const int32_t *targets, long N,
-                             long Vl)
+                             long Vl, long nv)
 {
     if (N <= 0) {
         srk_zero(loss, 1);
@@ -360,11 +362,12 @@ void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logi
     }
     int tp = e->tp > 0 ? e->tp : 1;
     long lo = (long)e->tp_rank * Vl;
+    int nc = sr_vp_classes(lo, (int)Vl, (int)nv);
     /* scratch: mx (N), gathered maxima (tp*N), allmx (N), sums (2N), row losses (N) */
     float *s = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)(N * (tp + 5)));
     if (!s) return;
     float *mx = s, *g = mx + N, *allmx = g + (long)tp * N, *sums = allmx + N, *rows = sums + 2 * N;
-    SR_LAUNCH(ce_vp_max_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, mx, logits, (int)Vl);
+    SR_LAUNCH(ce_vp_max_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, mx, logits, (int)Vl, nc);
     if (tp > 1) {
         if (srk_ctx.failed) return;
         sr_req *q = NULL;
@@ -376,7 +379,7 @@ void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logi
         srk_copy(allmx, mx, N);
     }
     SR_LAUNCH(ce_vp_sums_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, sums, (const float *)allmx, logits,
-              targets, N, (int)Vl, lo);
+              targets, N, (int)Vl, nc, lo);
     if (tp > 1) {
         if (srk_ctx.failed) return;
         sr_req *q = NULL;
@@ -389,11 +392,12 @@ void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logi
 }
 template <class TD, class TL>
 void srk_crossentropy_vp_bwd(sr_exec *e, TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                             const float *dloss, long N, long Vl)
+                             const float *dloss, long N, long Vl, long nv)
 {
     if (!dlogits || N <= 0) return;
+    long lo = (long)e->tp_rank * Vl;
     SR_LAUNCH((ce_vp_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse, targets,
-              dloss, N, (int)Vl, (long)e->tp_rank * Vl);
+              dloss, N, (int)Vl, sr_vp_classes(lo, (int)Vl, (int)nv), lo);
 }
 
 #endif /* SRK_TP_CUH */

@@ -979,12 +979,16 @@ void sr_dropout_bwd(float *dx, const float *dout, long n, float p, uint64_t seed
 
 enum { CE_CHUNKS = 64 };
 
-float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V)
+float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V, int nv)
 {
     // logits (N,V), targets (N) -> lse (N); returns mean_i (lse_i - logits[i, t_i]).
-    // A target outside [0,V) (e.g. -100, torch's ignore_index) adds 0 loss and
-    // 0 gradient but still counts in N: there is no status to report it.
+    // Only the first nv columns are classes (0: all); the others pad a
+    // vocabulary and are left out. A target outside [0,nv) (e.g. -100,
+    // torch's ignore_index) adds 0 loss and 0 gradient but still counts in N:
+    // there is no status to report it.
     if (N <= 0) return 0.0f;
+    int ld = V;
+    if (nv > 0 && nv < V) V = nv;
     double part[CE_CHUNKS];
     int nc = N < CE_CHUNKS ? N : CE_CHUNKS;
     OMP(parallel for if((long)N * V >= PAR_MIN))
@@ -992,7 +996,7 @@ float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *target
         int r0 = (int)((long)N * c / nc), r1 = (int)((long)N * (c + 1) / nc);
         double acc = 0.0;
         for (int i = r0; i < r1; i++) {
-            const float *li = logits + (size_t)i * V;
+            const float *li = logits + (size_t)i * ld;
             float mx = row_max(li, V);
             double s = 0.0;
             OMP(simd reduction(+:s))
@@ -1010,15 +1014,18 @@ float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *target
 }
 
 void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
-                         const int32_t *targets, float dloss, int N, int V)
+                         const int32_t *targets, float dloss, int N, int V, int nv)
 {
-    // dlogits (N,V) += dloss/N * (exp(logits - lse) - onehot(targets))
+    // dlogits (N,V) += dloss/N * (exp(logits - lse) - onehot(targets)) in the
+    // first nv columns (0: all); the padding columns get nothing
     if (!dlogits || N <= 0) return;
+    int ld = V;
+    if (nv > 0 && nv < V) V = nv;
     float sc = dloss / (float)N;
     OMP(parallel for if((long)N * V >= PAR_MIN))
     for (int i = 0; i < N; i++) {
-        const float *li = logits + (size_t)i * V;
-        float *di = dlogits + (size_t)i * V;
+        const float *li = logits + (size_t)i * ld;
+        float *di = dlogits + (size_t)i * ld;
         float l = lse[i];
         int t = targets[i];
         if (t < 0 || t >= V) continue; // ignored row: no gradient

@@ -143,10 +143,12 @@ float sr_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
 /* Fused softmax + cross-entropy against targets. logits (N,V), targets (N).
  * lse (N) saves the log-sum-exp. Returns the MEAN loss over the N rows.
  * Backward: dlogits += dloss * (softmax(logits) - onehot(target)) / N.
- * A target outside [0, V) adds no loss and no gradient (it still counts in N). */
-float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V);
+ * Only the first nv of the V columns are classes (0: all): the rest pad a
+ * vocabulary, are left out of the softmax and get no gradient.
+ * A target outside [0, nv) adds no loss and no gradient (it still counts in N). */
+float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V, int nv);
 void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
-                         const int32_t *targets, float dloss, int N, int V);
+                         const int32_t *targets, float dloss, int N, int V, int nv);
 
 /* copy / zero */
 void sr_copy(float *out, const float *x, long n);

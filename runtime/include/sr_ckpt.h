@@ -70,6 +70,11 @@ sr_status sr_st_read_f32(const sr_st_file *f, const sr_st_tensor *t, float *out)
  * program). */
 sr_status sr_st_load(const sr_st_file *f, const char *name, const char *prefix, int ndim,
                      const int64_t *dims, float *out);
+/* sr_st_load, and where rows > 0 the file may hold only `rows` of dims[0]
+ * (a padded vocabulary's real rows, the rest of dims the same): they are
+ * loaded and the padding rows set to zero (*padded = 1). */
+sr_status sr_st_load_rows(const sr_st_file *f, const char *name, const char *prefix, int ndim,
+                          const int64_t *dims, int64_t rows, float *out, int *padded);
 
 /* "[768, 2304]" into buf (always NUL-terminated); returns buf. */
 char *sr_shape_str(char *buf, size_t cap, int ndim, const int64_t *dims);

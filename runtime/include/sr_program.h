@@ -143,10 +143,19 @@ void sr_embedding_vp_bwd(float *dw, const float *dout, const int32_t *idx, int N
 /* vocab-parallel cross-entropy (Megatron's vocab_parallel_cross_entropy):
  * logits (N, Vl) are this rank's columns; per-row max, sum of exponentials
  * and the target's logit are combined over the group, never the logits.
- * lse (N) is saved; returns the mean loss. */
-float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl);
+ * lse (N) is saved; returns the mean loss. Columns from nv on in the whole
+ * vocabulary (0: none) pad it: left out, no gradient. */
+/* how many of a rank's Vl columns from lo are classes, of the whole
+ * vocabulary's first nv (0: all); the rest pad */
+static inline int sr_vp_classes(long lo, int Vl, int nv)
+{
+    if (nv <= 0 || lo + Vl <= nv) return Vl;
+    return lo >= nv ? 0 : (int)(nv - lo);
+}
+float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl,
+                             int nv);
 void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, const float *lse,
-                            const int32_t *targets, float dloss, int N, int Vl);
+                            const int32_t *targets, float dloss, int N, int Vl, int nv);
 
 typedef struct sr_program {
     const char *name;        /* model name, e.g. "GPT" */
@@ -185,7 +194,14 @@ typedef struct sr_program {
      * arena is the whole model's, at params[i].offset. */
     const int64_t *rank_param_floats;
     const int64_t *rank_param_offsets;
+    /* a padded vocabulary (cross_entropy(logits, targets, classes)): token
+     * ids and the loss's classes are [0, classes), the logits' other
+     * vocab - classes columns pad; 0: every column is a class */
+    int classes;
 } sr_program;
+
+/* the token ids a program reads and predicts: [0, sr_classes(prog)) */
+static inline int sr_classes(const sr_program *prog) { return prog->classes > 0 ? prog->classes : prog->vocab; }
 
 /* Runs the program: parses flags, trains, evaluates, saves, samples.
  * Returns the process exit status (0 ok, 1 error, 2 usage). */

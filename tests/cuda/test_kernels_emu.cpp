@@ -472,7 +472,7 @@ static void test_softmax(long N, long C)
 }
 
 /* logits are float in bf16 programs too (the sampler reads them) */
-static void test_crossentropy(long N, long V)
+static void test_crossentropy(long N, long V, long nv = 0)
 {
     vec l = rnd(N * V, -4.0f, 4.0f), dl0 = rnd(N * V);
     std::vector<int32_t> t((size_t)N);
@@ -480,15 +480,16 @@ static void test_crossentropy(long N, long V)
     t[1] = -100; /* ignored rows: no loss, no gradient, still counted in N */
     if (N > 5) t[5] = (int32_t)V;
     vec lse((size_t)N), dl = dl0;
-    float loss = sr_crossentropy_fwd(lse.data(), l.data(), t.data(), (int)N, (int)V);
-    sr_crossentropy_bwd(dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V);
+    float loss = sr_crossentropy_fwd(lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv);
+    sr_crossentropy_bwd(dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
     float *d_l = up<float>(l), *d_lse = up<float>(vec((size_t)N)), *d_loss = up<float>(vec(1)), *d_dl = up<float>(dl0);
     float *d_seed = up<float>(vec(1, 0.7f));
     int32_t *d_t = up_i(t);
-    srk_crossentropy_fwd(d_loss, d_lse, d_l, d_t, N, V);
-    expect(fmt("crossentropy loss N=%ld V=%ld", N, V).c_str(), down(d_loss, 1), vec(1, loss), 1e-5f);
+    srk_crossentropy_fwd(d_loss, d_lse, d_l, d_t, N, V, nv);
+    expect(fmt("crossentropy loss N=%ld V=%ld classes %ld", N, V, nv ? nv : V).c_str(), down(d_loss, 1),
+           vec(1, loss), 1e-5f);
     expect("crossentropy lse", down(d_lse, N), lse, 1e-5f);
-    srk_crossentropy_bwd(d_dl, d_l, d_lse, d_t, d_seed, N, V);
+    srk_crossentropy_bwd(d_dl, d_l, d_lse, d_t, d_seed, N, V, nv);
     expect("crossentropy bwd (ignored targets, accumulates)", down(d_dl, N * V), dl, 1e-5f);
     check(fabsf(srk_get_scalar(d_loss) - loss) <= 1e-5f * fabsf(loss), "srk_get_scalar reads the loss back");
     no_error("crossentropy");
@@ -825,7 +826,8 @@ int main(void)
             test_layernorm<float>(45, 37), test_layernorm<float>(16, 768), test_layernorm<float>(1000, 5);
             test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
-            test_crossentropy(37, 101), test_crossentropy(4, 50257);
+            test_crossentropy(37, 101), test_crossentropy(4, 50257), test_crossentropy(37, 101, 90),
+            test_crossentropy(4, 50304, 50257);
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
             test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
         }

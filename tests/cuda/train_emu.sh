@@ -45,6 +45,13 @@ if command -v mpirun >/dev/null; then
   mpirun --oversubscribe -np 2 ./tg2_cuda $opts --tp 2 --steps 4 --log c2.jsonl
   losses h2.jsonl > h2.txt; losses c2.jsonl > c2.txt
   check "tp=2 over NCCL: 4 steps match the host binary's tp=2 to 1e-5" close h2.txt c2.txt 1e-5
+  # a padded vocabulary (256 + 128 padding columns; rank 1's 192 columns hold 64 classes): the
+  # vocab-parallel loss kernels leave the padding out, as the unpadded host run
+  "$gen" "$m" --tp 2 --set make_vocab_size_divisible_by=384 --cuda vp.cu --build vp_cuda --emulate
+  mpirun --oversubscribe -np 2 ./vp_cuda $opts --tp 2 --steps 4 --log cv.jsonl
+  losses cv.jsonl > cv.txt
+  check "tp=2 with the vocabulary padded to 384 over NCCL: 4 steps match the unpadded host run to 1e-5" \
+    close h2.txt cv.txt 1e-5
   "$gen" "$m" --tp 2 --sequence-parallel --cuda sp.cu --build sp_cuda --emulate &&
     "$shardc" build "$m" --tp 2 --sequence-parallel -o sp_host
   # 2 microbatches: the gradients of the parameters used on sequence shards

@@ -25,6 +25,33 @@ check "dropout 0.1 at dp=2 x tp=2 gives the single-rank losses" same drop1.jsonl
 $mpi -np 4 ./tg2 $run --tp 2 --dp 2 --zero 1 --microbatches 2 --log z.jsonl
 check "dp=2 x tp=2 with ZeRO-1 and 2 microbatches" same t1.jsonl z.jsonl 1e-5
 
+# a padded vocabulary (Megatron's --make-vocab-size-divisible-by): 256 byte
+# classes in a table of 384 rows; the loss and the sampler leave the padding
+# out, so every layout gives the unpadded model's losses. At tp=4 rank 3's 96
+# columns are all padding, at tp=2 rank 1 holds 64 classes and 128 padding.
+pad="--set make_vocab_size_divisible_by=384"
+"$shardc" build "$src/examples/tinygpt.model" $cfg $pad -o vp1
+"$shardc" build "$src/examples/tinygpt.model" $cfg $pad --tp 2 -o vp2
+"$shardc" build "$src/examples/tinygpt.model" $cfg $pad --tp 4 -o vp4
+./vp1 $run --log vp1.jsonl
+check "vocabulary padded 256 -> 384, from random init: the unpadded losses (the init draws by element)" \
+  same t1.jsonl vp1.jsonl 1e-5
+./tg1 --steps 0 --save init0 --quiet > /dev/null
+./tg1 $run --init init0 --log u0.jsonl
+./vp1 $run --init init0 --log vi1.jsonl
+./vp1 --init init0 --steps 0 > vi1.out 2>&1
+check "--init of the unpadded checkpoint into the padded table says so" \
+  grep -q "transformer.wte.weight: 256 rows from .*, padded with zeros to 384" vi1.out
+check "vocabulary padded, --init from the unpadded checkpoint: the unpadded losses" same u0.jsonl vi1.jsonl 1e-5
+$mpi -np 2 ./vp2 $run --tp 2 --init init0 --log vi2.jsonl
+check "vocabulary padded at tp=2 (vocab-parallel loss): the unpadded losses" same u0.jsonl vi2.jsonl 1e-5
+$mpi -np 4 ./vp4 $run --tp 4 --init init0 --log vi4.jsonl
+check "vocabulary padded at tp=4 (a rank of padding only): the unpadded losses" same u0.jsonl vi4.jsonl 1e-5
+./tg1 --init init0 --steps 0 --sample 60 --seed 3 --quiet 2> /dev/null | tail -1 > s0.txt
+./vp1 --init init0 --steps 0 --sample 60 --seed 3 --quiet 2> /dev/null | tail -1 > s1.txt
+check "sampling (temperature 1) from the padded model draws the unpadded model's bytes" cmp s0.txt s1.txt
+check "the padded program's --help names both sizes" sh -c "./vp1 --help | grep -q 'vocab 256 (padded to 384)'"
+
 # LLaMA-style blocks (RMSNorm, SiLU-gated MLP, bias-free projections)
 "$shardc" build "$src/tests/e2e/llama.model" -o l1
 "$shardc" build "$src/tests/e2e/llama.model" --tp 2 -o l2

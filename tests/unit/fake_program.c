@@ -56,7 +56,7 @@ static void forward(sr_exec *e)
     sr_dropout_fwd(b.h, b.emb, (long)N * V, e->dropout, e->seed, e->step, 0,
                    (uint64_t)e->row0 * V);
     sr_add_fwd(b.logits, b.h, bias, (long)N * V, V);
-    e->loss = sr_crossentropy_fwd(b.lse, b.logits, e->targets, N, V);
+    e->loss = sr_crossentropy_fwd(b.lse, b.logits, e->targets, N, V, 0);
     e->logits = b.logits;
 }
 
@@ -68,7 +68,7 @@ static void backward(sr_exec *e)
     sr_zero(b.dlogits, (long)N * V);
     sr_zero(b.dh, (long)N * V);
     sr_zero(b.demb, (long)N * V);
-    sr_crossentropy_bwd(b.dlogits, b.logits, b.lse, e->targets, e->dloss, N, V);
+    sr_crossentropy_bwd(b.dlogits, b.logits, b.lse, e->targets, e->dloss, N, V, 0);
     sr_add_bwd(b.dh, dbias, b.dlogits, (long)N * V, V);
     sr_dropout_bwd(b.demb, b.dh, (long)N * V, e->dropout, e->seed, e->step, 0,
                    (uint64_t)e->row0 * V);

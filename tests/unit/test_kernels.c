@@ -265,12 +265,12 @@ static void tr_bwd(GC *c, float **gr, const float *d)
 }
 static void drop_fwd(GC *c, float *out) { sr_dropout_fwd(out, c->in[0], c->n, c->p, 1234, 7, 3, 100); }
 static void drop_bwd(GC *c, float **gr, const float *d) { sr_dropout_bwd(gr[0], d, c->n, c->p, 1234, 7, 3, 100); }
-static void ce_fwd(GC *c, float *out) { out[0] = sr_crossentropy_fwd(c->s1, c->in[0], c->idx, c->N, c->C); }
+static void ce_fwd(GC *c, float *out) { out[0] = sr_crossentropy_fwd(c->s1, c->in[0], c->idx, c->N, c->C, 0); }
 static void ce_bwd(GC *c, float **gr, const float *d)
 {
     float loss;
     ce_fwd(c, &loss);
-    sr_crossentropy_bwd(gr[0], c->in[0], c->s1, c->idx, d[0], c->N, c->C);
+    sr_crossentropy_bwd(gr[0], c->in[0], c->s1, c->idx, d[0], c->N, c->C, 0);
 }
 
 static void set_in(GC *c, int k, const char *name, long n, float lo, float hi)
@@ -755,14 +755,14 @@ static void test_crossentropy_fwd(int N, int V)
         loss += -(l[(long)i * V + t[i]] - rl[i]); // -log_softmax[target]
     }
     loss /= N;
-    float got = sr_crossentropy_fwd(lse, l, t, N, V);
+    float got = sr_crossentropy_fwd(lse, l, t, N, V, 0);
     double e = fmax(fabs(got - loss) / fmax(fabs(loss), 1.0), max_err(lse, rl, N));
     check(e < 1e-5, "crossentropy_fwd N=%d V=%d loss %.6f vs naive log-softmax %.6f, lse (max err %.2e)",
           N, V, got, loss, e);
     // backward, every entry: dloss * (softmax - onehot) / N, error relative to the largest entry
     {
         float dloss = 0.7f, *dl = zbuf((long)N * V);
-        sr_crossentropy_bwd(dl, l, lse, t, dloss, N, V);
+        sr_crossentropy_bwd(dl, l, lse, t, dloss, N, V, 0);
         double emax = 0, gmax = 0;
         for (int i = 0; i < N; i++)
             for (int j = 0; j < V; j++) {
@@ -780,14 +780,50 @@ static void test_crossentropy_fwd(int N, int V)
     for (int i = 0; i < N; i++)
         if (i != 1) ref2 += rl[i] - l[(long)i * V + t[i]];
     ref2 /= N;
-    got = sr_crossentropy_fwd(lse, l, t, N, V);
+    got = sr_crossentropy_fwd(lse, l, t, N, V, 0);
     float *dl = zbuf((long)N * V);
-    sr_crossentropy_bwd(dl, l, lse, t, 1.0f, N, V);
+    sr_crossentropy_bwd(dl, l, lse, t, 1.0f, N, V, 0);
     int zero = 1;
     for (int j = 0; j < V; j++) zero &= dl[(long)1 * V + j] == 0.0f;
     e = fabs(got - ref2) / fmax(fabs(ref2), 1.0);
     check(e < 1e-5 && zero, "crossentropy target -100: row adds 0 loss, 0 grad, mean still over N (err %.2e)", e);
     free(l), free(lse), free(t), free(rl), free(dl);
+}
+
+/* a vocabulary of V classes padded with P columns (cross_entropy(logits,
+ * targets, V) on V + P columns): the unpadded loss, lse and gradient, and
+ * nothing for the padding columns, whatever their logits */
+static void test_crossentropy_padded(int N, int V, int P)
+{
+    int W = V + P;
+    float *l = rand_buf((long)N * V, -5, 5), *lp = rand_buf((long)N * W, 20, 40); // padding logits dominate
+    int32_t *t = malloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) {
+        t[i] = (int32_t)(urand() * V);
+        memcpy(lp + (long)i * W, l + (long)i * V, sizeof(float) * (size_t)V);
+    }
+    t[N - 1] = V; // a padding id as a target: ignored like -100
+    float *lse = zbuf(N), *lsep = zbuf(N), *dl = zbuf((long)N * V), *dlp = rand_buf((long)N * W, -1, 1);
+    float *dlp0 = malloc(sizeof(float) * (size_t)N * (size_t)W);
+    memcpy(dlp0, dlp, sizeof(float) * (size_t)N * (size_t)W);
+    float ref = sr_crossentropy_fwd(lse, l, t, N, V, 0), got = sr_crossentropy_fwd(lsep, lp, t, N, W, V);
+    sr_crossentropy_bwd(dl, l, lse, t, 0.7f, N, V, 0);
+    sr_crossentropy_bwd(dlp, lp, lsep, t, 0.7f, N, W, V);
+    double eg = 0, el = 0;
+    int pad_same = 1;
+    for (int i = 0; i < N; i++) {
+        el = fmax(el, fabs(lse[i] - lsep[i]));
+        for (int j = 0; j < W; j++) {
+            long k = (long)i * W + j;
+            if (j < V) eg = fmax(eg, fabs((dlp[k] - dlp0[k]) - dl[(long)i * V + j]));
+            else pad_same &= dlp[k] == dlp0[k];
+        }
+    }
+    check(got == ref && el == 0 && eg < 1e-6 && pad_same,
+          "crossentropy with %d classes padded to %d: loss %.6f = unpadded %.6f, lse (err %.1e) and gradient "
+          "(err %.1e) the unpadded ones, padding columns untouched (%s)", V, W, got, ref, el, eg,
+          pad_same ? "yes" : "no");
+    free(l), free(lp), free(t), free(lse), free(lsep), free(dl), free(dlp), free(dlp0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -916,11 +952,11 @@ static void test_determinism(void)
     omp_set_num_threads(1);
     sr_add_bwd(NULL, db1, d, rows * nb, nb);
     double s1 = sr_sumsq(d, rows * nb);
-    float c1 = sr_crossentropy_fwd(lse, l, t, (int)N, (int)V);
+    float c1 = sr_crossentropy_fwd(lse, l, t, (int)N, (int)V, 0);
     omp_set_num_threads(saved > 1 ? saved : 4);
     sr_add_bwd(NULL, db2, d, rows * nb, nb);
     double s2 = sr_sumsq(d, rows * nb);
-    float c2 = sr_crossentropy_fwd(lse, l, t, (int)N, (int)V);
+    float c2 = sr_crossentropy_fwd(lse, l, t, (int)N, (int)V, 0);
     omp_set_num_threads(saved);
     check(memcmp(db1, db2, (size_t)nb * sizeof(float)) == 0 && s1 == s2 && c1 == c2,
           "reductions bit-identical with 1 and %d threads", saved > 1 ? saved : 4);
@@ -949,6 +985,8 @@ int main(void)
     test_slice_transpose_fwd();
     test_crossentropy_fwd(5, 7);
     test_crossentropy_fwd(64, 1000);
+    test_crossentropy_padded(9, 37, 11);
+    test_crossentropy_padded(5, 50257, 47);
     test_gradients();
     test_dropout();
     test_adamw();

@@ -134,6 +134,21 @@ static void test_round_trip(void)
     CHECK(s == SR_ERR_STATE && contains(sr_errmsg(), "h.0.attn.c_attn.weight") && contains(sr_errmsg(), "[2, 3]") &&
               contains(sr_errmsg(), "[3, 2]"),
           "shape mismatch names the tensor and both shapes: %s", sr_errmsg());
+    /* a padded vocabulary: the file's 2 rows of 3 into 4 rows, the last two zero */
+    int64_t padded4[2] = {4, 3}, padded5[2] = {5, 3};
+    float big[12];
+    for (int i = 0; i < 12; i++) big[i] = 7.0f;
+    int pad = 0;
+    s = sr_st_load_rows(&f, "h.0.attn.c_attn.weight", NULL, 2, padded4, 2, big, &pad);
+    int zeros = 1;
+    for (int i = 6; i < 12; i++) zeros &= big[i] == 0.0f;
+    CHECK(s == SR_OK && pad == 1 && memcmp(big, a, sizeof a) == 0 && zeros,
+          "sr_st_load_rows: 2 rows of [2, 3] into [4, 3], the padding rows zero");
+    s = sr_st_load_rows(&f, "h.0.attn.c_attn.weight", NULL, 2, good, 2, out, &pad);
+    CHECK(s == SR_OK && pad == 0 && out[1] == -2.25f, "sr_st_load_rows: the exact shape is no padding");
+    s = sr_st_load_rows(&f, "h.0.attn.c_attn.weight", NULL, 2, padded5, 3, big, &pad);
+    CHECK(s == SR_ERR_STATE && contains(sr_errmsg(), "[2, 3]") && contains(sr_errmsg(), "[5, 3]"),
+          "sr_st_load_rows: rows other than the classes are still a shape mismatch: %s", sr_errmsg());
     s = sr_st_load(&f, "nope", NULL, 1, db, out);
     CHECK(s == SR_ERR_STATE && contains(sr_errmsg(), "'nope'") && contains(sr_errmsg(), "rt.safetensors"),
           "missing tensor names it and the file: %s", sr_errmsg());
