@@ -577,19 +577,18 @@ static int shape_cross_entropy(ShapeCtx *c)
     if (c->nk == 1) {
         if (int_arg(c, 0, &nv, "the number of classes")) return -1;
         Dim V = last_dim(lg);
-        /* the vocab-parallel op (shard.c) keeps the count of the whole vocabulary */
-        if (c->op->kind == OP_CROSS_ENTROPY && (!dim_is_const(V) || nv < 1 || nv > V.c)) {
-            sx_error(c->loc, "'cross_entropy': %lld classes for logits of %s columns; the classes must be "
-                     "between 1 and the columns (the rest is padding)", nv, dim_str(V, IR_));
-            return -1;
+        /* checked on the whole logits; the vocab-parallel op (shard.c) sees a
+         * rank's columns and keeps the count of the whole vocabulary */
+        if (c->op->kind == OP_CROSS_ENTROPY) {
+            if (!dim_is_const(V) || nv < 1 || nv > V.c) {
+                sx_error(c->loc, "'cross_entropy': %lld classes for logits of %s columns; the classes must be "
+                         "between 1 and the columns (the rest is padding)", nv, dim_str(V, IR_));
+                return -1;
+            }
+            if (nv == V.c) nv = 0; /* no padding: the program without the argument */
         }
-        if (c->op->kind == OP_CROSS_ENTROPY && nv == V.c) {
-            nv = 0; /* no padding: the program without the argument */
-            c->op->nk = 0;
-        } else {
-            c->op->k[0] = (double)nv;
-            c->op->nk = 1;
-        }
+        c->op->k[0] = (double)nv;
+        c->op->nk = nv ? 1 : 0;
     }
     c->out.nd = 0;
     c->aux[0].nd = 1;

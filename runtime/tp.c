@@ -142,7 +142,7 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
 {
     int tp = e->tp;
     long lo = (long)e->tp_rank * Vl;
-    int nc = sr_vp_classes(lo, Vl, nv); /* the rest of this rank's columns pad */
+    int nc = sr_ce_classes(lo, Vl, nv); /* the rest of this rank's columns pad */
     float *mx = scratch(SCR_CE_MAX, (size_t)N * (size_t)(tp + 1), "cross-entropy");
     float *sums = scratch(SCR_CE_SUMS, (size_t)2 * (size_t)N + 1, "cross-entropy");
     float *allmx = mx + N;
@@ -190,7 +190,7 @@ void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, con
 {
     if (!dlogits) return;
     long lo = (long)e->tp_rank * Vl;
-    int nc = sr_vp_classes(lo, Vl, nv);
+    int nc = sr_ce_classes(lo, Vl, nv);
     float scale = dloss / (float)N;
 #pragma omp parallel for if (N >= 16)
     for (int i = 0; i < N; i++) {

@@ -250,7 +250,7 @@ void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32
     float *rows = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)N);
     if (!rows) return;
     SR_LAUNCH(crossentropy_rows_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
-              (int)(nv > 0 && nv < V ? nv : V), (int)V);
+              sr_ce_classes(0, (int)V, (int)nv), (int)V);
     SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
 }
 /* dloss is a device pointer to the scalar seed (the backward's d loss) */
@@ -260,7 +260,7 @@ void srk_crossentropy_bwd(TD *dlogits, const TL *logits, const float *lse, const
 {
     if (!dlogits || N <= 0) return;
     SR_LAUNCH((crossentropy_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse,
-              targets, dloss, N, (int)(nv > 0 && nv < V ? nv : V), (int)V);
+              targets, dloss, N, sr_ce_classes(0, (int)V, (int)nv), (int)V);
 }
 
 #endif /* SRK_NORM_CUH */

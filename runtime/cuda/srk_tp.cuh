@@ -362,7 +362,7 @@ void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logi
     }
     int tp = e->tp > 0 ? e->tp : 1;
     long lo = (long)e->tp_rank * Vl;
-    int nc = sr_vp_classes(lo, (int)Vl, (int)nv);
+    int nc = sr_ce_classes(lo, (int)Vl, (int)nv);
     /* scratch: mx (N), gathered maxima (tp*N), allmx (N), sums (2N), row losses (N) */
     float *s = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)(N * (tp + 5)));
     if (!s) return;
@@ -397,7 +397,7 @@ void srk_crossentropy_vp_bwd(sr_exec *e, TD *dlogits, const TL *logits, const fl
     if (!dlogits || N <= 0) return;
     long lo = (long)e->tp_rank * Vl;
     SR_LAUNCH((ce_vp_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse, targets,
-              dloss, N, (int)Vl, sr_vp_classes(lo, (int)Vl, (int)nv), lo);
+              dloss, N, (int)Vl, sr_ce_classes(lo, (int)Vl, (int)nv), lo);
 }
 
 #endif /* SRK_TP_CUH */

@@ -988,7 +988,7 @@ float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *target
     // there is no status to report it.
     if (N <= 0) return 0.0f;
     int ld = V;
-    if (nv > 0 && nv < V) V = nv;
+    V = sr_ce_classes(0, V, nv);
     double part[CE_CHUNKS];
     int nc = N < CE_CHUNKS ? N : CE_CHUNKS;
     OMP(parallel for if((long)N * V >= PAR_MIN))
@@ -1020,7 +1020,7 @@ void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
     // first nv columns (0: all); the padding columns get nothing
     if (!dlogits || N <= 0) return;
     int ld = V;
-    if (nv > 0 && nv < V) V = nv;
+    V = sr_ce_classes(0, V, nv);
     float sc = dloss / (float)N;
     OMP(parallel for if((long)N * V >= PAR_MIN))
     for (int i = 0; i < N; i++) {

@@ -147,6 +147,14 @@ float sr_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
  * vocabulary, are left out of the softmax and get no gradient.
  * A target outside [0, nv) adds no loss and no gradient (it still counts in N). */
 float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V, int nv);
+/* how many of the n logit columns from column lo of the vocabulary are
+ * classes, of its first nv (0: all); the rest pad (every loss kernel, host
+ * and CUDA, whole and vocab-parallel, counts its columns with it) */
+static inline int sr_ce_classes(long lo, int n, int nv)
+{
+    if (nv <= 0 || lo + n <= nv) return n;
+    return lo >= nv ? 0 : (int)(nv - lo);
+}
 void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
                          const int32_t *targets, float dloss, int N, int V, int nv);
 

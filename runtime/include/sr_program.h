@@ -145,13 +145,7 @@ void sr_embedding_vp_bwd(float *dw, const float *dout, const int32_t *idx, int N
  * and the target's logit are combined over the group, never the logits.
  * lse (N) is saved; returns the mean loss. Columns from nv on in the whole
  * vocabulary (0: none) pad it: left out, no gradient. */
-/* how many of a rank's Vl columns from lo are classes, of the whole
- * vocabulary's first nv (0: all); the rest pad */
-static inline int sr_vp_classes(long lo, int Vl, int nv)
-{
-    if (nv <= 0 || lo + Vl <= nv) return Vl;
-    return lo >= nv ? 0 : (int)(nv - lo);
-}
+
 float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl,
                              int nv);
 void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, const float *lse,
