@@ -14,6 +14,7 @@
 #include "sr_json.h"
 
 int timeline_main(int argc, char **argv);
+int tokenize_main(int argc, char **argv);
 
 
 typedef struct Opts {
@@ -44,6 +45,7 @@ static void usage_main(FILE *f)
             "  build     compile to a training program (C + libshardrt)\n"
             "  plan      memory, FLOPs, communication and bubble per rank; --search for layouts\n"
             "  timeline  draw a run's pipeline traces (--trace DIR) as an SVG Gantt chart\n"
+            "  tokenize  text files into an llm.c token file with a GPT-2 tokenizer\n"
             "\n"
             "options:\n"
             "  -h, --help      show this help (shardc COMMAND --help for a command's options)\n"
@@ -239,6 +241,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(a1, "plan")) return plan_main(argc - 1, argv + 1);
     if (!strcmp(a1, "timeline")) return timeline_main(argc - 1, argv + 1);
+    if (!strcmp(a1, "tokenize")) return tokenize_main(argc - 1, argv + 1);
     if (strcmp(a1, "check") && strcmp(a1, "build"))
         return usage_error(a1[0] == '-' ? "unknown option '%s'" : "unknown command '%s'", a1);
     o.cmd = a1;

@@ -1,4 +1,4 @@
-/* data.c: llm.c token shards and raw byte files; llm.c batch order.
+/* data.c: llm.c token shards, text and raw byte files; llm.c batch order.
  *
  * Files are mmap'ed read-only: a GPT-2 shard is 200 MB and every rank only
  * touches the windows it trains on. Tokens are decoded byte by byte, so the
@@ -25,6 +25,7 @@ static int32_t le32(const unsigned char *p)
 
 int32_t sr_data_token(const sr_data *d, int64_t i)
 {
+    if (d->ids) return d->ids[i];
     if (d->is_bin) {
         const unsigned char *p = d->tok + 2 * i;
         return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
@@ -35,6 +36,7 @@ int32_t sr_data_token(const sr_data *d, int64_t i)
 void sr_data_close(sr_data *d)
 {
     if (d->map) munmap(d->map, d->map_len);
+    free(d->ids);
     free(d->path);
     memset(d, 0, sizeof *d);
 }
@@ -71,7 +73,22 @@ static sr_status parse_layout(sr_data *d, const char *path, const unsigned char 
     return SR_OK;
 }
 
-sr_status sr_data_open(sr_data *d, const char *path, int vocab)
+/* Text: tokenized once, the mapping released. */
+static sr_status tokenize(sr_data *d, const char *path, const sr_tokenizer *tok)
+{
+    size_t n;
+    sr_status s = sr_tok_encode(tok, (const char *)d->tok, (size_t)d->n_tokens, &d->ids, &n);
+    if (s != SR_OK)
+        return sr_seterr(s, "cannot tokenize %s with %s: %s", path, sr_tok_path(tok), sr_errmsg());
+    if (d->map) munmap(d->map, d->map_len);
+    d->map = NULL;
+    d->map_len = 0;
+    d->tok = NULL;
+    d->n_tokens = (int64_t)n;
+    return SR_OK;
+}
+
+sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokenizer *tok)
 {
     memset(d, 0, sizeof *d);
     int fd = open(path, O_RDONLY);
@@ -107,13 +124,14 @@ sr_status sr_data_open(sr_data *d, const char *path, int vocab)
     }
     static const unsigned char empty[1];
     sr_status s = parse_layout(d, path, map ? (const unsigned char *)map : empty, size);
+    if (s == SR_OK && !d->is_bin && tok) s = tokenize(d, path, tok);
     if (s != SR_OK) {
         sr_data_close(d);
         return s;
     }
     /* Check every token once here, so training never indexes an embedding
      * out of bounds however far it runs. */
-    if (vocab < 65536 && !(vocab >= 256 && !d->is_bin)) {
+    if ((vocab < 65536 || d->ids) && !(vocab >= 256 && !d->is_bin && !d->ids)) {
         for (int64_t i = 0; i < d->n_tokens; i++) {
             int32_t t = sr_data_token(d, i);
             if (t >= vocab) {

@@ -20,7 +20,7 @@
 
 typedef struct opts {
     const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
-        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm;
+        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm, *tokenizer;
     long steps;
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
         top_k, threads, dp, tp, pp, zero;
@@ -44,6 +44,7 @@ typedef struct run {
     int32_t *inputs, *targets;  /* (B, T) in backend memory */
     sr_data train, val;
     int have_train, have_val;
+    sr_tokenizer *tok;          /* --tokenizer (or --init's): text data, prompt, samples */
     FILE *log;
     FILE *batches;              /* --dump-batches */
     long start_step;

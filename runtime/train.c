@@ -71,7 +71,7 @@ typedef struct flag {
 
 #define O(f) offsetof(opts, f)
 static const flag flags[] = {
-    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin, or any file as raw bytes"},
+    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin, or text (tokenized by --tokenizer, else raw bytes)"},
     {"val-data", F_STR, O(val_data), "FILE", "validation tokens (same formats)"},
     {"steps", F_LONG, O(steps), "N", "optimizer steps in total (a resumed run continues to N)"},
     {"batch", F_INT, O(batch), "G", "sequences per optimizer step (global batch)"},
@@ -98,7 +98,8 @@ static const flag flags[] = {
     {"sample", F_INT, O(sample), "N", "after training, generate N tokens"},
     {"temperature", F_FLOAT, O(temperature), "F", "sampling temperature (0 = greedy)"},
     {"top-k", F_INT, O(top_k), "K", "sample from the K most likely tokens (0 = all)"},
-    {"prompt", F_STR, O(prompt), "TEXT", "sampling prompt (byte-level models)"},
+    {"prompt", F_STR, O(prompt), "TEXT", "sampling prompt (through the tokenizer, or bytes for a byte-level model)"},
+    {"tokenizer", F_STR, O(tokenizer), "PATH|none", "GPT-2 BPE tokenizer for text data, --prompt and samples: tokenizer.json, vocab.json, gpt2_tokenizer.bin or their directory (default: --init's directory's)"},
     {"threads", F_INT, O(threads), "N", "CPU threads (0 = OpenMP/OpenBLAS default)"},
     {"dump-grads", F_STR, O(dump_grads), "FILE", "write the first step's gradients (before clipping) as safetensors"},
     {"dp", F_INT, O(dp), "N", "data-parallel degree (world = dp x tp x pp ranks under mpirun)"},
@@ -288,8 +289,7 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(o->temperature >= 0, "--temperature must be >= 0 (got %g)", (double)o->temperature);
     NEED(o->top_k >= 0, "--top-k must be >= 0 (got %d)", o->top_k);
     NEED(o->threads >= 0, "--threads must be >= 0 (got %d)", o->threads);
-    NEED(!o->prompt || sr_classes(prog) == 256,
-         "--prompt needs a byte-level model (vocab 256); this model's vocab is %d", sr_classes(prog));
+    NEED(!o->tokenizer || *o->tokenizer, "--tokenizer needs a path or 'none'");
     NEED(!(o->load && o->init && strcmp(o->init, "random") != 0),
          "--init and --load cannot be combined (--load restores the parameters)");
     NEED(o->init && *o->init, "--init needs 'random' or a path");
@@ -867,24 +867,34 @@ static sr_status sample(run *r)
     const sr_program *prog = r->prog;
     int V = prog->vocab, T = o->seq, nv = sr_classes(prog); /* V - nv columns pad */
     int byte_model = nv == 256;
-    size_t plen = o->prompt ? strlen(o->prompt) : 1;
-    if (plen == 0) plen = 1;
-    int32_t *toks = malloc((plen + (size_t)o->sample) * sizeof *toks);
+    /* the prompt's tokens: through the tokenizer, or bytes (open_tokenizer
+     * refused a prompt that has neither) */
+    int32_t *pt = NULL;
+    size_t pn = 0;
+    if (o->prompt && r->tok) {
+        SR_CHECK(sr_tok_encode(r->tok, o->prompt, strlen(o->prompt), &pt, &pn));
+    } else if (o->prompt && (pt = malloc(strlen(o->prompt) + 1)) != NULL) {
+        for (const unsigned char *p = (const unsigned char *)o->prompt; *p; p++) pt[pn++] = *p;
+    }
+    int32_t *toks = malloc(((pn ? pn : 1) + (size_t)o->sample) * sizeof *toks);
     cand *c = malloc((size_t)V * sizeof *c);
     float *row = malloc(2 * (size_t)V * sizeof *row); /* the row, then this rank's part */
-    if (!toks || !c || !row) {
+    if (!toks || !c || !row || (o->prompt && !pt)) {
+        free(pt);
         free(toks);
         free(c);
         free(row);
         return sr_seterr(SR_ERR_NOMEM, "out of memory for sampling");
     }
-    size_t n = 0;
-    if (o->prompt && *o->prompt) {
-        for (const unsigned char *p = (const unsigned char *)o->prompt; *p; p++) toks[n++] = *p;
+    size_t n = pn;
+    if (pn) {
+        memcpy(toks, pt, pn * sizeof *toks);
     } else {
-        /* byte models start at a newline; GPT-2 vocabularies at <|endoftext|> as llm.c does */
-        toks[n++] = byte_model ? '\n' : (nv >= 50257 ? 50256 : 0);
+        /* <|endoftext|> starts GPT-2 vocabularies as in llm.c; byte models a newline */
+        int eot = r->tok ? sr_tok_eot(r->tok) : -1;
+        toks[n++] = eot >= 0 ? eot : byte_model ? '\n' : (nv >= 50257 ? 50256 : 0);
     }
+    free(pt);
     sr_status s = SR_OK;
     for (int i = 0; i < o->sample; i++) {
         size_t w = n < (size_t)T ? n : (size_t)T;
@@ -928,7 +938,14 @@ static sr_status sample(run *r)
             fputc('\n', stderr);
             r->line_open = 0;
         }
-        if (byte_model) {
+        if (r->tok) {
+            for (size_t i = 0; i < n; i++) {
+                size_t len;
+                const char *piece = sr_tok_piece(r->tok, toks[i], &len);
+                fwrite(piece, 1, len, stdout);
+            }
+            putchar('\n');
+        } else if (byte_model) {
             for (size_t i = 0; i < n; i++) putchar(toks[i]);
             putchar('\n');
         } else {
@@ -956,6 +973,36 @@ static void set_threads(int n)
      * around their BLAS calls (see kernels.c) */
 }
 
+/* --tokenizer, else the one beside --init's parameters (a Hugging Face model
+ * directory has one); 'none': no tokenizer. */
+static sr_status open_tokenizer(run *r)
+{
+    const opts *o = &r->o;
+    int nv = sr_classes(r->prog);
+    char found[4200];
+    const char *p = o->tokenizer;
+    int beside_init = 0;
+    if (!p && o->init && strcmp(o->init, "random") != 0) {
+        p = sr_tok_find(o->init, found, sizeof found);
+        beside_init = p != NULL;
+    }
+    if (p && strcmp(p, "none") != 0) {
+        SR_CHECK(sr_tok_load(p, &r->tok));
+        if (sr_tok_size(r->tok) > nv)
+            return sr_seterr(SR_ERR_ARG, "tokenizer %s has %d tokens, more than the model's "
+                             "vocabulary of %d; it is another model's%s", sr_tok_path(r->tok),
+                             sr_tok_size(r->tok), nv,
+                             beside_init ? " (found beside --init; --tokenizer none uses none)" : "");
+        rt_info(r, "tokenizer: %s (%s, %d tokens)", sr_tok_path(r->tok), sr_tok_kind(r->tok),
+                sr_tok_size(r->tok));
+    }
+    if (o->prompt && *o->prompt && nv != 256 && !(r->tok && sr_tok_can_encode(r->tok)))
+        return sr_seterr(SR_ERR_USAGE, "--prompt needs a tokenizer that encodes for this model's "
+                         "vocabulary of %d: pass --tokenizer (tokenizer.json or vocab.json + "
+                         "merges.txt, or their directory)", nv);
+    return SR_OK;
+}
+
 static sr_status setup(run *r)
 {
     const sr_program *prog = r->prog;
@@ -980,16 +1027,20 @@ static sr_status setup(run *r)
     r->tty = isatty(fileno(stderr));
 
     /* data first: a wrong file name should fail before minutes of loading */
+    SR_CHECK(open_tokenizer(r));
     if (o->data) {
-        SR_CHECK(sr_data_open(&r->train, o->data, sr_classes(prog)));
+        SR_CHECK(sr_data_open(&r->train, o->data, sr_classes(prog), r->tok));
         r->have_train = 1;
         SR_CHECK(sr_data_check(&r->train, o->batch, o->seq));
     }
     if (o->val_data) {
-        SR_CHECK(sr_data_open(&r->val, o->val_data, sr_classes(prog)));
+        SR_CHECK(sr_data_open(&r->val, o->val_data, sr_classes(prog), r->tok));
         r->have_val = 1;
         SR_CHECK(sr_data_check(&r->val, o->batch, o->seq));
     }
+    if (r->have_train && !r->train.is_bin && !r->tok && sr_classes(prog) != 256)
+        rt_info(r, "note: %s is read as raw bytes (token ids 0-255) for a vocabulary of %d; to "
+                "tokenize text, pass --tokenizer", o->data, sr_classes(prog));
 
     /* the parameters this rank holds: all, or its pipeline stages' */
     SR_CHECK(rt_param_layout(r));
@@ -1070,6 +1121,7 @@ static sr_status setup(run *r)
 
 static void cleanup(run *r)
 {
+    sr_tok_free(r->tok);
     if (r->log) fclose(r->log);
     if (r->batches) fclose(r->batches);
     if (r->have_train) sr_data_close(&r->train);

@@ -18,6 +18,11 @@ foreach(t test_kernels test_data test_safetensors)
   target_include_directories(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests) # check.h
   add_test(NAME unit_${t} COMMAND ${t} WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 endforeach()
+add_executable(test_tokenizer tests/unit/test_tokenizer.c)
+target_link_libraries(test_tokenizer PRIVATE shardrt)
+target_compile_options(test_tokenizer PRIVATE ${SHARDC_WARN})
+target_include_directories(test_tokenizer PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+add_test(NAME unit_test_tokenizer COMMAND test_tokenizer ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/tokenizer)
 add_executable(fake_program tests/unit/fake_program.c)
 target_link_libraries(fake_program PRIVATE shardrt)
 target_compile_options(fake_program PRIVATE ${SHARDC_WARN})
@@ -45,6 +50,10 @@ set_tests_properties(e2e_tensor_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_E
 add_test(NAME e2e_pipeline_parallel COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/pp.sh
   $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(e2e_pipeline_parallel PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 900)
+# text in and out through a GPT-2 tokenizer (tests/unit/tokenizer's fixture)
+add_test(NAME e2e_text COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/text.sh
+  $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(e2e_text PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 600)
 # a private one-node Slurm cluster: srun --mpi=pmix and salloc + mpirun
 add_test(NAME e2e_slurm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/slurm.sh
   $<TARGET_FILE:shardc> ${CMAKE_CURRENT_SOURCE_DIR})

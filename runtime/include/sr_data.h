@@ -4,7 +4,8 @@
  *  - llm.c token shards (.bin): 256 little-endian int32 header words,
  *    header[0] = SR_DATA_MAGIC, header[1] = SR_DATA_VERSION, header[2] = the
  *    token count, then that many little-endian uint16 tokens;
- *  - anything else: raw bytes, one token per byte (vocabulary 256).
+ *  - anything else: text, tokenized at open by a tokenizer when one is given
+ *    (sr_tokenizer.h), else raw bytes, one token per byte (vocabulary 256).
  *
  * Batches follow llm.c's sequential order and are a pure function of the
  * optimizer step, so a run resumed from a checkpoint, or split over any number
@@ -17,6 +18,7 @@
 #include <stdint.h>
 
 #include "shardrt.h"
+#include "sr_tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,16 +31,19 @@ extern "C" {
 typedef struct sr_data {
     char *path;              /* as given to sr_data_open */
     int64_t n_tokens;
-    int is_bin;              /* 1: llm.c .bin, 0: raw bytes */
+    int is_bin;              /* 1: llm.c .bin, 0: text (ids) or raw bytes */
     const unsigned char *tok;/* first token: uint16 LE (is_bin) or bytes */
+    int32_t *ids;            /* text tokenized at open (then tok is unused) */
     void *map;               /* the whole file, mmap'ed (NULL when empty) */
     size_t map_len;
 } sr_data;
 
 /* Opens and validates a token file: format, size, and every token < vocab.
+ * A file that is not an llm.c .bin is tokenized with `tok` when it is not
+ * NULL (the whole file, once, held in memory), else read as bytes.
  * Errors (SR_ERR_IO, SR_ERR_FORMAT) name the file and the numbers at fault.
  * On failure *d is left closed (safe to sr_data_close). */
-sr_status sr_data_open(sr_data *d, const char *path, int vocab);
+sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokenizer *tok);
 void sr_data_close(sr_data *d);
 
 /* Token i (0 <= i < n_tokens). */

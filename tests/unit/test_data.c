@@ -80,7 +80,7 @@ static void test_bin(void)
     uint16_t tok[10] = {0, 1, 2, 300, 0xABCD, 65535, 7, 8, 9, 10};
     write_bin(tmp("ok.bin"), SR_DATA_MAGIC, 1, 10, tok, 10);
     sr_data d;
-    sr_status s = sr_data_open(&d, tmp("ok.bin"), 65536);
+    sr_status s = sr_data_open(&d, tmp("ok.bin"), 65536, NULL);
     CHECK(s == SR_OK, ".bin file opens");
     if (s != SR_OK) return;
     CHECK(d.is_bin == 1 && d.n_tokens == 10, ".bin: 10 uint16 tokens (got %ld)", (long)d.n_tokens);
@@ -89,43 +89,43 @@ static void test_bin(void)
     CHECK(same, ".bin: tokens decoded little-endian, including 0xABCD and 65535");
     sr_data_close(&d);
 
-    s = sr_data_open(&d, tmp("ok.bin"), 301);
+    s = sr_data_open(&d, tmp("ok.bin"), 301, NULL);
     CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "ok.bin") &&
               contains(sr_errmsg(), "token 43981 at position 4") && contains(sr_errmsg(), "301"),
           "out-of-vocab token: error names file, position, value and vocab: %s", sr_errmsg());
     sr_data_close(&d); /* safe after a failed open */
 
     write_bin(tmp("v2.bin"), SR_DATA_MAGIC, 2, 10, tok, 10);
-    s = sr_data_open(&d, tmp("v2.bin"), 65536);
+    s = sr_data_open(&d, tmp("v2.bin"), 65536, NULL);
     CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "v2.bin") && contains(sr_errmsg(), "version 2"),
           "wrong version is a format error naming file and version: %s", sr_errmsg());
 
     write_bin(tmp("short.bin"), SR_DATA_MAGIC, 1, 10, tok, 9);
-    s = sr_data_open(&d, tmp("short.bin"), 65536);
+    s = sr_data_open(&d, tmp("short.bin"), 65536, NULL);
     CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "short.bin") && contains(sr_errmsg(), "10 tokens") &&
               contains(sr_errmsg(), "1042"),
           "count larger than the file is a format error with the numbers: %s", sr_errmsg());
 
     write_bin(tmp("long.bin"), SR_DATA_MAGIC, 1, 8, tok, 10);
-    s = sr_data_open(&d, tmp("long.bin"), 65536);
+    s = sr_data_open(&d, tmp("long.bin"), 65536, NULL);
     CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "long.bin") && contains(sr_errmsg(), "8 tokens"),
           "count smaller than the file is a format error: %s", sr_errmsg());
 
     write_bin(tmp("neg.bin"), SR_DATA_MAGIC, 1, -5, tok, 0);
-    s = sr_data_open(&d, tmp("neg.bin"), 65536);
+    s = sr_data_open(&d, tmp("neg.bin"), 65536, NULL);
     CHECK(s == SR_ERR_FORMAT, "negative count is a format error");
 
     unsigned char hdr[100] = {0};
     put32(hdr, SR_DATA_MAGIC);
     put32(hdr + 4, 1);
     write_bytes(tmp("trunc.bin"), hdr, sizeof hdr);
-    s = sr_data_open(&d, tmp("trunc.bin"), 65536);
+    s = sr_data_open(&d, tmp("trunc.bin"), 65536, NULL);
     CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "trunc.bin") && contains(sr_errmsg(), "100 bytes"),
           "magic but shorter than the header: format error: %s", sr_errmsg());
 
     /* not the magic: the same bytes are just raw bytes */
     write_bin(tmp("magic.bin"), SR_DATA_MAGIC + 1, 1, 10, tok, 10);
-    s = sr_data_open(&d, tmp("magic.bin"), 256);
+    s = sr_data_open(&d, tmp("magic.bin"), 256, NULL);
     CHECK(s == SR_OK && d.is_bin == 0 && d.n_tokens == 1024 + 20,
           "wrong magic: read as raw bytes (%ld tokens)", (long)d.n_tokens);
     if (s == SR_OK) sr_data_close(&d);
@@ -136,24 +136,24 @@ static void test_raw(void)
     const char text[] = "hello\xff\x80world";
     write_bytes(tmp("raw.txt"), text, sizeof text - 1);
     sr_data d;
-    sr_status s = sr_data_open(&d, tmp("raw.txt"), 256);
+    sr_status s = sr_data_open(&d, tmp("raw.txt"), 256, NULL);
     CHECK(s == SR_OK && d.is_bin == 0 && d.n_tokens == 12, "raw bytes: one token per byte");
     if (s == SR_OK) {
         CHECK(sr_data_token(&d, 0) == 'h' && sr_data_token(&d, 5) == 255 && sr_data_token(&d, 6) == 128,
               "raw bytes: values 0..255, high bytes unsigned");
         sr_data_close(&d);
     }
-    s = sr_data_open(&d, tmp("raw.txt"), 200);
+    s = sr_data_open(&d, tmp("raw.txt"), 200, NULL);
     CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "token 255 at position 5") && contains(sr_errmsg(), "200"),
           "raw bytes above a smaller vocab: error: %s", sr_errmsg());
 
     write_bytes(tmp("short.txt"), "ab", 2);
-    s = sr_data_open(&d, tmp("short.txt"), 256);
+    s = sr_data_open(&d, tmp("short.txt"), 256, NULL);
     CHECK(s == SR_OK && d.n_tokens == 2, "a file shorter than the magic is raw bytes");
     if (s == SR_OK) sr_data_close(&d);
 
     write_bytes(tmp("empty.txt"), "", 0);
-    s = sr_data_open(&d, tmp("empty.txt"), 256);
+    s = sr_data_open(&d, tmp("empty.txt"), 256, NULL);
     CHECK(s == SR_OK && d.n_tokens == 0, "an empty file opens with 0 tokens");
     if (s == SR_OK) {
         s = sr_data_check(&d, 1, 1);
@@ -162,10 +162,10 @@ static void test_raw(void)
         sr_data_close(&d);
     }
 
-    s = sr_data_open(&d, tmp("does-not-exist.bin"), 256);
+    s = sr_data_open(&d, tmp("does-not-exist.bin"), 256, NULL);
     CHECK(s == SR_ERR_IO && contains(sr_errmsg(), "does-not-exist.bin"), "missing file: i/o error naming it: %s",
           sr_errmsg());
-    s = sr_data_open(&d, dir, 256);
+    s = sr_data_open(&d, dir, 256, NULL);
     CHECK(s == SR_ERR_IO, "a directory is not a data file");
 }
 
@@ -182,7 +182,7 @@ static void test_batches(void)
 {
     make_counting("count.bin", 1000);
     sr_data d;
-    if (sr_data_open(&d, tmp("count.bin"), 65536) != SR_OK) {
+    if (sr_data_open(&d, tmp("count.bin"), 65536, NULL) != SR_OK) {
         CHECK(0, "counting file opens");
         return;
     }

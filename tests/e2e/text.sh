@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Text in and out through a GPT-2 tokenizer (runtime/tokenizer.c): a model
+# with tests/unit/tokenizer's 1000-token byte-level BPE trains on text.txt
+# exactly as on the tokens Hugging Face tokenizers made of it (text.bin), at
+# tp=1 and tp=2; --prompt is encoded and samples are decoded to text; the
+# tokenizer beside --init's weights is found; mistakes are one-line errors.
+source "$(dirname "$0")/lib.sh"
+fix="$src/tests/unit/tokenizer"
+mkdir tok && cp "$fix"/vocab.json "$fix"/merges.txt tok/
+cfg="--set vocab_size=1000 --set n_layer=2 --set n_embd=64 --set n_head=4"
+"$shardc" build "$src/examples/tinygpt.model" $cfg -o bpe1
+"$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 -o bpe2
+run="--steps 6 --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet"
+
+./bpe1 $run --data "$fix/text.txt" --tokenizer tok --log txt.jsonl --save ckpt
+./bpe1 $run --data "$fix/text.bin" --log bin.jsonl
+check "text.txt through vocab.json + merges.txt trains as Hugging Face's tokens (text.bin), bit for bit" \
+  cmp <(grep -o '"loss":[^,]*' txt.jsonl) <(grep -o '"loss":[^,]*' bin.jsonl)
+./bpe1 $run --data "$fix/text.txt" --tokenizer "$fix/tokenizer.json" --log tj.jsonl
+check "the same through tokenizer.json" cmp <(grep -o '"loss":[^,]*' tj.jsonl) <(grep -o '"loss":[^,]*' bin.jsonl)
+$mpi -np 2 ./bpe2 $run --tp 2 --data "$fix/text.txt" --tokenizer tok --log tp2.jsonl
+check "tp=2 on the text: the single-rank losses" same bin.jsonl tp2.jsonl 1e-5
+
+# sampling: decoded text = the token ids decoded by GPT-2's byte map in Python
+smp="--steps 0 --load ckpt --batch 4 --seq 32 --sample 40 --temperature 1 --quiet"
+./bpe1 $smp --tokenizer tok > s_text.txt
+./bpe1 $smp --tokenizer none > s_ids.txt
+check "a sample is printed as text: the ids it draws, decoded by vocab.json" $py - tok/vocab.json s_ids.txt s_text.txt <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+byte = {chr(c): b for b, c in zip(bs, cs)}
+piece = {i: bytes(byte[c] for c in s) for s, i in json.load(open(sys.argv[1])).items()}
+ids = [int(x) for x in open(sys.argv[2]).read().split()]
+text = open(sys.argv[3], "rb").read()
+want = b"".join(piece[i] for i in ids) + b"\n"
+print(f"  {len(ids)} ids, {len(text)} bytes: {text[:60]!r}")
+sys.exit(0 if len(ids) == 41 and text == want else 1)
+PY
+./bpe1 $smp --tokenizer tok --prompt "The model's loss" --sample 8 --temperature 0 > s_prompt.txt
+check "--prompt is encoded: the sample starts with it ($(head -c 60 s_prompt.txt))" grep -q "^The model's loss" s_prompt.txt
+$mpi -np 2 ./bpe2 $smp --tp 2 --tokenizer tok --prompt "The model's loss" --sample 8 --temperature 0 > s_prompt2.txt
+check "tp=2 samples the same text" cmp s_prompt.txt s_prompt2.txt
+
+# a Hugging Face-style directory: weights and tokenizer side by side
+mkdir hf && cp ckpt/step-00000006/model.safetensors hf/ && cp "$fix/tokenizer.json" hf/
+./bpe1 --init hf --steps 0 --batch 4 --seq 32 --sample 8 --prompt "The model's loss" --temperature 0 \
+  > s_hf.txt 2> hf_err.txt
+check "--init DIR uses the tokenizer beside the weights ($(head -1 hf_err.txt))" \
+  grep -q "^tokenizer: hf/tokenizer.json (tokenizer.json, 1000 tokens)" hf_err.txt
+check "... and samples what --load with --tokenizer did" cmp s_prompt.txt s_hf.txt
+
+# shardc tokenize: text files into one llm.c token file, once
+check "shardc tokenize writes Hugging Face's tokens of text.txt, byte for byte (text.bin)" \
+  sh -c "'$shardc' tokenize --tokenizer tok -o tk.bin '$fix/text.txt' 2> tk_err.txt && cmp tk.bin '$fix/text.bin'"
+printf 'Hello world' > a.txt; : > empty.txt
+"$shardc" tokenize --tokenizer "$fix/tokenizer.json" --eot a.txt empty.txt a.txt -o eot.bin 2> /dev/null
+check "--eot: <|endoftext|> before each file (an empty one too)" $py - eot.bin "$fix/cases.json" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+magic, version, n = struct.unpack("<3i", b[:12])
+toks = list(struct.unpack("<%dH" % n, b[1024:]))
+hello = json.load(open(sys.argv[2]))[0]["ids"]  # "Hello world"
+print(f"  {n} tokens: {toks}")
+sys.exit(0 if (magic, version) == (20240520, 1) and toks == [0] + hello + [0] + [0] + hello else 1)
+PY
+cp tk.bin keep.bin
+"$shardc" tokenize --tokenizer tok -o tk.bin a.txt missing.txt 2> err.txt; rc=$?
+check "a missing input: exit 1 ($(head -1 err.txt)), the old output untouched, no temporary left" \
+  sh -c "[ $rc -eq 1 ] && cmp tk.bin keep.bin && ! ls tk.bin.tmp-* 2>/dev/null"
+"$shardc" tokenize -o x.bin a.txt 2> err.txt; rc=$?
+check "no --tokenizer: exit 2 ($(head -1 err.txt))" [ $rc -eq 2 ]
+
+# mistakes
+./bpe1 $smp --prompt "Hello" 2> err.txt; rc=$?
+check "--prompt without a tokenizer for a 1000-token vocabulary: exit 2 ($(head -1 err.txt))" \
+  sh -c "[ $rc -eq 2 ] && grep -q 'needs a tokenizer that encodes' err.txt"
+"$shardc" build "$src/examples/tinygpt.model" --set n_layer=1 --set n_embd=32 --set n_head=2 -o byte1
+./byte1 --data "$fix/text.txt" --tokenizer tok --steps 1 --batch 4 --seq 32 2> err.txt; rc=$?
+check "a tokenizer larger than the model's vocabulary: exit 1 ($(head -1 err.txt))" \
+  sh -c "[ $rc -eq 1 ] && grep -q 'has 1000 tokens, more than the model.s vocabulary of 256' err.txt"
+./bpe1 --data "$fix/text.txt" --tokenizer "$fix/cases.json" --steps 1 --batch 4 --seq 32 2> err.txt; rc=$?
+check "a file that is no tokenizer: exit 1 ($(head -1 err.txt))" \
+  sh -c "[ $rc -eq 1 ] && grep -q 'cases.json' err.txt"
+./bpe1 --data "$fix/text.txt" --steps 1 --batch 4 --seq 32 2> err.txt; rc=$?
+check "text for a 1000-token model without a tokenizer: a note says it is read as bytes" \
+  sh -c "[ $rc -eq 0 ] && grep -q 'read as raw bytes (token ids 0-255) for a vocabulary of 1000; to tokenize text, pass --tokenizer' err.txt"
+./bpe1 --help > help.txt
+check "--help has --tokenizer" grep -q -- "--tokenizer PATH|none" help.txt
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
