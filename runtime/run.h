@@ -69,6 +69,10 @@ typedef struct run {
     struct rt_pipe *pipe;       /* the pipeline executor (pipeline.c), NULL without one */
 } run;
 
+/* state.c: a checkpoint root (with `latest`) or a step directory -> the step
+ * directory (malloc'ed) */
+sr_status rt_resolve_ckpt(const char *dir, char **out);
+
 /* train.c */
 float *rt_host_view(run *r, const float *dev, int64_t n);
 void rt_host_done(run *r, float *h, float *dev, int64_t n, int write_back);

@@ -164,7 +164,7 @@ static sr_status read_line(const char *path, char *buf, size_t cap)
 }
 
 /* A checkpoint root (with `latest`) or a step directory -> the step directory. */
-static sr_status resolve_ckpt(const char *dir, char **out)
+sr_status rt_resolve_ckpt(const char *dir, char **out)
 {
     *out = NULL;
     if (!is_dir(dir)) {
@@ -314,7 +314,7 @@ sr_status rt_init_from(run *r, const char *path)
     sr_status s = SR_OK;
     if (is_dir(path)) {
         char *step = NULL;
-        SR_CHECK(resolve_ckpt(path, &step));
+        SR_CHECK(rt_resolve_ckpt(path, &step));
         file = path_join(step, "model.safetensors");
         free(step);
     } else {
@@ -347,7 +347,7 @@ static sr_status load_opt_state(run *r, const char *path, const char *suffix, fl
 sr_status rt_load_checkpoint(run *r)
 {
     char *dir = NULL;
-    SR_CHECK(resolve_ckpt(r->o.load, &dir));
+    SR_CHECK(rt_resolve_ckpt(r->o.load, &dir));
     char *state_path = path_join(dir, "state.json");
     char *model = path_join(dir, "model.safetensors");
     char *optim = path_join(dir, "optimizer.safetensors");
@@ -543,6 +543,37 @@ static char *state_json(run *r, long step)
     return b.data;
 }
 
+/* The run's tokenizer files, copied into the checkpoint under the names
+ * sr_tok_find knows (so --load finds the tokenizer as --init finds one beside
+ * Hugging Face weights). */
+static sr_status copy_tokenizer(run *r, const char *dir)
+{
+    if (!r->tok) return SR_OK;
+    const char *src[2], *name[2];
+    int n = sr_tok_files(r->tok, src, name);
+    sr_status s = SR_OK;
+    for (int i = 0; i < n && s == SR_OK; i++) {
+        char *to = path_join(dir, name[i]);
+        FILE *in = fopen(src[i], "rb"), *out = to ? fopen(to, "wb") : NULL;
+        if (!to || !in || !out) {
+            s = sr_seterr(SR_ERR_IO, "cannot copy the tokenizer %s into the checkpoint (%s): %s",
+                          src[i], to ? to : "?", strerror(errno));
+        } else {
+            char buf[65536];
+            size_t k;
+            while (s == SR_OK && (k = fread(buf, 1, sizeof buf, in)) > 0)
+                if (fwrite(buf, 1, k, out) != k)
+                    s = sr_seterr(SR_ERR_IO, "cannot write %s: %s", to, strerror(errno));
+            if (s == SR_OK && (ferror(in) || fflush(out) != 0 || fsync(fileno(out)) != 0))
+                s = sr_seterr(SR_ERR_IO, "cannot copy the tokenizer %s to %s", src[i], to);
+        }
+        if (in) fclose(in);
+        if (out && fclose(out) != 0 && s == SR_OK) s = sr_seterr(SR_ERR_IO, "cannot write %s", to);
+        free(to);
+    }
+    return s;
+}
+
 /* Writes DIR/step-NNNNNNNN atomically: everything goes to a temporary
  * directory that is fsync'ed and renamed into place; only then is DIR/latest
  * replaced (temp file + rename). Any failure leaves the old latest as it was. */
@@ -628,6 +659,7 @@ static sr_status save_checkpoint(run *r, long step, const float *fp, const float
             free(c);
         }
     }
+    if (s == SR_OK) s = copy_tokenizer(r, tmp);
     if (s != SR_OK) goto out;
     fsync_dir(tmp);
     if (is_dir(final)) {

@@ -28,6 +28,7 @@ typedef struct merge_slot {
 
 struct sr_tokenizer {
     char *path;
+    char *merges_path; /* the merges file beside vocab.json / encoder.json, else NULL */
     const char *kind;
     int n;             /* ids 0 .. n-1 */
     char **piece;      /* bytes of each id (NULL: no token has this id) */
@@ -254,6 +255,7 @@ void sr_tok_free(sr_tokenizer *t)
     free(t->merges);
     free(t->special);
     free(t->path);
+    free(t->merges_path);
     free(t);
 }
 
@@ -504,6 +506,7 @@ static sr_status load_vocab_merges(const char *vpath, const char *mpath, sr_toke
     size_t len = 0;
     if (s == SR_OK) s = read_file(mpath, &text, &len);
     if (s == SR_OK) s = finish_bpe(t, NULL, text, len, mpath);
+    if (s == SR_OK && !(t->merges_path = strdup(mpath))) s = nomem();
     free(text);
     if (s != SR_OK) {
         sr_tok_free(t);
@@ -694,6 +697,13 @@ int sr_tok_eot(const sr_tokenizer *t) { return t->eot; }
 int sr_tok_can_encode(const sr_tokenizer *t) { return t->can_encode; }
 const char *sr_tok_kind(const sr_tokenizer *t) { return t->kind; }
 const char *sr_tok_path(const sr_tokenizer *t) { return t->path; }
+int sr_tok_files(const sr_tokenizer *t, const char *src[2], const char *name[2])
+{
+    src[0] = t->path, src[1] = t->merges_path;
+    name[0] = t->merges_path ? "vocab.json" : t->can_encode ? "tokenizer.json" : "gpt2_tokenizer.bin";
+    name[1] = t->merges_path ? "merges.txt" : NULL;
+    return t->merges_path ? 2 : 1;
+}
 
 const char *sr_tok_piece(const sr_tokenizer *t, int32_t id, size_t *len)
 {

@@ -99,7 +99,7 @@ static const flag flags[] = {
     {"temperature", F_FLOAT, O(temperature), "F", "sampling temperature (0 = greedy)"},
     {"top-k", F_INT, O(top_k), "K", "sample from the K most likely tokens (0 = all)"},
     {"prompt", F_STR, O(prompt), "TEXT", "sampling prompt (through the tokenizer, or bytes for a byte-level model)"},
-    {"tokenizer", F_STR, O(tokenizer), "PATH|none", "GPT-2 BPE tokenizer for text data, --prompt and samples: tokenizer.json, vocab.json, gpt2_tokenizer.bin or their directory (default: --init's directory's)"},
+    {"tokenizer", F_STR, O(tokenizer), "PATH|none", "GPT-2 BPE tokenizer for text data, --prompt and samples: tokenizer.json, vocab.json, gpt2_tokenizer.bin or their directory (default: the one with --init's or --load's files)"},
     {"threads", F_INT, O(threads), "N", "CPU threads (0 = OpenMP/OpenBLAS default)"},
     {"dump-grads", F_STR, O(dump_grads), "FILE", "write the first step's gradients (before clipping) as safetensors"},
     {"dp", F_INT, O(dp), "N", "data-parallel degree (world = dp x tp x pp ranks under mpirun)"},
@@ -974,25 +974,28 @@ static void set_threads(int n)
 }
 
 /* --tokenizer, else the one beside --init's parameters (a Hugging Face model
- * directory has one); 'none': no tokenizer. */
+ * directory has one) or in --load's checkpoint (saved with it); 'none': no
+ * tokenizer. */
 static sr_status open_tokenizer(run *r)
 {
     const opts *o = &r->o;
     int nv = sr_classes(r->prog);
     char found[4200];
     const char *p = o->tokenizer;
-    int beside_init = 0;
-    if (!p && o->init && strcmp(o->init, "random") != 0) {
-        p = sr_tok_find(o->init, found, sizeof found);
-        beside_init = p != NULL;
+    if (!p && o->init && strcmp(o->init, "random") != 0) p = sr_tok_find(o->init, found, sizeof found);
+    if (!p && o->load) {
+        char *step = NULL;
+        if (rt_resolve_ckpt(o->load, &step) == SR_OK) p = sr_tok_find(step, found, sizeof found);
+        free(step); /* a bad checkpoint is reported when it is loaded */
     }
+    int beside = !o->tokenizer && p;
     if (p && strcmp(p, "none") != 0) {
         SR_CHECK(sr_tok_load(p, &r->tok));
         if (sr_tok_size(r->tok) > nv)
             return sr_seterr(SR_ERR_ARG, "tokenizer %s has %d tokens, more than the model's "
                              "vocabulary of %d; it is another model's%s", sr_tok_path(r->tok),
                              sr_tok_size(r->tok), nv,
-                             beside_init ? " (found beside --init; --tokenizer none uses none)" : "");
+                             beside ? " (found with the --init or --load files; --tokenizer none uses none)" : "");
         rt_info(r, "tokenizer: %s (%s, %d tokens)", sr_tok_path(r->tok), sr_tok_kind(r->tok),
                 sr_tok_size(r->tok));
     }

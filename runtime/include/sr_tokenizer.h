@@ -47,6 +47,11 @@ int sr_tok_can_encode(const sr_tokenizer *t);
  * and the path it was read from. */
 const char *sr_tok_kind(const sr_tokenizer *t);
 const char *sr_tok_path(const sr_tokenizer *t);
+/* The files the tokenizer was read from (src) and the names sr_tok_find
+ * knows their formats by (name: tokenizer.json; vocab.json and merges.txt,
+ * also for OpenAI's encoder.json and vocab.bpe; gpt2_tokenizer.bin); returns
+ * how many (1 or 2). A checkpoint copies them. */
+int sr_tok_files(const sr_tokenizer *t, const char *src[2], const char *name[2]);
 
 /* The bytes of token `id` (*len of them; "" for an id outside the table). */
 const char *sr_tok_piece(const sr_tokenizer *t, int32_t id, size_t *len);

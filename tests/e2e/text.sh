@@ -45,6 +45,13 @@ check "--prompt is encoded: the sample starts with it ($(head -c 60 s_prompt.txt
 $mpi -np 2 ./bpe2 $smp --tp 2 --tokenizer tok --prompt "The model's loss" --sample 8 --temperature 0 > s_prompt2.txt
 check "tp=2 samples the same text" cmp s_prompt.txt s_prompt2.txt
 
+# the checkpoint keeps the tokenizer; --load finds it
+check "the checkpoint holds the run's vocab.json and merges.txt" \
+  sh -c "cmp ckpt/step-00000006/vocab.json tok/vocab.json && cmp ckpt/step-00000006/merges.txt tok/merges.txt"
+./bpe1 ${smp/--quiet/} --prompt "The model's loss" --sample 8 --temperature 0 > s_load.txt 2> load_err.txt
+check "--load uses the checkpoint's tokenizer ($(grep tokenizer: load_err.txt))" \
+  sh -c "grep -q '^tokenizer: ckpt/step-00000006/vocab.json (vocab.json + merges.txt, 1000 tokens)' load_err.txt && cmp s_prompt.txt s_load.txt"
+
 # a Hugging Face-style directory: weights and tokenizer side by side
 mkdir hf && cp ckpt/step-00000006/model.safetensors hf/ && cp "$fix/tokenizer.json" hf/
 ./bpe1 --init hf --steps 0 --batch 4 --seq 32 --sample 8 --prompt "The model's loss" --temperature 0 \
@@ -75,8 +82,8 @@ check "a missing input: exit 1 ($(head -1 err.txt)), the old output untouched, n
 check "no --tokenizer: exit 2 ($(head -1 err.txt))" [ $rc -eq 2 ]
 
 # mistakes
-./bpe1 $smp --prompt "Hello" 2> err.txt; rc=$?
-check "--prompt without a tokenizer for a 1000-token vocabulary: exit 2 ($(head -1 err.txt))" \
+./bpe1 $smp --tokenizer none --prompt "Hello" 2> err.txt; rc=$?
+check "--prompt without a tokenizer (--tokenizer none) for a 1000-token vocabulary: exit 2 ($(head -1 err.txt))" \
   sh -c "[ $rc -eq 2 ] && grep -q 'needs a tokenizer that encodes' err.txt"
 "$shardc" build "$src/examples/tinygpt.model" --set n_layer=1 --set n_embd=32 --set n_head=2 -o byte1
 ./byte1 --data "$fix/text.txt" --tokenizer tok --steps 1 --batch 4 --seq 32 2> err.txt; rc=$?

@@ -149,6 +149,12 @@ static void forms(void)
                    sr_tok_encode(v, s, strlen(s), &b, &nb) == SR_OK && na == nb &&
                    memcmp(a, b, na * sizeof *a) == 0;
         check(same, "encoder.json + vocab.bpe encode as vocab.json + merges.txt (%zu tokens)", na);
+        const char *src[2], *name[2];
+        int nf = sr_tok_files(o, src, name);
+        check(nf == 2 && strcmp(src[0], path(d, "encoder.json")) == 0 &&
+                  strcmp(src[1], path(d, "vocab.bpe")) == 0 && strcmp(name[0], "vocab.json") == 0 &&
+                  strcmp(name[1], "merges.txt") == 0,
+              "a checkpoint copies encoder.json and vocab.bpe as vocab.json and merges.txt");
         free(a);
         free(b);
     }
@@ -174,6 +180,9 @@ static void forms(void)
                 same = a == b && memcmp(pa, pb, a) == 0;
             }
             check(same, "llm.c's file: the same 1000 pieces, <|endoftext|> 0 (its v2 header)");
+            const char *src[2], *name[2];
+            check(sr_tok_files(l, src, name) == 1 && strcmp(name[0], "gpt2_tokenizer.bin") == 0,
+                  "a checkpoint copies llm.c's file as gpt2_tokenizer.bin");
             int32_t *ids;
             size_t n;
             sr_status s = sr_tok_encode(l, "x", 1, &ids, &n);
