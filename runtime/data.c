@@ -1,4 +1,5 @@
-/* data.c: llm.c token shards, text and raw byte files; llm.c batch order.
+/* data.c: llm.c token shards, text and raw byte files, one or a pattern of
+ * many read as one stream; llm.c batch order.
  *
  * Files are mmap'ed read-only: a GPT-2 shard is 200 MB and every rank only
  * touches the windows it trains on. Tokens are decoded byte by byte, so the
@@ -7,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -23,26 +25,54 @@ static int32_t le32(const unsigned char *p)
                      (uint32_t)p[3] << 24);
 }
 
-int32_t sr_data_token(const sr_data *d, int64_t i)
+static int32_t file_token(const sr_data_file *f, int64_t i)
 {
-    if (d->ids) return d->ids[i];
-    if (d->is_bin) {
-        const unsigned char *p = d->tok + 2 * i;
+    if (f->ids) return f->ids[i];
+    if (f->is_bin) {
+        const unsigned char *p = f->tok + 2 * i;
         return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
     }
-    return d->tok[i];
+    return f->tok[i];
+}
+
+/* The file that holds stream token i (0 <= i < n_tokens). */
+static const sr_data_file *file_of(const sr_data *d, int64_t i)
+{
+    int lo = 0, hi = d->n_files - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (d->files[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &d->files[lo];
+}
+
+int32_t sr_data_token(const sr_data *d, int64_t i)
+{
+    const sr_data_file *f = file_of(d, i);
+    return file_token(f, i - f->first);
+}
+
+static void close_file(sr_data_file *f)
+{
+    if (f->map) munmap(f->map, f->map_len);
+    free(f->ids);
+    free(f->path);
+    memset(f, 0, sizeof *f);
 }
 
 void sr_data_close(sr_data *d)
 {
-    if (d->map) munmap(d->map, d->map_len);
-    free(d->ids);
+    for (int i = 0; i < d->n_files; i++) close_file(&d->files[i]);
+    free(d->files);
     free(d->path);
     memset(d, 0, sizeof *d);
 }
 
 /* Interprets the mapped bytes: header checks for .bin, raw bytes otherwise. */
-static sr_status parse_layout(sr_data *d, const char *path, const unsigned char *b, size_t size)
+static sr_status parse_layout(sr_data_file *d, const char *path, const unsigned char *b, size_t size)
 {
     if (size >= 4 && le32(b) == SR_DATA_MAGIC) {
         if (size < HEADER_BYTES)
@@ -63,32 +93,32 @@ static sr_status parse_layout(sr_data *d, const char *path, const unsigned char 
                              "the file has %zu bytes; it is truncated or corrupt",
                              path, (long)count, (unsigned long long)want, size);
         d->is_bin = 1;
-        d->n_tokens = count;
+        d->n = count;
         d->tok = b + HEADER_BYTES;
     } else {
         d->is_bin = 0;
-        d->n_tokens = (int64_t)size;
+        d->n = (int64_t)size;
         d->tok = b;
     }
     return SR_OK;
 }
 
 /* Text: tokenized once, the mapping released. */
-static sr_status tokenize(sr_data *d, const char *path, const sr_tokenizer *tok)
+static sr_status tokenize(sr_data_file *d, const char *path, const sr_tokenizer *tok)
 {
     size_t n;
-    sr_status s = sr_tok_encode(tok, (const char *)d->tok, (size_t)d->n_tokens, &d->ids, &n);
+    sr_status s = sr_tok_encode(tok, (const char *)d->tok, (size_t)d->n, &d->ids, &n);
     if (s != SR_OK)
         return sr_seterr(s, "cannot tokenize %s with %s: %s", path, sr_tok_path(tok), sr_errmsg());
     if (d->map) munmap(d->map, d->map_len);
     d->map = NULL;
     d->map_len = 0;
     d->tok = NULL;
-    d->n_tokens = (int64_t)n;
+    d->n = (int64_t)n;
     return SR_OK;
 }
 
-sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokenizer *tok)
+static sr_status open_file(sr_data_file *d, const char *path, int vocab, const sr_tokenizer *tok)
 {
     memset(d, 0, sizeof *d);
     int fd = open(path, O_RDONLY);
@@ -119,32 +149,78 @@ sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokeniz
     d->map_len = size;
     d->path = strdup(path);
     if (!d->path) {
-        sr_data_close(d);
+        close_file(d);
         return sr_seterr(SR_ERR_NOMEM, "out of memory opening %s", path);
     }
     static const unsigned char empty[1];
     sr_status s = parse_layout(d, path, map ? (const unsigned char *)map : empty, size);
     if (s == SR_OK && !d->is_bin && tok) s = tokenize(d, path, tok);
     if (s != SR_OK) {
-        sr_data_close(d);
+        close_file(d);
         return s;
     }
     /* Check every token once here, so training never indexes an embedding
      * out of bounds however far it runs. */
     if ((vocab < 65536 || d->ids) && !(vocab >= 256 && !d->is_bin && !d->ids)) {
-        for (int64_t i = 0; i < d->n_tokens; i++) {
-            int32_t t = sr_data_token(d, i);
+        for (int64_t i = 0; i < d->n; i++) {
+            int32_t t = file_token(d, i);
             if (t >= vocab) {
                 s = sr_seterr(SR_ERR_FORMAT,
                               "file %s: token %ld at position %ld is outside the model's "
                               "vocabulary of %d; was it tokenized for another model?",
                               path, (long)t, (long)i, vocab);
-                sr_data_close(d);
+                close_file(d);
                 return s;
             }
         }
     }
     return SR_OK;
+}
+
+static int is_pattern(const char *path)
+{
+    return strpbrk(path, "*?[") != NULL;
+}
+
+sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokenizer *tok)
+{
+    memset(d, 0, sizeof *d);
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    size_t n = 1;
+    if (is_pattern(path)) {
+        int rc = glob(path, 0, NULL, &g);
+        if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+            globfree(&g);
+            return sr_seterr(SR_ERR_IO, "no data file matches %s", path);
+        }
+        if (rc != 0) {
+            globfree(&g);
+            return sr_seterr(rc == GLOB_NOSPACE ? SR_ERR_NOMEM : SR_ERR_IO,
+                             "cannot list the data files of %s", path);
+        }
+        n = g.gl_pathc;
+    }
+    d->path = strdup(path);
+    d->files = calloc(n, sizeof *d->files);
+    sr_status s = d->path && d->files ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory opening %s", path);
+    d->is_bin = 1;
+    for (size_t i = 0; i < n && s == SR_OK; i++) {
+        sr_data_file *f = &d->files[d->n_files];
+        s = open_file(f, is_pattern(path) ? g.gl_pathv[i] : path, vocab, tok);
+        if (s != SR_OK) break;
+        d->is_bin &= f->is_bin;
+        if (f->n == 0 && n > 1) { /* an empty shard adds nothing to the stream */
+            close_file(f);
+            continue;
+        }
+        f->first = d->n_tokens;
+        d->n_tokens += f->n;
+        d->n_files++;
+    }
+    globfree(&g);
+    if (s != SR_OK) sr_data_close(d);
+    return s;
 }
 
 int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T)
@@ -156,6 +232,11 @@ int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T)
 sr_status sr_data_check(const sr_data *d, int G, int T)
 {
     if (G <= 0 || T <= 0) return sr_seterr(SR_ERR_ARG, "batch %d x %d is not positive", G, T);
+    if (sr_data_batches_per_epoch(d, G, T) == 0 && d->n_files > 1)
+        return sr_seterr(SR_ERR_FORMAT,
+                         "the %d files of %s have %ld tokens, fewer than one batch of %d x %d + 1; "
+                         "use more data or a smaller --batch/--seq",
+                         d->n_files, d->path, (long)d->n_tokens, G, T);
     if (sr_data_batches_per_epoch(d, G, T) == 0)
         return sr_seterr(SR_ERR_FORMAT,
                          "file %s has %ld tokens, fewer than one batch of %d x %d + 1; use a "
@@ -177,6 +258,15 @@ sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_
     for (int j = 0; j < n_seq; j++) {
         int64_t base = s + (int64_t)(first_seq + j) * T;
         int32_t *in = inputs + (size_t)j * T, *tg = targets + (size_t)j * T;
+        const sr_data_file *f = file_of(d, base);
+        if (base + T + 1 <= f->first + f->n) { /* within one file, as nearly every window is */
+            int64_t at = base - f->first;
+            for (int t = 0; t < T; t++) {
+                in[t] = file_token(f, at + t);
+                tg[t] = file_token(f, at + t + 1);
+            }
+            continue;
+        }
         for (int t = 0; t < T; t++) {
             in[t] = sr_data_token(d, base + t);
             tg[t] = sr_data_token(d, base + t + 1);

@@ -71,7 +71,7 @@ typedef struct flag {
 
 #define O(f) offsetof(opts, f)
 static const flag flags[] = {
-    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin, or text (tokenized by --tokenizer, else raw bytes)"},
+    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin or text (tokenized by --tokenizer, else raw bytes); a quoted glob reads many files"},
     {"val-data", F_STR, O(val_data), "FILE", "validation tokens (same formats)"},
     {"steps", F_LONG, O(steps), "N", "optimizer steps in total (a resumed run continues to N)"},
     {"batch", F_INT, O(batch), "G", "sequences per optimizer step (global batch)"},
@@ -1112,12 +1112,14 @@ static sr_status setup(run *r)
         r->log = fopen(o->log, r->loaded ? "a" : "w"); /* a resumed run continues its log */
         if (!r->log) return sr_seterr(SR_ERR_IO, "cannot open log file %s: %s", o->log, strerror(errno));
     }
+    char files[48] = "";
+    if (r->have_train && r->train.n_files > 1) snprintf(files, sizeof files, " in %d files", r->train.n_files);
     if (r->have_train)
         rt_info(r, "%s: %lld parameters; batch %d x %d over %d data rank%s in %d microbatch%s; steps "
-             "%ld..%ld; %s has %lld tokens (%lld batches per pass)",
+             "%ld..%ld; %s has %lld tokens%s (%lld batches per pass)",
              prog->name ? prog->name : "model", (long long)r->n_full, o->batch, o->seq, dp, dp == 1 ? "" : "s",
              o->microbatches, o->microbatches == 1 ? "" : "es", r->start_step, o->steps, o->data,
-             (long long)r->train.n_tokens,
+             (long long)r->train.n_tokens, files,
              (long long)sr_data_batches_per_epoch(&r->train, o->batch, o->seq));
     return SR_OK;
 }

@@ -1,6 +1,6 @@
 /* sr_data.h: token data for training and evaluation.
  *
- * Two file formats:
+ * Two file formats, and a glob pattern reads many files as one stream:
  *  - llm.c token shards (.bin): 256 little-endian int32 header words,
  *    header[0] = SR_DATA_MAGIC, header[1] = SR_DATA_VERSION, header[2] = the
  *    token count, then that many little-endian uint16 tokens;
@@ -28,19 +28,31 @@ extern "C" {
 #define SR_DATA_VERSION 1
 #define SR_DATA_HEADER_INTS 256
 
-typedef struct sr_data {
-    char *path;              /* as given to sr_data_open */
-    int64_t n_tokens;
+/* One file of the stream. */
+typedef struct sr_data_file {
+    char *path;
+    int64_t first, n;        /* its tokens are [first, first + n) of the stream */
     int is_bin;              /* 1: llm.c .bin, 0: text (ids) or raw bytes */
     const unsigned char *tok;/* first token: uint16 LE (is_bin) or bytes */
     int32_t *ids;            /* text tokenized at open (then tok is unused) */
-    void *map;               /* the whole file, mmap'ed (NULL when empty) */
+    void *map;               /* the whole file, mmap'ed (NULL when empty or tokenized) */
     size_t map_len;
+} sr_data_file;
+
+typedef struct sr_data {
+    char *path;              /* as given to sr_data_open: a file or a pattern */
+    int64_t n_tokens;        /* of all files */
+    int is_bin;              /* 1: every file is an llm.c .bin */
+    int n_files;
+    sr_data_file *files;     /* in stream order, empty files left out */
 } sr_data;
 
-/* Opens and validates a token file: format, size, and every token < vocab.
- * A file that is not an llm.c .bin is tokenized with `tok` when it is not
- * NULL (the whole file, once, held in memory), else read as bytes.
+/* Opens and validates token files: format, size, and every token < vocab.
+ * `path` is a file, or a pattern with * ? [ (glob(3), matches in sorted
+ * order, like llm.c's -i "fineweb_train_*.bin") whose files are read as one
+ * stream, one after the other. A file that is not an llm.c .bin is
+ * tokenized with `tok` when it is not NULL (the whole file, once, held in
+ * memory), else read as bytes.
  * Errors (SR_ERR_IO, SR_ERR_FORMAT) name the file and the numbers at fault.
  * On failure *d is left closed (safe to sr_data_close). */
 sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokenizer *tok);

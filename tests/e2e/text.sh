@@ -21,6 +21,27 @@ check "the same through tokenizer.json" cmp <(grep -o '"loss":[^,]*' tj.jsonl) <
 $mpi -np 2 ./bpe2 $run --tp 2 --data "$fix/text.txt" --tokenizer tok --log tp2.jsonl
 check "tp=2 on the text: the single-rank losses" same bin.jsonl tp2.jsonl 1e-5
 
+# a glob of shards (llm.c's -i "fineweb_train_*.bin") reads them as one stream
+$py - "$fix/text.bin" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<3i", b[:12])[2]
+toks = struct.unpack("<%dH" % n, b[1024:])
+cuts = [0, 150, 150, 401, n]   # windows cross both borders; the second shard is empty
+for i in range(4):
+    part = toks[cuts[i]:cuts[i + 1]]
+    with open("shard_%d.bin" % i, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(part), *([0] * 253)))
+        f.write(struct.pack("<%dH" % len(part), *part))
+PY
+./bpe1 $run --data 'shard_*.bin' --log sh.jsonl
+check "--data 'shard_*.bin' (4 shards, one empty) trains as the one file, bit for bit" \
+  cmp <(grep -o '"loss":[^,]*' sh.jsonl) <(grep -o '"loss":[^,]*' bin.jsonl)
+$mpi -np 2 ./bpe1 $run --dp 2 --data 'shard_*.bin' --val-data 'shard_[01].bin' --log shdp.jsonl 2> shdp_err.txt
+check "... and at dp=2 with a validation glob: the single-rank losses" same bin.jsonl shdp.jsonl 1e-5
+./bpe1 $run --data 'nothing_*.bin' 2> err.txt; rc=$?
+check "a glob that matches nothing: exit 1 ($(head -1 err.txt))" \
+  sh -c "[ $rc -eq 1 ] && grep -q 'no data file matches nothing_\*.bin' err.txt"
+
 # sampling: decoded text = the token ids decoded by GPT-2's byte map in Python
 smp="--steps 0 --load ckpt --batch 4 --seq 32 --sample 40 --temperature 1 --quiet"
 ./bpe1 $smp --tokenizer tok > s_text.txt

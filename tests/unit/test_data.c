@@ -249,6 +249,62 @@ static void test_batches(void)
     sr_data_close(&d);
 }
 
+/* A pattern reads its files as one stream: shards of the counting file
+ * give the counting file's batches, windows across shard borders included. */
+static void test_shards(void)
+{
+    uint16_t tok[1000];
+    for (int i = 0; i < 1000; i++) tok[i] = (uint16_t)i;
+    write_bin(tmp("shard_a.bin"), SR_DATA_MAGIC, 1, 300, tok, 300);
+    write_bin(tmp("shard_b.bin"), SR_DATA_MAGIC, 1, 300, tok + 300, 300);
+    write_bin(tmp("shard_c.bin"), SR_DATA_MAGIC, 1, 0, tok, 0);
+    write_bin(tmp("shard_d.bin"), SR_DATA_MAGIC, 1, 400, tok + 600, 400);
+    make_counting("one.bin", 1000);
+    sr_data d, one;
+    sr_status s = sr_data_open(&d, tmp("shard_*.bin"), 65536, NULL);
+    CHECK(s == SR_OK && d.n_tokens == 1000 && d.n_files == 3 && d.is_bin,
+          "shard_*.bin: 4 files (one empty, left out), 1000 tokens in order (%ld in %d)",
+          (long)d.n_tokens, d.n_files);
+    if (s != SR_OK || sr_data_open(&one, tmp("one.bin"), 65536, NULL) != SR_OK) return;
+    int ok = 1, crossing = 0;
+    for (int T = 5; T <= 13; T += 4)
+        for (long k = 0; k < 200; k++) {
+            int32_t a[3 * 13], b[3 * 13], at[3 * 13], bt[3 * 13];
+            ok &= sr_data_batch(&d, k, 3, T, 0, 3, a, at) == SR_OK;
+            ok &= sr_data_batch(&one, k, 3, T, 0, 3, b, bt) == SR_OK;
+            ok &= memcmp(a, b, sizeof(int32_t) * 3 * (size_t)T) == 0 &&
+                  memcmp(at, bt, sizeof(int32_t) * 3 * (size_t)T) == 0;
+            for (int j = 0; j < 3; j++) crossing += (a[j * T] < 300 && at[j * T + T - 1] >= 300) ||
+                                                    (a[j * T] < 600 && at[j * T + T - 1] >= 600);
+        }
+    CHECK(ok && crossing > 0, "the shards' batches = the one file's, T = 5, 9, 13 over 200 steps "
+          "(%d windows across a border)", crossing);
+    CHECK(sr_data_token(&d, 299) == 299 && sr_data_token(&d, 300) == 300 && sr_data_token(&d, 600) == 600 &&
+              sr_data_token(&d, 999) == 999,
+          "tokens at the borders");
+    sr_data_close(&d);
+    sr_data_close(&one);
+
+    s = sr_data_open(&d, tmp("nothing_*.bin"), 65536, NULL);
+    CHECK(s == SR_ERR_IO && contains(sr_errmsg(), "no data file matches") && contains(sr_errmsg(), "nothing_*.bin"),
+          "a pattern that matches nothing: %s", sr_errmsg());
+    s = sr_data_open(&d, tmp("shard_*.bin"), 500, NULL);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "shard_b.bin: token 500 at position 200"),
+          "a token past the vocabulary names its shard and its place there: %s", sr_errmsg());
+    write_bytes(tmp("shard_e.bin"), "\x88\xd8\x34\x01", 4); /* the magic, nothing after */
+    s = sr_data_open(&d, tmp("shard_*.bin"), 65536, NULL);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "shard_e.bin"), "a broken shard is named: %s", sr_errmsg());
+    s = sr_data_open(&d, tmp("shard_[ab].bin"), 65536, NULL);
+    CHECK(s == SR_OK && d.n_files == 2 && d.n_tokens == 600, "shard_[ab].bin: 2 files");
+    if (s == SR_OK) {
+        s = sr_data_check(&d, 600, 1);
+        CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "the 2 files of") &&
+                  contains(sr_errmsg(), "have 600 tokens, fewer than one batch of 600 x 1 + 1"),
+              "too few tokens in all the files: %s", sr_errmsg());
+        sr_data_close(&d);
+    }
+}
+
 static void cleanup(void)
 {
     DIR *dd = opendir(dir);
@@ -270,6 +326,7 @@ int main(void)
     test_bin();
     test_raw();
     test_batches();
+    test_shards();
     cleanup();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
