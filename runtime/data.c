@@ -223,6 +223,42 @@ sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokeniz
     return s;
 }
 
+void sr_data_shuffle(sr_data *d, uint64_t seed)
+{
+    d->shuffle = 1;
+    d->seed = seed;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* A bijection of [0, n) keyed by key, in O(1) memory: a 4-round Feistel
+ * network on the smallest even number of bits covering n (a permutation of
+ * [0, 2^bits)), applied again while the value falls outside [0, n) (cycle
+ * walking; 2^bits < 4n, so a few times at most on average). */
+static int64_t permute(int64_t i, int64_t n, uint64_t key)
+{
+    int bits = 2;
+    while (bits < 62 && (1ull << bits) < (uint64_t)n) bits += 2;
+    int h = bits / 2;
+    uint64_t mask = (1ull << h) - 1, x = (uint64_t)i;
+    do {
+        uint64_t l = x >> h, r = x & mask;
+        for (uint64_t round = 0; round < 4; round++) {
+            uint64_t t = l ^ (mix64(key ^ (round << 58) ^ r) & mask);
+            l = r;
+            r = t;
+        }
+        x = l << h | r;
+    } while (x >= (uint64_t)n);
+    return (int64_t)x;
+}
+
 int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T)
 {
     if (G <= 0 || T <= 0 || d->n_tokens < 1) return 0;
@@ -254,9 +290,11 @@ sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_
                          "sequences [%d, %d) of step %ld are outside a global batch of %d",
                          first_seq, first_seq + n_seq, (long)step, G);
     int64_t E = sr_data_batches_per_epoch(d, G, T);
-    int64_t s = (step % E) * (int64_t)G * T;
+    uint64_t key = d->shuffle ? mix64(d->seed ^ mix64((uint64_t)(step / E))) : 0;
     for (int j = 0; j < n_seq; j++) {
-        int64_t base = s + (int64_t)(first_seq + j) * T;
+        int64_t q = (step % E) * G + first_seq + j; /* the sequence's slot in this pass */
+        if (d->shuffle) q = permute(q, E * G, key);
+        int64_t base = q * T;
         int32_t *in = inputs + (size_t)j * T, *tg = targets + (size_t)j * T;
         const sr_data_file *f = file_of(d, base);
         if (base + T + 1 <= f->first + f->n) { /* within one file, as nearly every window is */

@@ -377,6 +377,10 @@ sr_status rt_load_checkpoint(run *r)
             rt_info(r, "note: %s was trained with --batch %lld --seq %lld; continuing with --batch %d "
                  "--seq %d changes the data order",
                  dir, (long long)b, (long long)t, r->o.batch, r->o.seq);
+        int64_t sh = 0;
+        if (sr_json_int64(sr_json_get(st, "shuffle"), &sh) && sh != r->o.shuffle)
+            rt_info(r, "note: %s was trained with --shuffle %lld; continuing with --shuffle %d changes "
+                    "the data order", dir, (long long)sh, r->o.shuffle);
         r->start_step = (long)step;
         r->loaded = 1;
         rt_info(r, "resumed from %s at step %ld", dir, r->start_step);
@@ -507,8 +511,8 @@ static char *state_json(run *r, long step)
     sr_buf_init(&b);
     sr_buf_printf(&b, "{\n  \"step\": %ld,\n  \"tokens\": %lld,\n  \"seed\": %llu,\n", step,
                   (long long)step * o->batch * o->seq, o->seed);
-    sr_buf_printf(&b, "  \"batch\": %d,\n  \"seq\": %d,\n  \"microbatches\": %d,\n", o->batch,
-                  o->seq, o->microbatches);
+    sr_buf_printf(&b, "  \"batch\": %d,\n  \"seq\": %d,\n  \"microbatches\": %d,\n  \"shuffle\": %d,\n",
+                  o->batch, o->seq, o->microbatches, o->shuffle);
     sr_buf_printf(&b, "  \"steps\": %ld,\n  \"lr\": ", o->steps);
     sr_buf_json_float(&b, o->lr);
     sr_buf_puts(&b, ",\n  \"min_lr\": ");

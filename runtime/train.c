@@ -73,6 +73,7 @@ typedef struct flag {
 static const flag flags[] = {
     {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin or text (tokenized by --tokenizer, else raw bytes); a quoted glob reads many files"},
     {"val-data", F_STR, O(val_data), "FILE", "validation tokens (same formats)"},
+    {"shuffle", F_INT, O(shuffle), "0|1", "1: visit the training sequences in a new random order each pass (from --seed)"},
     {"steps", F_LONG, O(steps), "N", "optimizer steps in total (a resumed run continues to N)"},
     {"batch", F_INT, O(batch), "G", "sequences per optimizer step (global batch)"},
     {"seq", F_INT, O(seq), "T", "sequence length"},
@@ -284,6 +285,7 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(o->dropout >= 0 && o->dropout < 1, "--dropout must be in [0, 1) (got %g)", (double)o->dropout);
     NEED(o->save_every >= 0, "--save-every must be >= 0 (got %d)", o->save_every);
     NEED(o->eval_every >= 0, "--eval-every must be >= 0 (got %d)", o->eval_every);
+    NEED(o->shuffle == 0 || o->shuffle == 1, "--shuffle must be 0 or 1 (got %d)", o->shuffle);
     NEED(o->eval_batches >= 1, "--eval-batches must be >= 1 (got %d)", o->eval_batches);
     NEED(o->sample >= 0, "--sample must be >= 0 (got %d)", o->sample);
     NEED(o->temperature >= 0, "--temperature must be >= 0 (got %g)", (double)o->temperature);
@@ -1088,6 +1090,8 @@ static sr_status setup(run *r)
     if (o->load) SR_CHECK(rt_load_checkpoint(r));
     else if (strcmp(o->init, "random") == 0) SR_CHECK(rt_init_random(r));
     else SR_CHECK(rt_init_from(r, o->init));
+    /* after --load, which may have set the seed: the order is the seed's */
+    if (r->have_train && o->shuffle) sr_data_shuffle(&r->train, o->seed);
 
     if (o->steps > r->start_step && !r->have_train)
         return sr_seterr(SR_ERR_USAGE, "no training data: pass --data FILE (or --steps 0)");

@@ -45,6 +45,8 @@ typedef struct sr_data {
     int is_bin;              /* 1: every file is an llm.c .bin */
     int n_files;
     sr_data_file *files;     /* in stream order, empty files left out */
+    int shuffle;             /* sr_data_shuffle: sequences in a permuted order */
+    uint64_t seed;
 } sr_data;
 
 /* Opens and validates token files: format, size, and every token < vocab.
@@ -58,6 +60,11 @@ typedef struct sr_data {
 sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokenizer *tok);
 void sr_data_close(sr_data *d);
 
+/* From now on each pass over the data visits its G*E sequences (see
+ * sr_data_batch) in a pseudo-random order, another one each pass, a pure
+ * function of (seed, pass, position): resumable and layout-independent. */
+void sr_data_shuffle(sr_data *d, uint64_t seed);
+
 /* Token i (0 <= i < n_tokens). */
 int32_t sr_data_token(const sr_data *d, int64_t i);
 
@@ -69,9 +76,10 @@ int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T);
 sr_status sr_data_check(const sr_data *d, int G, int T);
 
 /* Sequences [first_seq, first_seq + n_seq) of the global batch of optimizer
- * step `step`: with s = (step mod E) * G*T, sequence j is
- * inputs  = tokens[s + j*T     .. s + j*T + T)
- * targets = tokens[s + j*T + 1 .. s + j*T + T + 1).
+ * step `step`: sequence j is slot q = (step mod E) * G + j of the pass
+ * (shuffled: q = P_p(q), P_p a permutation of [0, E*G) for pass p = step / E),
+ * inputs  = tokens[q*T     .. q*T + T)
+ * targets = tokens[q*T + 1 .. q*T + T + 1).
  * inputs and targets are (n_seq, T). */
 sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_seq,
                         int n_seq, int32_t *inputs, int32_t *targets);

@@ -42,6 +42,17 @@ check "... and at dp=2 with a validation glob: the single-rank losses" same bin.
 check "a glob that matches nothing: exit 1 ($(head -1 err.txt))" \
   sh -c "[ $rc -eq 1 ] && grep -q 'no data file matches nothing_\*.bin' err.txt"
 
+# --shuffle: another order, the same at dp=2 x 2 microbatches, resumable bit for bit
+./bpe1 $run --data "$fix/text.bin" --shuffle 1 --log shuf.jsonl --save shck --save-every 3
+grep -o '"loss":[^,]*' shuf.jsonl > l_shuf.txt; grep -o '"loss":[^,]*' bin.jsonl > l_bin.txt
+check "--shuffle 1 trains on another order (losses $(head -2 l_shuf.txt | tr '\n' ' ')vs $(head -2 l_bin.txt | tr '\n' ' '))" \
+  sh -c "! cmp -s l_shuf.txt l_bin.txt"
+$mpi -np 2 ./bpe1 $run --dp 2 --microbatches 2 --data "$fix/text.bin" --shuffle 1 --log shuf2.jsonl
+check "--shuffle 1 at dp=2 x 2 microbatches: the single-rank shuffled losses" same shuf.jsonl shuf2.jsonl 1e-5
+./bpe1 $run --data "$fix/text.bin" --shuffle 1 --load shck/step-00000003 --log shuf_r.jsonl
+check "--shuffle 1 resumed from step 3: bit for bit" \
+  cmp <(grep -o '"loss":[^,]*' shuf.jsonl | tail -3) <(grep -o '"loss":[^,]*' shuf_r.jsonl)
+
 # sampling: decoded text = the token ids decoded by GPT-2's byte map in Python
 smp="--steps 0 --load ckpt --batch 4 --seq 32 --sample 40 --temperature 1 --quiet"
 ./bpe1 $smp --tokenizer tok > s_text.txt

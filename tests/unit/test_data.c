@@ -305,6 +305,76 @@ static void test_shards(void)
     }
 }
 
+/* --shuffle: each pass visits every sequence slot once, in an order of its
+ * own; a function of (seed, step), so any split of the batch reads the same */
+static void test_shuffle(void)
+{
+    make_counting("count2.bin", 4000);
+    sr_data d, plain;
+    if (sr_data_open(&d, tmp("count2.bin"), 65536, NULL) != SR_OK ||
+        sr_data_open(&plain, tmp("count2.bin"), 65536, NULL) != SR_OK) {
+        CHECK(0, "counting file opens");
+        return;
+    }
+    sr_data_shuffle(&d, 1337);
+    const int G = 6, T = 11;
+    int64_t E = sr_data_batches_per_epoch(&d, G, T), S = E * G; /* 60 steps, 360 slots */
+    int ok = 1, moved = 0, differs = 0, same_again = 1;
+    char *seen = calloc((size_t)S, 1);
+    int32_t in[6 * 11], tg[6 * 11], in2[6 * 11], tg2[6 * 11], first[6 * 11];
+    for (int pass = 0; pass < 3; pass++) {
+        memset(seen, 0, (size_t)S);
+        for (int64_t k = pass * E; k < (pass + 1) * E; k++) {
+            ok &= sr_data_batch(&d, k, G, T, 0, G, in, tg) == SR_OK;
+            for (int j = 0; j < G; j++) {
+                int64_t q = in[j * T] / T;
+                ok &= in[j * T] % T == 0 && q >= 0 && q < S && !seen[q];
+                for (int t = 0; t < T; t++) ok &= in[j * T + t] == q * T + t && tg[j * T + t] == q * T + t + 1;
+                if (q >= 0 && q < S) seen[q] = 1;
+                moved += q != (k % E) * G + j;
+            }
+            if (k == pass * E) {
+                if (pass == 0) memcpy(first, in, sizeof in);
+                else differs += memcmp(first, in, sizeof in) != 0;
+            }
+        }
+        for (int64_t q = 0; q < S; q++) ok &= seen[q];
+    }
+    free(seen);
+    CHECK(ok && moved > 3 * S * 9 / 10, "shuffled: each of 3 passes reads all %ld sequences once, whole "
+          "windows with their targets (%d of %ld moved)", (long)S, moved, (long)(3 * S));
+    CHECK(differs == 2, "each pass has its own order");
+    for (int64_t k = 0; k < 2 * E; k += 7) {
+        sr_data_batch(&d, k, G, T, 0, G, in, tg);
+        sr_data_batch(&d, k, G, T, 0, G, in2, tg2);
+        same_again &= memcmp(in, in2, sizeof in) == 0;
+        for (int j = 0; j < G; j++) { /* one sequence at a time, as a data rank's microbatch */
+            int32_t a[11], b[11];
+            sr_data_batch(&d, k, G, T, j, 1, a, b);
+            same_again &= memcmp(a, in + j * T, sizeof a) == 0 && memcmp(b, tg + j * T, sizeof b) == 0;
+        }
+    }
+    CHECK(same_again, "shuffled: a function of the step; any slice of the batch reads the whole batch's sequences");
+    sr_data other;
+    int seed_differs = 0;
+    if (sr_data_open(&other, tmp("count2.bin"), 65536, NULL) == SR_OK) {
+        sr_data_shuffle(&other, 1338);
+        sr_data_batch(&d, 0, G, T, 0, G, in, tg);
+        sr_data_batch(&other, 0, G, T, 0, G, in2, tg2);
+        seed_differs = memcmp(in, in2, sizeof in) != 0;
+        sr_data_close(&other);
+    }
+    CHECK(seed_differs, "another seed, another order");
+    sr_data_batch(&plain, 5, G, T, 0, G, in, tg);
+    CHECK(in[0] == 5 * G * T && in[T] == 5 * G * T + T, "without sr_data_shuffle, the order of the file");
+    /* one batch per pass, one sequence per batch: the permutation of [0, 1) and [0, 2) */
+    static int32_t a[2 * 1999], b[2 * 1999];
+    ok = sr_data_batch(&d, 3, 2, 1999, 0, 2, a, b) == SR_OK; /* E = 1, 2 slots */
+    CHECK(ok && (a[0] == 0 || a[0] == 1999), "a pass of 2 slots reads a valid slot (%d)", a[0]);
+    sr_data_close(&d);
+    sr_data_close(&plain);
+}
+
 static void cleanup(void)
 {
     DIR *dd = opendir(dir);
@@ -327,6 +397,7 @@ int main(void)
     test_raw();
     test_batches();
     test_shards();
+    test_shuffle();
     cleanup();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
