@@ -363,7 +363,7 @@ void cg_emit_defaults(FILE *f, Program *P, int max_seq, const char *prefix, cons
     } nums[] = {{"steps", 100, 0}, {"batch", 8, 0}, {"seq", 0, 0}, {"lr", 3e-4, 1}, {"min_lr", 0.0, 1},
                 {"warmup", 0, 0}, {"weight_decay", 0.0, 1}, {"beta1", 0.9, 1}, {"beta2", 0.999, 1},
                 {"eps", 1e-8, 1}, {"grad_clip", 0.0, 1}, {"dropout", 0.0, 1}, {"seed", 1337, 2},
-                {"eval_every", 0, 0}, {"save_every", 0, 0}};
+                {"eval_every", 0, 0}, {"save_every", 0, 0}, {"decay_steps", 0, 0}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         double d = nums[i].dflt;
         if (!strcmp(nums[i].field, "seq")) d = max_seq > 0 && max_seq < 1024 ? max_seq : 64;

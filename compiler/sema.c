@@ -373,11 +373,12 @@ static const char *parallel_keys[] = {"data", "tensor", "pipeline", "microbatche
 static const char *train_keys[] = {"optimizer", "lr", "min_lr", "warmup", "lr_schedule",
                                    "weight_decay", "beta1", "beta2", "eps", "grad_clip",
                                    "dropout", "batch", "seq", "steps", "seed", "data",
-                                   "val_data", "eval_every", "save_every", NULL};
+                                   "val_data", "eval_every", "save_every", "decay_steps", NULL};
 /* train settings that are strings; the others are numbers */
 static const char *train_strings[] = {"optimizer", "lr_schedule", "data", "val_data", NULL};
 /* train settings that are counts */
-static const char *train_ints[] = {"warmup", "batch", "seq", "steps", "seed", "eval_every", "save_every", NULL};
+static const char *train_ints[] = {"warmup", "batch", "seq", "steps", "seed", "eval_every", "save_every",
+                                   "decay_steps", NULL};
 
 static int in_list(const char **list, const char *s)
 {
@@ -454,8 +455,10 @@ static void eval_section(Program *P, Node *sec, Vec *out)
                 sx_error(&a->loc, "train setting '%s' must be an integer, got %g", a->name, c->f);
             else if (!want_str && !c->is_float && c->i < 0 && in_list(train_ints, a->name))
                 sx_error(&a->loc, "train setting '%s' must not be negative, got %lld", a->name, c->i);
-            else if (!strcmp(a->name, "lr_schedule") && strcmp(c->s, "constant") && strcmp(c->s, "cosine"))
-                sx_error(&a->loc, "unknown lr_schedule \"%s\" (use \"constant\" or \"cosine\")", c->s);
+            else if (!strcmp(a->name, "lr_schedule") && strcmp(c->s, "constant") && strcmp(c->s, "cosine") &&
+                     strcmp(c->s, "linear") && strcmp(c->s, "wsd"))
+                sx_error(&a->loc, "unknown lr_schedule \"%s\" (use \"constant\", \"cosine\", \"linear\" or "
+                         "\"wsd\")", c->s);
         }
         vec_push(out, c);
     }

@@ -519,7 +519,8 @@ static char *state_json(run *r, long step)
     sr_buf_json_float(&b, o->min_lr);
     sr_buf_puts(&b, ",\n  \"lr_schedule\": ");
     sr_buf_json_string(&b, o->lr_schedule);
-    sr_buf_printf(&b, ",\n  \"warmup\": %d,\n  \"weight_decay\": ", o->warmup);
+    sr_buf_printf(&b, ",\n  \"warmup\": %d,\n  \"decay_steps\": %d,\n  \"weight_decay\": ", o->warmup,
+                  o->decay_steps);
     sr_buf_json_float(&b, o->weight_decay);
     sr_buf_puts(&b, ",\n  \"beta1\": ");
     sr_buf_json_float(&b, o->beta1);

@@ -79,9 +79,10 @@ static const flag flags[] = {
     {"seq", F_INT, O(seq), "T", "sequence length"},
     {"microbatches", F_INT, O(microbatches), "M", "gradient accumulation: G/M sequences at a time"},
     {"lr", F_FLOAT, O(lr), "F", "peak learning rate"},
-    {"lr-schedule", F_STR, O(lr_schedule), "S", "constant | cosine (after warmup)"},
+    {"lr-schedule", F_STR, O(lr_schedule), "S", "constant | cosine | linear | wsd (after warmup)"},
     {"warmup", F_INT, O(warmup), "N", "linear warmup steps"},
-    {"min-lr", F_FLOAT, O(min_lr), "F", "final learning rate of the cosine schedule"},
+    {"min-lr", F_FLOAT, O(min_lr), "F", "final learning rate of cosine, linear and wsd"},
+    {"decay-steps", F_INT, O(decay_steps), "N", "wsd: the last N steps decay linearly to --min-lr (0 = a fifth of --steps)"},
     {"weight-decay", F_FLOAT, O(weight_decay), "F", "AdamW decoupled weight decay (>= 2-D tensors)"},
     {"beta1", F_FLOAT, O(beta1), "F", "AdamW beta1"},
     {"beta2", F_FLOAT, O(beta2), "F", "AdamW beta2"},
@@ -135,6 +136,7 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->lr = d->lr;
     o->min_lr = d->min_lr;
     o->warmup = d->warmup;
+    o->decay_steps = d->decay_steps;
     o->lr_schedule = d->lr_schedule ? d->lr_schedule : "constant";
     o->weight_decay = d->weight_decay;
     /* a train block that leaves the betas/eps at 0 means "torch defaults" */
@@ -274,8 +276,10 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
          (long long)o->batch * o->seq);
     NEED(o->lr >= 0, "--lr must be >= 0 (got %g)", (double)o->lr);
     NEED(o->min_lr >= 0, "--min-lr must be >= 0 (got %g)", (double)o->min_lr);
-    NEED(strcmp(o->lr_schedule, "constant") == 0 || strcmp(o->lr_schedule, "cosine") == 0,
-         "--lr-schedule must be constant or cosine (got '%s')", o->lr_schedule);
+    NEED(strcmp(o->lr_schedule, "constant") == 0 || strcmp(o->lr_schedule, "cosine") == 0 ||
+             strcmp(o->lr_schedule, "linear") == 0 || strcmp(o->lr_schedule, "wsd") == 0,
+         "--lr-schedule must be constant, cosine, linear or wsd (got '%s')", o->lr_schedule);
+    NEED(o->decay_steps >= 0, "--decay-steps must be >= 0 (got %d)", o->decay_steps);
     NEED(o->warmup >= 0, "--warmup must be >= 0 (got %d)", o->warmup);
     NEED(o->weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", (double)o->weight_decay);
     NEED(o->beta1 >= 0 && o->beta1 < 1, "--beta1 must be in [0, 1) (got %g)", (double)o->beta1);
@@ -436,13 +440,22 @@ static sr_status check_program(const sr_program *prog)
 static float lr_at(const opts *o, long k)
 {
     if (k < o->warmup) return (float)((double)o->lr * (double)(k + 1) / (double)o->warmup);
-    if (strcmp(o->lr_schedule, "cosine") == 0) {
-        long span = o->steps - o->warmup;
-        double frac = (double)(k - o->warmup) / (double)(span > 1 ? span : 1);
-        if (frac > 1) frac = 1; /* past --steps (a longer resumed run): stay at min_lr */
-        return (float)(o->min_lr + 0.5 * ((double)o->lr - o->min_lr) * (1.0 + cos(PI * frac)));
+    int cosine = strcmp(o->lr_schedule, "cosine") == 0, linear = strcmp(o->lr_schedule, "linear") == 0;
+    int wsd = strcmp(o->lr_schedule, "wsd") == 0;
+    if (!cosine && !linear && !wsd) return o->lr;
+    /* the decay runs over [start, steps): after warmup, or wsd's last
+     * decay_steps (a fifth of the run by default, never into the warmup) */
+    long start = o->warmup;
+    if (wsd) {
+        long d = o->decay_steps > 0 ? o->decay_steps : o->steps / 5;
+        if (o->steps - d > start) start = o->steps - d;
+        if (k < start) return o->lr; /* the stable part */
     }
-    return o->lr;
+    long span = o->steps - start;
+    double frac = (double)(k - start) / (double)(span > 1 ? span : 1);
+    if (frac > 1) frac = 1; /* past --steps (a longer resumed run): stay at min_lr */
+    if (cosine) return (float)(o->min_lr + 0.5 * ((double)o->lr - o->min_lr) * (1.0 + cos(PI * frac)));
+    return (float)(o->min_lr + ((double)o->lr - o->min_lr) * (1.0 - frac));
 }
 
 void rt_exec_init(run *r, sr_exec *e, int B, float dropout, long step)

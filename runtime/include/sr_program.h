@@ -52,7 +52,8 @@ typedef struct sr_train_defaults {
     int seq;            /* sequence length T */
     float lr, min_lr;
     int warmup;
-    const char *lr_schedule; /* "constant" | "cosine" */
+    int decay_steps;         /* "wsd": steps of the final decay (0: a fifth of steps) */
+    const char *lr_schedule; /* "constant" | "cosine" | "linear" | "wsd" */
     float weight_decay, beta1, beta2, eps, grad_clip, dropout;
     unsigned long long seed;
     int eval_every, save_every, microbatches;

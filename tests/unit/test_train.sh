@@ -48,8 +48,6 @@ check "unknown flag: one error line plus 'try --help'" \
 check "bad integer value exits 2" [ $? -eq 2 ]
 "$BIN" --data train.txt --batch 8 --microbatches 3 >out 2>err
 check "batch not divisible by microbatches exits 2" [ $? -eq 2 ]
-"$BIN" --data train.txt --lr-schedule linear >out 2>err
-check "bad --lr-schedule exits 2" [ $? -eq 2 ]
 "$BIN" --data=train.txt --steps=2 --quiet >out 2>err
 check "--name=value form accepted" [ $? -eq 0 ]
 "$BIN" --help >out 2>err
@@ -130,6 +128,42 @@ check "warmup + cosine learning rates follow the formula" awk '
       else want = 0.002 + 0.5 * (0.02 - 0.002) * (1 + cos(3.141592653589793 * (k - 3) / 17))
       if (lr - want > 1e-8 || want - lr > 1e-8) bad++; n++ }
     END { exit !(n == 20 && bad == 0) }' cfull.log
+# linear: warmup 3 then straight down to 0.002 over 17 steps; wsd with
+# --decay-steps 5: 0.02 until step 15, then straight down over the last 5;
+# wsd's default decay is the last fifth (4 of 20 steps); wsd resumes bit-exact
+# shellcheck disable=SC2086
+"$BIN" $common --lr-schedule linear --min-lr 0.002 --steps 20 --log lin.log >/dev/null 2>&1
+check "warmup + linear learning rates follow the formula" awk '
+    /"lr"/ { match($0, /"step":[0-9]+/); k = substr($0, RSTART + 7, RLENGTH - 7) + 0
+      match($0, /"lr":[-0-9.e]+/); lr = substr($0, RSTART + 5, RLENGTH - 5) + 0
+      want = k < 3 ? 0.02 * (k + 1) / 3 : 0.002 + (0.02 - 0.002) * (1 - (k - 3) / 17)
+      if (lr - want > 1e-8 || want - lr > 1e-8) bad++; n++ }
+    END { exit !(n == 20 && bad == 0) }' lin.log
+# shellcheck disable=SC2086
+"$BIN" $common --lr-schedule wsd --decay-steps 5 --min-lr 0.002 --steps 20 --log wsd.log >/dev/null 2>&1
+check "wsd: warmup, stable, then linear over --decay-steps 5" awk '
+    /"lr"/ { match($0, /"step":[0-9]+/); k = substr($0, RSTART + 7, RLENGTH - 7) + 0
+      match($0, /"lr":[-0-9.e]+/); lr = substr($0, RSTART + 5, RLENGTH - 5) + 0
+      want = k < 3 ? 0.02 * (k + 1) / 3 : (k < 15 ? 0.02 : 0.002 + (0.02 - 0.002) * (1 - (k - 15) / 5))
+      if (lr - want > 1e-8 || want - lr > 1e-8) bad++; n++ }
+    END { exit !(n == 20 && bad == 0) }' wsd.log
+# shellcheck disable=SC2086
+"$BIN" $common --lr-schedule wsd --min-lr 0.002 --steps 20 --save ckw --save-every 10 --log wsd_d.log >/dev/null 2>&1
+check "wsd: by default the last fifth decays (from step 16)" awk '
+    /"lr"/ { match($0, /"step":[0-9]+/); k = substr($0, RSTART + 7, RLENGTH - 7) + 0
+      match($0, /"lr":[-0-9.e]+/); lr = substr($0, RSTART + 5, RLENGTH - 5) + 0
+      want = k < 3 ? 0.02 * (k + 1) / 3 : (k < 16 ? 0.02 : 0.002 + (0.02 - 0.002) * (1 - (k - 16) / 4))
+      if (lr - want > 1e-8 || want - lr > 1e-8) bad++; n++ }
+    END { exit !(n == 20 && bad == 0) }' wsd_d.log
+# shellcheck disable=SC2086
+"$BIN" $common --lr-schedule wsd --min-lr 0.002 --steps 20 --load ckw/step-00000010 --log wsd_r.log >/dev/null 2>&1
+losses wsd_d.log | tail -10 >wf
+losses wsd_r.log >wr
+check "wsd: resume from step 10 is bit-exact" sh -c "[ \$(wc -l <wr) -eq 10 ] && cmp -s wf wr"
+# shellcheck disable=SC2086
+"$BIN" $common --lr-schedule exponential --steps 2 >/dev/null 2>err; rc=$?
+check "an unknown schedule is a usage error (exit $rc): $(head -1 err)" \
+    sh -c "[ $rc -eq 2 ] && grep -q 'constant, cosine, linear or wsd' err"
 clipped=$(grep -o '"grad_norm":[^,]*' cfull.log | cut -d: -f2 | awk '$1 > 0.2' | wc -l)
 check "gradient clipping is exercised (norm > 0.2 on $clipped steps)" [ "$clipped" -gt 0 ]
 
