@@ -1659,10 +1659,7 @@ static void usage(FILE *f)
 
 static int uerr(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "shardc: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\ntry 'shardc plan --help'\n");
-    return 2;
+    return drv_usage_error("plan", fmt, arg);
 }
 
 static int pos_int(const char *s, int *out)

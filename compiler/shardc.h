@@ -513,6 +513,9 @@ int drv_back(Program *P, const char *dump, FILE *out);
 int drv_load_json_config(Program *P, const char *path); /* --config FILE.json; -1 on error (reported) */
 void drv_add_stdlib_dirs(Program *P);
 int drv_run_cmd(char **argv); /* exit status; SHARDC_VERBOSE shows the command */
+/* "shardc: error: FMT(arg)" and "try 'shardc CMD --help'" on stderr; returns 2,
+ * the usage-error exit status of every command */
+int drv_usage_error(const char *cmd, const char *fmt, const char *arg);
 
 /* recompute.c: activation recomputation per block */
 int rc_recompute(Program *P);

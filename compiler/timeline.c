@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "shardc.h"
 #include "sr_json.h"
 
 int timeline_main(int argc, char **argv);
@@ -84,10 +85,7 @@ typedef struct tl {
 
 static int uerr(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "shardc: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\ntry 'shardc timeline --help'\n");
-    return 2;
+    return drv_usage_error("timeline", fmt, arg);
 }
 
 static int fail(const char *msg)

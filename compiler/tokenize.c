@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shardc.h"
 #include "sr_data.h"
 #include "sr_tokenizer.h"
 
@@ -47,10 +48,7 @@ static void usage(FILE *f)
 
 static int uerr(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "shardc: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\ntry 'shardc tokenize --help'\n");
-    return 2;
+    return drv_usage_error("tokenize", fmt, arg);
 }
 
 static void put32(unsigned char *p, uint32_t v)

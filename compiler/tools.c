@@ -92,3 +92,11 @@ int drv_run_cmd(char **argv)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+
+int drv_usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "shardc: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\ntry 'shardc %s --help'\n", cmd);
+    return 2;
+}

@@ -337,24 +337,27 @@ sr_status sr_json_parse(const char *text, size_t len, const char *what, sr_json 
     return SR_OK;
 }
 
+sr_status sr_buf_read_file(sr_buf *b, const char *path)
+{
+    sr_buf_init(b);
+    FILE *f = fopen(path, "rb");
+    if (!f) return sr_seterr(SR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sr_buf_append(b, chunk, n);
+    int rerr = ferror(f);
+    fclose(f);
+    sr_status st = rerr ? sr_seterr(SR_ERR_IO, "cannot read %s", path) : sr_buf_status(b);
+    if (st != SR_OK) sr_buf_free(b);
+    return st;
+}
+
 sr_status sr_json_parse_file(const char *path, sr_json **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return sr_seterr(SR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     sr_buf b;
-    sr_buf_init(&b);
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sr_buf_append(&b, chunk, n);
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr) {
-        sr_buf_free(&b);
-        return sr_seterr(SR_ERR_IO, "cannot read %s", path);
-    }
-    sr_status st = sr_buf_status(&b);
-    if (st == SR_OK) st = sr_json_parse(b.data ? b.data : "", b.len, path, out);
+    SR_CHECK(sr_buf_read_file(&b, path));
+    sr_status st = sr_json_parse(b.data ? b.data : "", b.len, path, out);
     sr_buf_free(&b);
     return st;
 }

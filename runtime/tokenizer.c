@@ -309,23 +309,8 @@ static sr_status add_special(sr_tokenizer *t, int32_t id)
 
 static sr_status read_file(const char *path, char **data, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sr_seterr(SR_ERR_IO, "cannot open tokenizer file %s: %s", path, strerror(errno));
     sr_buf b;
-    sr_buf_init(&b);
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sr_buf_append(&b, chunk, n);
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        sr_buf_free(&b);
-        return sr_seterr(SR_ERR_IO, "cannot read tokenizer file %s", path);
-    }
-    if (sr_buf_status(&b) != SR_OK) {
-        sr_buf_free(&b);
-        return nomem();
-    }
+    SR_CHECK(sr_buf_read_file(&b, path));
     *data = b.data;
     *len = b.len;
     return SR_OK;

@@ -68,6 +68,9 @@ typedef struct sr_buf {
 } sr_buf;
 
 void sr_buf_init(sr_buf *b);
+/* The whole file into a fresh buffer (initialized here; freed on failure):
+ * SR_ERR_IO naming the file, or SR_ERR_NOMEM. */
+sr_status sr_buf_read_file(sr_buf *b, const char *path);
 void sr_buf_free(sr_buf *b);
 void sr_buf_append(sr_buf *b, const char *s, size_t n);
 void sr_buf_puts(sr_buf *b, const char *s);
