@@ -997,10 +997,12 @@ static sr_status open_tokenizer(run *r)
     int nv = sr_classes(r->prog);
     char found[4200];
     const char *p = o->tokenizer;
-    if (!p && o->init && strcmp(o->init, "random") != 0) p = sr_tok_find(o->init, found, sizeof found);
-    if (!p && o->load) {
+    /* where the weights come from (the two exclude each other): a file, a
+     * directory, or a checkpoint root, whose latest step is looked in */
+    const char *from = o->load ? o->load : strcmp(o->init, "random") != 0 ? o->init : NULL;
+    if (!p && from && !(p = sr_tok_find(from, found, sizeof found))) {
         char *step = NULL;
-        if (rt_resolve_ckpt(o->load, &step) == SR_OK) p = sr_tok_find(step, found, sizeof found);
+        if (rt_resolve_ckpt(from, &step) == SR_OK) p = sr_tok_find(step, found, sizeof found);
         free(step); /* a bad checkpoint is reported when it is loaded */
     }
     int beside = !o->tokenizer && p;

@@ -84,6 +84,11 @@ check "the checkpoint holds the run's vocab.json and merges.txt" \
 check "--load uses the checkpoint's tokenizer ($(grep tokenizer: load_err.txt))" \
   sh -c "grep -q '^tokenizer: ckpt/step-00000006/vocab.json (vocab.json + merges.txt, 1000 tokens)' load_err.txt && cmp s_prompt.txt s_load.txt"
 
+./bpe1 --init ckpt --steps 0 --batch 4 --seq 32 --sample 8 --prompt "The model's loss" --temperature 0 \
+  > s_init.txt 2> init_err.txt
+check "--init of a checkpoint root uses its latest step's tokenizer too" \
+  sh -c "grep -q '^tokenizer: ckpt/step-00000006/vocab.json' init_err.txt && cmp s_prompt.txt s_init.txt"
+
 # a Hugging Face-style directory: weights and tokenizer side by side
 mkdir hf && cp ckpt/step-00000006/model.safetensors hf/ && cp "$fix/tokenizer.json" hf/
 ./bpe1 --init hf --steps 0 --batch 4 --seq 32 --sample 8 --prompt "The model's loss" --temperature 0 \
