@@ -89,6 +89,29 @@ check "--load uses the checkpoint's tokenizer ($(grep tokenizer: load_err.txt))"
 check "--init of a checkpoint root uses its latest step's tokenizer too" \
   sh -c "grep -q '^tokenizer: ckpt/step-00000006/vocab.json' init_err.txt && cmp s_prompt.txt s_init.txt"
 
+# a checkpoint is a Hugging Face model directory: transformers' Auto classes
+# load it, and its GPT-2 tokenizer (another implementation, another version)
+# gives the fixture's ids (skipped, and said so, without transformers)
+if $py -c "import transformers" 2>/dev/null; then
+  check "transformers loads the checkpoint (AutoModelForCausalLM, AutoTokenizer); its tokenizer gives our ids" \
+    $py - ckpt/step-00000006 "$fix/cases.json" <<'PY'
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d = sys.argv[1]
+m = AutoModelForCausalLM.from_pretrained(d)
+tok = AutoTokenizer.from_pretrained(d)
+cases = json.load(open(sys.argv[2]))
+bad = [c["text"] for c in cases if tok(c["text"])["input_ids"] != c["ids"]]
+print(f"  transformers {transformers.__version__}: {type(m).__name__}, {type(tok).__name__}; "
+      f"{len(cases) - len(bad)} of {len(cases)} texts give the fixture's ids")
+sys.exit(1 if bad or type(m).__name__ != "GPT2LMHeadModel" else 0)
+PY
+else
+  echo "skip transformers is not installed: the Hugging Face directory check did not run"
+fi
+
 # a Hugging Face-style directory: weights and tokenizer side by side
 mkdir hf && cp ckpt/step-00000006/model.safetensors hf/ && cp "$fix/tokenizer.json" hf/
 ./bpe1 --init hf --steps 0 --batch 4 --seq 32 --sample 8 --prompt "The model's loss" --temperature 0 \
