@@ -20,7 +20,7 @@
 
 typedef struct opts {
     const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
-        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm, *tokenizer;
+        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm, *tokenizer, *export_dir;
     long steps;
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
         top_k, threads, dp, tp, pp, zero, shuffle, decay_steps;
@@ -72,6 +72,8 @@ typedef struct run {
 /* state.c: a checkpoint root (with `latest`) or a step directory -> the step
  * directory (malloc'ed) */
 sr_status rt_resolve_ckpt(const char *dir, char **out);
+/* state.c: --export DIR (collective; rank 0 writes) */
+sr_status rt_export(run *r, const char *dir);
 
 /* train.c */
 float *rt_host_view(run *r, const float *dev, int64_t n);

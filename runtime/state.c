@@ -757,6 +757,56 @@ sr_status rt_checkpoint(run *r, long step)
 }
 
 
+/* --export DIR: the parameters as a Hugging Face model directory: whole
+ * tensors under the model's names, a padded vocabulary's padding rows cut
+ * (HF's models know only the real size), config.json and the tokenizer.
+ * Each file is written under a temporary name and renamed. */
+sr_status rt_export(run *r, const char *dir)
+{
+    float *full = rt_alloc_floats(r->n_full);
+    sr_status s = rt_agree(r, full ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while exporting"),
+                           "--export");
+    if (s == SR_OK) s = gather_full(r, r->params, full);
+    const sr_program *prog = r->prog;
+    int n = prog->n_params, V = prog->vocab, nv = sr_classes(prog), cut = 0;
+    sr_st_entry *e = NULL;
+    int64_t (*dims)[4] = NULL; /* sr_param_desc.dims */
+    char *model = path_join(dir, "model.safetensors"), *tmp = path_join(dir, ".model.safetensors.tmp");
+    char *config = path_join(dir, "config.json");
+    if (s == SR_OK && r->rank0) {
+        e = calloc((size_t)n + 1, sizeof *e);
+        dims = calloc((size_t)n + 1, sizeof *dims);
+        if (!e || !dims || !model || !tmp || !config) s = sr_seterr(SR_ERR_NOMEM, "out of memory while exporting");
+        if (s == SR_OK) s = mkdir_p(dir);
+        for (int i = 0; i < n && s == SR_OK; i++) {
+            const sr_param_desc *d = &r->full[i];
+            memcpy(dims[i], d->dims, sizeof dims[i]);
+            if (nv < V && d->ndim >= 1 && d->dims[0] == V) { /* [V, ..]: rows past nv pad */
+                dims[i][0] = nv;
+                cut++;
+            }
+            e[i] = (sr_st_entry){.name = d->name, .ndim = d->ndim, .dims = dims[i], .data = full + d->offset};
+        }
+        const char *meta[] = {"model", prog->name ? prog->name : ""};
+        if (s == SR_OK) s = sr_st_write(tmp, e, n, meta, 1);
+        if (s == SR_OK && rename(tmp, model) != 0)
+            s = sr_seterr(SR_ERR_IO, "cannot rename %s to %s: %s", tmp, model, strerror(errno));
+        if (s != SR_OK && tmp) unlink(tmp);
+        if (s == SR_OK) s = write_text(config, prog->config_json ? prog->config_json : "{}");
+        if (s == SR_OK) s = copy_tokenizer(r, dir);
+        if (s == SR_OK)
+            rt_info(r, "exported %s: model.safetensors (%d tensors%s), config.json%s", dir, n,
+                    cut ? ", the vocabulary's padding rows cut" : "", r->tok ? ", the tokenizer" : "");
+    }
+    free(e);
+    free(dims);
+    free(model);
+    free(tmp);
+    free(config);
+    free(full);
+    return rt_agree(r, s, "--export");
+}
+
 /* --dump-grads: the first step's gradients, before clipping */
 sr_status rt_dump_grads(run *r, long step)
 {

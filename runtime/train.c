@@ -94,6 +94,7 @@ static const flag flags[] = {
     {"load", F_STR, O(load), "DIR", "resume from a checkpoint (root with 'latest', or a step directory)"},
     {"save", F_STR, O(save), "DIR", "write checkpoints to DIR/step-NNNNNNNN"},
     {"save-every", F_INT, O(save_every), "N", "checkpoint every N steps (0 = only at the end)"},
+    {"export", F_STR, O(export_dir), "DIR", "at the end, write DIR as a Hugging Face model directory (vocabulary padding cut)"},
     {"eval-every", F_INT, O(eval_every), "N", "validation loss every N steps (0 = only at the end)"},
     {"eval-batches", F_INT, O(eval_batches), "N", "validation batches per evaluation"},
     {"log", F_STR, O(log), "FILE", "append one JSON line per step and per evaluation"},
@@ -301,6 +302,7 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(o->init && *o->init, "--init needs 'random' or a path");
     NEED(!o->data || *o->data, "--data needs a file name");
     NEED(!o->save || *o->save, "--save needs a directory");
+    NEED(!o->export_dir || *o->export_dir, "--export needs a directory");
 #undef NEED
     return SR_OK;
 }
@@ -831,6 +833,7 @@ static sr_status train(run *r)
     if (r->have_val && last_eval != end) SR_CHECK(run_eval(r, end));
     int trained = o->steps > r->start_step;
     if (o->save && last_saved != end && (trained || !r->loaded)) SR_CHECK(rt_checkpoint(r, end));
+    if (o->export_dir) SR_CHECK(rt_export(r, o->export_dir));
     return SR_OK;
 }
 

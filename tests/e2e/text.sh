@@ -112,6 +112,41 @@ else
   echo "skip transformers is not installed: the Hugging Face directory check did not run"
 fi
 
+# --export: a Hugging Face model directory, here of a vocabulary padded to
+# 1024 rows and trained at tp=2: the padding rows cut; transformers' loss on
+# the first validation batch is the program's final validation loss
+"$shardc" build "$src/examples/tinygpt.model" $cfg --set make_vocab_size_divisible_by=128 --tp 2 -o bpep2
+$mpi -np 2 ./bpep2 $run --tp 2 --data "$fix/text.txt" --tokenizer tok --val-data "$fix/text.bin" \
+  --eval-batches 1 --export exp --log exp.jsonl 2> exp_err.txt
+val=$(grep -o '"val_loss":[^}]*' exp.jsonl | tail -1 | cut -d: -f2)
+check "--export writes the directory" $py - exp <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+f = open(os.path.join(d, "model.safetensors"), "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+shape = h["transformer.wte.weight"]["shape"]
+cfg = json.load(open(os.path.join(d, "config.json")))
+print(f"  wte {shape}, config vocab_size {cfg['vocab_size']}, files {sorted(os.listdir(d))}")
+sys.exit(0 if shape == [1000, 64] and cfg["vocab_size"] == 1000 and os.path.exists(os.path.join(d, "vocab.json")) else 1)
+PY
+if $py -c "import transformers" 2>/dev/null; then
+  check "transformers on the export: the program's validation loss ($val)" $py - exp "$fix/text.bin" "$val" <<'PY'
+import struct, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+from transformers import AutoModelForCausalLM
+d, ours = sys.argv[1], float(sys.argv[3])
+m = AutoModelForCausalLM.from_pretrained(d).eval()
+b = open(sys.argv[2], "rb").read()
+t = torch.tensor(struct.unpack("<%dH" % struct.unpack("<3i", b[:12])[2], b[1024:]), dtype=torch.long)
+with torch.no_grad():
+    lg = m(t[:4 * 32].view(4, 32)).logits
+loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), t[1:4 * 32 + 1]).item()
+print(f"  logits {list(lg.shape)}, transformers' loss {loss:.7f}, ours {ours:.7f}")
+sys.exit(0 if lg.shape[-1] == 1000 and abs(loss - ours) <= 1e-5 * ours else 1)
+PY
+fi
+
 # a Hugging Face-style directory: weights and tokenizer side by side
 mkdir hf && cp ckpt/step-00000006/model.safetensors hf/ && cp "$fix/tokenizer.json" hf/
 ./bpe1 --init hf --steps 0 --batch 4 --seq 32 --sample 8 --prompt "The model's loss" --temperature 0 \
