@@ -341,7 +341,12 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
             if (*(const char *const *)p) snprintf(def, sizeof def, " (default %s)", *(const char *const *)p);
             break;
         case F_LONG: snprintf(def, sizeof def, " (default %ld)", *(const long *)p); break;
-        case F_INT: snprintf(def, sizeof def, " (default %d)", *(const int *)p); break;
+        case F_INT:
+            if (f->off == O(dp) && *(const int *)p == 0) /* worked out from the world size */
+                snprintf(def, sizeof def, " (default: the ranks left, world / (tp x pp))");
+            else
+                snprintf(def, sizeof def, " (default %d)", *(const int *)p);
+            break;
         case F_FLOAT: snprintf(def, sizeof def, " (default %g)", (double)*(const float *)p); break;
         case F_U64: snprintf(def, sizeof def, " (default %llu)", *(const unsigned long long *)p); break;
         case F_BOOL: break;
