@@ -549,7 +549,7 @@ int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets)
         cg_emit_cstr(f, sx_fmt("%s:%d", p->loc.file, p->loc.line));
         fprintf(f, ", {");
         for (int k = 0; k < 4; k++) fprintf(f, "%s%lld", k ? ", " : "", k < p->shape.nd ? (long long)p->shape.d[k].c : 0LL);
-        fprintf(f, "}, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1);
+        fprintf(f, "}, %d, %d},\n", p->sh.groups > 0 ? p->sh.groups : 1, p->vocab);
     }
     fprintf(f, "};\n\n");
     /* the stages: entry points, boundaries, the parameters each uses */

@@ -1123,6 +1123,7 @@ static void param_annots(Elab *E, Frame *f, Node *st, IrParam *p)
             /* weights are stored [in, out]: column splits out (last), row splits in
              * (first); vocab splits the rows of an embedding table */
             dim = !strcmp(nm, "column") ? p->shape.nd - 1 : 0;
+            p->vocab = !strcmp(nm, "vocab");
             if (p->shape.nd == 0 && strcmp(nm, "replicated")) {
                 sx_error(&an->loc, "@%s on %s, which has no dimensions to split", nm, p->name);
                 continue;

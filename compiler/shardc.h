@@ -266,6 +266,7 @@ typedef struct IrParam {
     double std;
     int decay;
     Sharding sh;       /* declared sharding */
+    int vocab;         /* @vocab: dim 0 holds the vocabulary (its padding rows are cut on export) */
     sx_loc loc;
     sx_loc shard_loc;
     int value;

@@ -781,7 +781,7 @@ sr_status rt_export(run *r, const char *dir)
         for (int i = 0; i < n && s == SR_OK; i++) {
             const sr_param_desc *d = &r->full[i];
             memcpy(dims[i], d->dims, sizeof dims[i]);
-            if (nv < V && d->ndim >= 1 && d->dims[0] == V) { /* [V, ..]: rows past nv pad */
+            if (nv < V && d->vocab && d->dims[0] == V) { /* @vocab [V, ..]: rows past nv pad */
                 dims[i][0] = nv;
                 cut++;
             }

@@ -42,6 +42,7 @@ typedef struct sr_param_desc {
     const char *src;    /* "file:line" of the declaration, for messages */
     int64_t full_dims[4]; /* the logical shape, as checkpoints store it */
     int groups;         /* split_dim is `groups` equal chunks (q|k|v), each split over the ranks */
+    int vocab;          /* 1: dim 0 holds the vocabulary (@vocab), padding rows included */
 } sr_param_desc;
 
 /* Defaults from the .model file's train block; every one can be overridden by

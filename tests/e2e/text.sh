@@ -113,9 +113,11 @@ else
 fi
 
 # --export: a Hugging Face model directory, here of a vocabulary padded to
-# 1024 rows and trained at tp=2: the padding rows cut; transformers' loss on
-# the first validation batch is the program's final validation loss
-"$shardc" build "$src/examples/tinygpt.model" $cfg --set make_vocab_size_divisible_by=128 --tp 2 -o bpep2
+# 1024 rows and trained at tp=2: the padding rows of the @vocab table cut (not
+# of the 1024-row position table); transformers' loss on the first validation
+# batch is the program's final validation loss
+"$shardc" build "$src/examples/tinygpt.model" $cfg --set make_vocab_size_divisible_by=128 \
+  --set n_positions=1024 --tp 2 -o bpep2
 $mpi -np 2 ./bpep2 $run --tp 2 --data "$fix/text.txt" --tokenizer tok --val-data "$fix/text.bin" \
   --eval-batches 1 --export exp --log exp.jsonl 2> exp_err.txt
 val=$(grep -o '"val_loss":[^}]*' exp.jsonl | tail -1 | cut -d: -f2)
@@ -124,10 +126,11 @@ import json, os, struct, sys
 d = sys.argv[1]
 f = open(os.path.join(d, "model.safetensors"), "rb")
 h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-shape = h["transformer.wte.weight"]["shape"]
+shape, wpe = h["transformer.wte.weight"]["shape"], h["transformer.wpe.weight"]["shape"]
 cfg = json.load(open(os.path.join(d, "config.json")))
-print(f"  wte {shape}, config vocab_size {cfg['vocab_size']}, files {sorted(os.listdir(d))}")
-sys.exit(0 if shape == [1000, 64] and cfg["vocab_size"] == 1000 and os.path.exists(os.path.join(d, "vocab.json")) else 1)
+print(f"  wte {shape}, wpe {wpe}, config vocab_size {cfg['vocab_size']}, files {sorted(os.listdir(d))}")
+sys.exit(0 if shape == [1000, 64] and wpe == [1024, 64] and cfg["vocab_size"] == 1000 and
+         os.path.exists(os.path.join(d, "vocab.json")) else 1)
 PY
 if $py -c "import transformers" 2>/dev/null; then
   check "transformers on the export: the program's validation loss ($val)" $py - exp "$fix/text.bin" "$val" <<'PY'

@@ -16,9 +16,9 @@
 
 static sr_param_desc params[2] = {
     {"wte.weight", 2, {V, V, 0, 0}, V * V, 0, SR_INIT_NORMAL, 0.02f, 1, -1, SR_AXIS_NONE,
-     "fake.model:3", {V, V, 0, 0}, 1},
+     "fake.model:3", {V, V, 0, 0}, 1, 1},
     {"bias", 1, {V, 0, 0, 0}, V, V * V, SR_INIT_ZEROS, 0.0f, 0, -1, SR_AXIS_NONE, "fake.model:4",
-     {V, 0, 0, 0}, 1},
+     {V, 0, 0, 0}, 1, 0},
 };
 
 /* workspace: emb, h, logits, dlogits, dh, demb (N, V) and lse (N) */
