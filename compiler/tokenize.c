@@ -11,7 +11,6 @@
  * file or tokenizer that cannot be read, 2 on a usage error.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,17 +59,9 @@ static void put32(unsigned char *p, uint32_t v)
 /* Appends the tokens of one text file to f; *count grows by their number. */
 static sr_status one_file(const sr_tokenizer *t, const char *path, int eot, FILE *f, uint64_t *count)
 {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return sr_seterr(SR_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return sr_seterr(SR_ERR_IO, "%s is not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (map == MAP_FAILED) return sr_seterr(SR_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+    void *map;
+    size_t size;
+    SR_CHECK(sr_map_file(path, "", &map, &size));
     int32_t *ids;
     size_t n;
     sr_status s = sr_tok_encode(t, map ? (const char *)map : "", size, &ids, &n);

@@ -118,33 +118,42 @@ static sr_status tokenize(sr_data_file *d, const char *path, const sr_tokenizer 
     return SR_OK;
 }
 
-static sr_status open_file(sr_data_file *d, const char *path, int vocab, const sr_tokenizer *tok)
+sr_status sr_map_file(const char *path, const char *what, void **map, size_t *size)
 {
-    memset(d, 0, sizeof *d);
+    *map = NULL;
+    *size = 0;
     int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return sr_seterr(SR_ERR_IO, "cannot open data file %s: %s", path, strerror(errno));
+    if (fd < 0) return sr_seterr(SR_ERR_IO, "cannot open %s%s: %s", what, path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return sr_seterr(SR_ERR_IO, "cannot stat data file %s: %s", path, strerror(e));
+        return sr_seterr(SR_ERR_IO, "cannot stat %s%s: %s", what, path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return sr_seterr(SR_ERR_IO, "data file %s is not a regular file", path);
+        return sr_seterr(SR_ERR_IO, "%s%s is not a regular file", what, path);
     }
-    size_t size = (size_t)st.st_size;
-    void *map = NULL;
-    if (size > 0) {
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
+    if (st.st_size > 0) {
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return sr_seterr(SR_ERR_IO, "cannot map data file %s: %s", path, strerror(e));
+            return sr_seterr(SR_ERR_IO, "cannot map %s%s: %s", what, path, strerror(e));
         }
+        *map = m;
+        *size = (size_t)st.st_size;
     }
     close(fd); /* the mapping stays valid */
+    return SR_OK;
+}
+
+static sr_status open_file(sr_data_file *d, const char *path, int vocab, const sr_tokenizer *tok)
+{
+    memset(d, 0, sizeof *d);
+    void *map;
+    size_t size;
+    SR_CHECK(sr_map_file(path, "data file ", &map, &size));
     d->map = map;
     d->map_len = size;
     d->path = strdup(path);
@@ -229,12 +238,10 @@ void sr_data_shuffle(sr_data *d, uint64_t seed)
     d->seed = seed;
 }
 
+/* one splitmix64 step */
 static uint64_t mix64(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    return sr_mix64(x + 0x9e3779b97f4a7c15ull);
 }
 
 /* A bijection of [0, n) keyed by key, in O(1) memory: a 4-round Feistel

@@ -458,28 +458,32 @@ static sr_status write_text(const char *path, const char *text)
 }
 
 static sr_status write_arena_host(run *r, const char *path, const float *arena, const char *suffix,
-                                  long step);
+                                  long step, int cut_vocab);
 
 /* an arena of backend memory to a safetensors file of whole tensors: the
  * gather is collective over the tensor group, world rank 0 writes */
 static sr_status write_arena(run *r, const char *path, const float *arena, const char *suffix,
-                             long step)
+                             long step, int cut_vocab)
 {
     float *full = rt_alloc_floats(r->n_full);
     sr_status s = full ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while writing %s", path);
+    s = rt_agree(r, s, path); /* no rank enters the gather alone */
     if (s == SR_OK) s = gather_full(r, arena, full);
-    if (s == SR_OK && r->rank0) s = write_arena_host(r, path, full, suffix, step);
+    if (s == SR_OK && r->rank0) s = write_arena_host(r, path, full, suffix, step, cut_vocab);
     free(full);
     return s;
 }
 
+/* step < 0: no step in the metadata. cut_vocab: the @vocab tables of a padded
+ * vocabulary without their padding rows (the rows past the real size). */
 static sr_status write_arena_host(run *r, const char *path, const float *arena, const char *suffix,
-                                  long step)
+                                  long step, int cut_vocab)
 {
-    int n = r->prog->n_params;
+    int n = r->prog->n_params, V = r->prog->vocab, nv = sr_classes(r->prog);
     sr_st_entry *e = calloc((size_t)n + 1, sizeof *e);
     char **names = calloc((size_t)n + 1, sizeof *names);
-    sr_status s = (e && names) ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
+    int64_t (*dims)[4] = calloc((size_t)n + 1, sizeof *dims); /* sr_param_desc.dims */
+    sr_status s = (e && names && dims) ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && s == SR_OK; i++) {
         const sr_param_desc *d = &r->full[i];
         names[i] = malloc(strlen(d->name) + strlen(suffix) + 1);
@@ -489,18 +493,37 @@ static sr_status write_arena_host(run *r, const char *path, const float *arena, 
         }
         strcpy(names[i], d->name);
         strcat(names[i], suffix);
+        memcpy(dims[i], d->dims, sizeof dims[i]);
+        if (cut_vocab && nv < V && d->vocab && d->dims[0] == V) dims[i][0] = nv;
         e[i].name = names[i];
         e[i].ndim = d->ndim;
-        e[i].dims = d->dims;
+        e[i].dims = dims[i];
         e[i].data = arena + d->offset;
     }
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%ld", step);
     const char *meta[] = {"model", r->prog->name ? r->prog->name : "", "step", stepbuf};
-    if (s == SR_OK) s = sr_st_write(path, e, n, meta, 2);
+    if (s == SR_OK) s = sr_st_write(path, e, n, meta, step >= 0 ? 2 : 1);
     for (int i = 0; names && i < n; i++) free(names[i]);
     free(names);
+    free(dims);
     free(e);
+    return s;
+}
+
+/* the model's config constants as config.json, one line */
+static sr_status write_config(run *r, const char *path)
+{
+    const char *cfg = r->prog->config_json ? r->prog->config_json : "{}";
+    size_t n = strlen(cfg);
+    char *c = malloc(n + 2);
+    if (!c) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    memcpy(c, cfg, n);
+    c[n] = '\n';
+    c[n + 1] = '\0';
+    if (n && cfg[n - 1] == '\n') c[n] = '\0';
+    sr_status s = write_text(path, c);
+    free(c);
     return s;
 }
 
@@ -619,7 +642,7 @@ static sr_status save_checkpoint(run *r, long step, const float *fp, const float
         goto out;
     }
     made_tmp = 1;
-    s = write_arena_host(r, f_model, fp, "", step);
+    s = write_arena_host(r, f_model, fp, "", step, 0);
     if (s == SR_OK) {
         /* optimizer state: NAME.exp_avg then NAME.exp_avg_sq, as torch names them */
         int n = r->prog->n_params;
@@ -650,20 +673,7 @@ static sr_status save_checkpoint(run *r, long step, const float *fp, const float
         free(e);
     }
     if (s == SR_OK) s = write_text(f_state, state);
-    if (s == SR_OK) {
-        const char *cfg = r->prog->config_json ? r->prog->config_json : "{}";
-        size_t n = strlen(cfg);
-        char *c = malloc(n + 2);
-        if (!c) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
-        else {
-            memcpy(c, cfg, n);
-            c[n] = '\n';
-            c[n + 1] = '\0';
-            if (n && cfg[n - 1] == '\n') c[n] = '\0';
-            s = write_text(f_config, c);
-            free(c);
-        }
-    }
+    if (s == SR_OK) s = write_config(r, f_config);
     if (s == SR_OK) s = copy_tokenizer(r, tmp);
     if (s != SR_OK) goto out;
     fsync_dir(tmp);
@@ -763,54 +773,35 @@ sr_status rt_checkpoint(run *r, long step)
  * Each file is written under a temporary name and renamed. */
 sr_status rt_export(run *r, const char *dir)
 {
-    float *full = rt_alloc_floats(r->n_full);
-    sr_status s = rt_agree(r, full ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while exporting"),
-                           "--export");
-    if (s == SR_OK) s = gather_full(r, r->params, full);
     const sr_program *prog = r->prog;
-    int n = prog->n_params, V = prog->vocab, nv = sr_classes(prog), cut = 0;
-    sr_st_entry *e = NULL;
-    int64_t (*dims)[4] = NULL; /* sr_param_desc.dims */
     char *model = path_join(dir, "model.safetensors"), *tmp = path_join(dir, ".model.safetensors.tmp");
     char *config = path_join(dir, "config.json");
-    if (s == SR_OK && r->rank0) {
-        e = calloc((size_t)n + 1, sizeof *e);
-        dims = calloc((size_t)n + 1, sizeof *dims);
-        if (!e || !dims || !model || !tmp || !config) s = sr_seterr(SR_ERR_NOMEM, "out of memory while exporting");
-        if (s == SR_OK) s = mkdir_p(dir);
-        for (int i = 0; i < n && s == SR_OK; i++) {
-            const sr_param_desc *d = &r->full[i];
-            memcpy(dims[i], d->dims, sizeof dims[i]);
-            if (nv < V && d->vocab && d->dims[0] == V) { /* @vocab [V, ..]: rows past nv pad */
-                dims[i][0] = nv;
-                cut++;
-            }
-            e[i] = (sr_st_entry){.name = d->name, .ndim = d->ndim, .dims = dims[i], .data = full + d->offset};
-        }
-        const char *meta[] = {"model", prog->name ? prog->name : ""};
-        if (s == SR_OK) s = sr_st_write(tmp, e, n, meta, 1);
+    sr_status s = model && tmp && config ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while exporting");
+    if (s == SR_OK && r->rank0) s = mkdir_p(dir);
+    s = rt_agree(r, s, "--export");
+    if (s == SR_OK) s = write_arena(r, tmp, r->params, "", -1, 1); /* collective gather */
+    if (r->rank0) {
         if (s == SR_OK && rename(tmp, model) != 0)
             s = sr_seterr(SR_ERR_IO, "cannot rename %s to %s: %s", tmp, model, strerror(errno));
         if (s != SR_OK && tmp) unlink(tmp);
-        if (s == SR_OK) s = write_text(config, prog->config_json ? prog->config_json : "{}");
+        if (s == SR_OK) s = write_config(r, config);
         if (s == SR_OK) s = copy_tokenizer(r, dir);
+        int cut = 0;
+        for (int i = 0; i < prog->n_params; i++) cut |= r->full[i].vocab && sr_classes(prog) < prog->vocab;
         if (s == SR_OK)
-            rt_info(r, "exported %s: model.safetensors (%d tensors%s), config.json%s", dir, n,
+            rt_info(r, "exported %s: model.safetensors (%d tensors%s), config.json%s", dir, prog->n_params,
                     cut ? ", the vocabulary's padding rows cut" : "", r->tok ? ", the tokenizer" : "");
     }
-    free(e);
-    free(dims);
     free(model);
     free(tmp);
     free(config);
-    free(full);
     return rt_agree(r, s, "--export");
 }
 
 /* --dump-grads: the first step's gradients, before clipping */
 sr_status rt_dump_grads(run *r, long step)
 {
-    sr_status s = write_arena(r, r->o.dump_grads, r->grads, "", step);
+    sr_status s = write_arena(r, r->o.dump_grads, r->grads, "", step, 0);
     if (s == SR_OK) rt_info(r, "wrote the gradients of step %ld to %s", step, r->o.dump_grads);
     return s;
 }

@@ -195,18 +195,11 @@ static uint64_t fnv(const char *s, size_t n)
     return h;
 }
 
-static uint64_t mix(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return k;
-}
 
 static const merge_slot *merge_find(const sr_tokenizer *t, int32_t a, int32_t b)
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    for (size_t i = mix(key) & (t->mcap - 1);; i = (i + 1) & (t->mcap - 1)) {
+    for (size_t i = sr_mix64(key) & (t->mcap - 1);; i = (i + 1) & (t->mcap - 1)) {
         if (t->merges[i].rank < 0) return NULL;
         if (t->merges[i].key == key) return &t->merges[i];
     }
@@ -402,7 +395,7 @@ static sr_status add_merge(sr_tokenizer *t, const piece_map *pm, const char *a, 
                          where, rank + 1, (int)al, a, (int)bl, b, which);
     }
     uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-    size_t i = mix(key) & (t->mcap - 1);
+    size_t i = sr_mix64(key) & (t->mcap - 1);
     while (t->merges[i].rank >= 0) {
         if (t->merges[i].key == key) return SR_OK; /* a repeated merge keeps its first rank */
         i = (i + 1) & (t->mcap - 1);

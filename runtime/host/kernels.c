@@ -911,31 +911,22 @@ void sr_transpose_bwd(float *dx, const float *dout, int ndim, const long *dims, 
 /* ------------------------------------------------------------------------ */
 /* Counter-based random numbers and dropout                                  */
 
-/* The splitmix64 finalizer: a bijection of 64-bit words with full avalanche.
- * Only 64-bit multiplies and shifts, so the CUDA kernels compute the same bits. */
-static inline uint64_t mix64(uint64_t z)
-{
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ULL;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return z;
-}
 
 #define RNG_GOLDEN 0x9e3779b97f4a7c15ULL
 
 /* key = mix64(mix64(seed + G) ^ stream); element counter c then gives
- * mix64(key + c * G): a splitmix64 sequence started at the key. */
+ * mix64(key + c * G): a splitmix64 sequence started at the key (mix64 is
+ * sr_mix64, shardrt.h: only 64-bit multiplies and shifts, so the CUDA
+ * kernels compute the same bits). */
 static inline uint64_t rng_key(uint64_t seed, uint64_t stream)
 {
-    return mix64(mix64(seed + RNG_GOLDEN) ^ stream);
+    return sr_mix64(sr_mix64(seed + RNG_GOLDEN) ^ stream);
 }
 
 static inline float rng_at(uint64_t key, uint64_t counter)
 {
     // top 24 bits: every value k / 2^24 exactly representable, never 1.0
-    return (float)(mix64(key + counter * RNG_GOLDEN) >> 40) * (1.0f / 16777216.0f);
+    return (float)(sr_mix64(key + counter * RNG_GOLDEN) >> 40) * (1.0f / 16777216.0f);
 }
 
 float sr_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter)

@@ -137,6 +137,17 @@ void sr_dropout_fwd(float *out, const float *x, long n, float p, uint64_t seed,
                     uint64_t step, uint32_t op, uint64_t base);
 void sr_dropout_bwd(float *dx, const float *dout, long n, float p, uint64_t seed,
                     uint64_t step, uint32_t op, uint64_t base);
+/* The splitmix64 finalizer: a bijection of 64-bit words with full avalanche
+ * (the random numbers, the data shuffle's permutation, hash tables). */
+static inline uint64_t sr_mix64(uint64_t z)
+{
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ULL;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z;
+}
 /* uniform [0,1) from a counter (Philox-style hash); shared by dropout and init */
 float sr_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
 

@@ -49,6 +49,11 @@ typedef struct sr_data {
     uint64_t seed;
 } sr_data;
 
+/* Maps a regular file read-only: *map (NULL when it is empty; munmap(*map,
+ * *size) when done) and *size. SR_ERR_IO "cannot open WHATpath: reason" (and
+ * stat, not a regular file, map); what is a prefix such as "data file ". */
+sr_status sr_map_file(const char *path, const char *what, void **map, size_t *size);
+
 /* Opens and validates token files: format, size, and every token < vocab.
  * `path` is a file, or a pattern with * ? [ (glob(3), matches in sorted
  * order, like llm.c's -i "fineweb_train_*.bin") whose files are read as one
