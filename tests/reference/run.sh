@@ -4,7 +4,7 @@
 # initial safetensors and the same token file. Step-0 loss and every gradient
 # within 1e-5 (relative), the loss of each of 10 AdamW steps with clipping
 # within 1e-4. Also a finite-difference check of the whole model's gradient.
-set -eu
+set -eu -o pipefail  # a failed compare.py must fail its `| tail` pipeline
 shardc=$(realpath "$1"); src=$(realpath "$2")
 py=/usr/bin/python3
 ref=$src/tests/reference
