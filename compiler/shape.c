@@ -475,6 +475,50 @@ static int shape_attention(ShapeCtx *c)
     return 0;
 }
 
+/* rope(x, n_head[, theta]): x [.., T, C], positions along T, C in n_head
+ * heads of an even size; theta defaults to 10000 (Llama 2's; Llama 3 uses
+ * 500000). Sizes: rows, T, C, heads (a rank's heads at tp > 1). */
+static int shape_rope(ShapeCtx *c)
+{
+    if (need_float(c, 0, "the input") || need_rank(c, 0, 2, SX_MAXDIM, "the input")) return -1;
+    if (c->nk < 1 || c->nk > 2) {
+        sx_error(c->loc, "'rope' takes the input, the number of heads and optionally theta (the base of the "
+                 "wavelengths, default 10000), got %d numbers", c->nk);
+        return -1;
+    }
+    long long nh;
+    double theta = 10000.0;
+    if (int_arg(c, 0, &nh, "the number of heads") || (c->nk == 2 && num_arg(c, 1, &theta, "theta"))) return -1;
+    Dim C = last_dim(c->in[0]);
+    if (!dim_is_const(C)) {
+        sx_error(c->loc, "the channel dimension of 'rope' must be a constant, got %s", dim_str(C, IR_));
+        return -1;
+    }
+    if (nh <= 0 || C.c % nh) {
+        sx_error(c->loc, "'rope': %lld channels do not split into %lld heads (%lld is not divisible by %lld)",
+                 (long long)C.c, nh, (long long)C.c, nh);
+        return -1;
+    }
+    if ((C.c / nh) % 2) {
+        sx_error(c->loc, "'rope': %lld channels in %lld heads are heads of %lld, an odd size; rope pairs channel i "
+                 "of a head with channel i + size/2", (long long)C.c, nh, (long long)(C.c / nh));
+        return -1;
+    }
+    if (!(theta > 1.0)) {
+        sx_error(c->loc, "theta of 'rope' must be greater than 1, got %g", theta);
+        return -1;
+    }
+    c->op->k[0] = (double)nh;
+    c->op->k[1] = theta;
+    c->op->nk = 2;
+    c->out = c->in[0]->shape;
+    c->op->sz[0] = rows_of(c->in[0]);
+    c->op->sz[1] = c->in[0]->shape.d[c->in[0]->shape.nd - 2];
+    c->op->sz[2] = C;
+    c->op->sz[3] = dim_const(nh);
+    return 0;
+}
+
 static int shape_slice(ShapeCtx *c)
 {
     long long i, n;

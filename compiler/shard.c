@@ -308,6 +308,21 @@ static int shard_attention(ShardCtx *c)
     return 0;
 }
 
+/* rope rotates pairs inside a head at the row's position: a split of whole
+ * heads (the output of a column-parallel q or k projection) stays split; a
+ * split sequence or a partial sum is made whole first */
+static int shard_rope(ShardCtx *c)
+{
+    long long nh = (long long)c->op->k[0];
+    if (is_split_last(c, 0) && c->in[0].groups <= 1 && nh % c->tp == 0) {
+        c->out = c->in[0];
+        return 0;
+    }
+    resolve(c, 0);
+    c->out = repl();
+    return 0;
+}
+
 static int shard_slice(ShardCtx *c)
 {
     int n = (int)c->op->k[1];
@@ -506,6 +521,7 @@ int shard_lower(Program *P)
         if (op->kind == OP_EMBEDDING && w->sh.kind == SH_SPLIT && w->sh.dim == 0) op->kind = OP_EMBEDDING_VP;
         if (op->kind == OP_CROSS_ENTROPY && w->sh.kind == SH_SPLIT) op->kind = OP_CROSS_ENTROPY_VP;
         if (op->kind == OP_ATTENTION && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
+        if (op->kind == OP_ROPE && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
         if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 1) op->kind = OP_DROPOUT_SEQ;
         if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 2) op->kind = OP_DROPOUT_COL;
         vec_push(&ops, op);

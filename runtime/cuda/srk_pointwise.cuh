@@ -1,6 +1,7 @@
 /* srk_pointwise.cuh: element-wise kernels in forward/backward pairs:
- * broadcasting add/sub/mul, scale, activations, dropout, embedding, arange,
- * slice, transpose, copy, zero; and the deterministic column sums their
+ * broadcasting add/sub/mul, scale, activations, rotary position embedding,
+ * dropout, embedding, arange, slice, transpose, copy, zero; and the
+ * deterministic column sums their
  * backward passes (and the norms') need.
  *
  * Semantics are those of the host kernels (shardrt.h). Reductions add in an
@@ -269,6 +270,52 @@ SRK_ACT_PAIR(gelu_exact, ACT_GELU_EXACT)
 SRK_ACT_PAIR(relu, ACT_RELU)
 SRK_ACT_PAIR(silu, ACT_SILU)
 #undef SRK_ACT_PAIR
+
+/* ---- rotary position embedding (the host's sr_rope_fwd/bwd) ---------------------------------- */
+/* One thread per (row, i < hd/2): the angle once (computed as the host does,
+ * the power in double so that both round it the same way), then the pair
+ * (i, i + hd/2) of every head. sign -1 with acc: the backward, dx += R(-a) dout. */
+template <class TO, class TX>
+__global__ void rope_kernel(TO *out, const TX *x, long N, int T, int C, int hd, float theta, float sign, int acc)
+{
+    // out, x (N, C)
+    int half = hd / 2;
+    for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < N * half; p += (long)gridDim.x * blockDim.x) {
+        long r = p / half;
+        int i = (int)(p % half);
+        float e = (float)(2 * i) / (float)hd;
+        float a = (float)(r % T) * (1.0f / (float)pow((double)theta, (double)e));
+        float cs = cosf(a), sn = sign * sinf(a);
+        for (int h = 0; h < C; h += hd) {
+            long j = r * C + h + i;
+            float u = srk_ld(x[j]), v = srk_ld(x[j + half]);
+            float ru = u * cs - v * sn, rv = v * cs + u * sn;
+            if (acc) {
+                srk_acc(&out[j], ru);
+                srk_acc(&out[j + half], rv);
+            } else {
+                out[j] = srk_to<TO>(ru);
+                out[j + half] = srk_to<TO>(rv);
+            }
+        }
+    }
+}
+template <class TO, class TX>
+void srk_rope_fwd(TO *out, const TX *x, long N, int T, int C, int n_head, float theta)
+{
+    long n = N * (long)(C / n_head / 2);
+    if (n <= 0) return;
+    SR_LAUNCH((rope_kernel<TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x, N, T,
+              C, C / n_head, theta, 1.0f, 0);
+}
+template <class TD, class TG>
+void srk_rope_bwd(TD *dx, const TG *dout, long N, int T, int C, int n_head, float theta)
+{
+    long n = N * (long)(C / n_head / 2);
+    if (!dx || n <= 0) return;
+    SR_LAUNCH((rope_kernel<TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx, dout, N,
+              T, C, C / n_head, theta, -1.0f, 1);
+}
 
 /* ---- copy and zero -------------------------------------------------------------------------- */
 template <class TO, class TX>

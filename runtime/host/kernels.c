@@ -603,6 +603,61 @@ void sr_silu_bwd(float *dx, const float *dout, const float *x, long n)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Rotary position embedding                                                 */
+
+/* One row at position t: each pair (i, i + hd/2) of every head rotated by
+ * sign * t * inv_freq[i]; acc adds into out (the backward). The angles of a
+ * chunk of pairs are computed once per row and used for all heads. */
+static void rope_row(float *out, const float *x, int t, int C, int hd, float theta, float sign, int acc)
+{
+    enum { CHUNK = 32 };
+    int half = hd / 2;
+    for (int i0 = 0; i0 < half; i0 += CHUNK) {
+        float cs[CHUNK], sn[CHUNK];
+        int m = half - i0 < CHUNK ? half - i0 : CHUNK;
+        for (int i = 0; i < m; i++) {
+            /* torch's float32 inv_freq: the exponent rounded to float, the
+             * power correctly rounded (double, then float), its inverse */
+            float e = (float)(2 * (i0 + i)) / (float)hd;
+            float a = (float)t * (1.0f / (float)pow((double)theta, (double)e));
+            cs[i] = cosf(a);
+            sn[i] = sign * sinf(a);
+        }
+        for (int h = 0; h < C; h += hd)
+            for (int i = 0; i < m; i++) {
+                int j = h + i0 + i;
+                float a = x[j], b = x[j + half];
+                float ra = a * cs[i] - b * sn[i], rb = b * cs[i] + a * sn[i];
+                if (acc) {
+                    out[j] += ra;
+                    out[j + half] += rb;
+                } else {
+                    out[j] = ra;
+                    out[j + half] = rb;
+                }
+            }
+    }
+}
+
+void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta)
+{
+    int hd = C / n_head;
+    OMP(parallel for if(N * C >= PAR_MIN))
+    for (long r = 0; r < N; r++)
+        rope_row(out + r * C, x + r * C, (int)(r % T), C, hd, theta, 1.0f, 0);
+}
+
+void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head, float theta)
+{
+    // the rotation is orthogonal: its gradient is the rotation by -angle
+    if (!dx) return;
+    int hd = C / n_head;
+    OMP(parallel for if(N * C >= PAR_MIN))
+    for (long r = 0; r < N; r++)
+        rope_row(dx + r * C, dout + r * C, (int)(r % T), C, hd, theta, -1.0f, 1);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Softmax                                                                   */
 
 /* One row: y = exp(x - max) / sum. In place is fine (y == x). */

@@ -109,6 +109,15 @@ void sr_relu_bwd(float *dx, const float *dout, const float *x, long n);
 void sr_silu_fwd(float *out, const float *x, long n);
 void sr_silu_bwd(float *dx, const float *dout, const float *x, long n);
 
+/* rotary position embedding (RoPE, Hugging Face Llama's rotate_half pairing):
+ * x (N, C), row r at position t = r % T; C = n_head heads of hd = C / n_head
+ * channels (hd even). In each head, channel i < hd/2 and channel i + hd/2 are
+ * rotated together by the angle t * theta^(-2i/hd) (inv_freq and the angle
+ * in float32, as transformers computes them). out may be x. The backward
+ * rotates by the opposite angle and adds into dx. */
+void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta);
+void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head, float theta);
+
 /* softmax over the last dim C: x (N,C) */
 void sr_softmax_fwd(float *out, const float *x, int N, int C);
 void sr_softmax_bwd(float *dx, const float *dout, const float *out, int N, int C);

@@ -12,6 +12,7 @@
 #    as on a GPU: runtime/cuda/comm_nccl.c on the emulator's NCCL, which
 #    is MPI underneath);
 #    recomputation;
+#  - a LLaMA-style model (RoPE, RMSNorm, SwiGLU) in fp32, bf16 and at tp=2;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
 source "$(dirname "$0")/lib.sh"
 opts="--data text.txt --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet"
@@ -80,6 +81,23 @@ if command -v mpirun >/dev/null; then
     losses hp.jsonl > hp.txt; losses cp-$sch.jsonl > cp.txt
     check "pp=2 ($sch) over NCCL: 4 steps match the host binary's pp=2 to 1e-5" close hp.txt cp.txt 1e-5
   done
+fi
+# LLaMA-style blocks: rotary embeddings on q and k (srk_rope_*), RMSNorm, SwiGLU
+lm="$src/tests/e2e/llama.model"
+"$gen" "$lm" --cuda ll.cu --build ll_cuda --emulate && "$gen" "$lm" --bf16 --cuda llb.cu --build llb_cuda --emulate &&
+  "$shardc" build "$lm" -o ll_host
+./ll_host $opts --steps 5 --log hl.jsonl
+./ll_cuda $opts --steps 5 --log cl.jsonl
+./llb_cuda $opts --steps 5 --log cbl.jsonl
+losses hl.jsonl > hl.txt; losses cl.jsonl > cl.txt; losses cbl.jsonl > cbl.txt
+check "LLaMA-style model with RoPE, fp32: 5 steps match the host binary to 1e-5" close hl.txt cl.txt 1e-5
+check "LLaMA-style model with RoPE, bf16: 5 steps within 2e-2 of the host binary" close hl.txt cbl.txt 2e-2
+if command -v mpirun >/dev/null; then
+  "$gen" "$lm" --tp 2 --cuda ll2.cu --build ll2_cuda --emulate
+  mpirun --oversubscribe -np 2 ./ll2_cuda $opts --tp 2 --steps 5 --log cl2.jsonl
+  losses cl2.jsonl > cl2.txt
+  check "LLaMA-style model with RoPE at tp=2 over NCCL (a rank rotates its heads): the host's one-rank losses" \
+    close hl.txt cl2.txt 1e-5
 fi
 "$gen" "$m" --recompute --cuda rc.cu --build rc_cuda --emulate
 ./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl

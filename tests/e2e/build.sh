@@ -17,7 +17,7 @@ else
   for i in $(seq 50); do cat "$src"/stdlib/*.model "$src"/docs/*.md 2>/dev/null; done | head -c 400000 > text.txt
 fi
 
-for m in tinygpt mlp gpt2; do
+for m in tinygpt mlp gpt2 llama; do
   check "build examples/$m.model (C compiles with -Werror)" \
     "$shardc" build "$src/examples/$m.model" -o "$m" --emit-src "src-$m"
 done
@@ -27,6 +27,10 @@ check "generated C has shapes on buffers" grep -q "f32\[B, T, 128\]" src-tinygpt
 ./mlp --data text.txt --steps 30 --batch 8 --seq 32 --log mlp.jsonl --quiet
 first=$(losses mlp.jsonl | head -1 | cut -d: -f2); last=$(losses mlp.jsonl | tail -1 | cut -d: -f2)
 check "mlp trains (loss $first -> $last)" $py -c "import sys; sys.exit(0 if $last < $first - 1.0 else 1)"
+./llama --data text.txt --steps 30 --batch 8 --seq 32 --lr 3e-3 --warmup 3 --log llama.jsonl --quiet
+first=$(losses llama.jsonl | head -1 | cut -d: -f2); last=$(losses llama.jsonl | tail -1 | cut -d: -f2)
+check "llama (RoPE, no position table) trains (loss $first -> $last)" \
+  $py -c "import sys; sys.exit(0 if $last < $first - 1.0 else 1)"
 
 # resume: 20 steps in one go == the same run resumed from its step-10
 # checkpoint, bit for bit (dropout on, cosine schedule over the 20 steps)

@@ -214,15 +214,17 @@ def make_optimizer(params, args):
         lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
 
 
-def train(cfg, params, tokens, args, log=None):
-    """Run args.steps steps; returns (losses, grad_norms, step-0 grads dict)."""
+def train(cfg, params, tokens, args, log=None, loss=None):
+    """Run args.steps steps of loss (default: GPT-2's loss_fn); returns (losses,
+    grad_norms, step-0 grads dict)."""
+    loss_of = loss or loss_fn
     opt = make_optimizer(params, args)
     plist = list(params.values())
     losses, norms, grads0 = [], [], None
     for k in range(args.steps):
         x, y = get_batch(tokens, k, args.batch, args.seq)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(params, x, y, cfg)
+        loss = loss_of(params, x, y, cfg)
         loss.backward()
         if k == 0:
             grads0 = {n: p.grad.detach().clone().numpy() for n, p in params.items()}

@@ -74,4 +74,53 @@ PY
 else
   echo "skip transformers is not installed: the Hugging Face loading check did not run"
 fi
-[ $fail -eq 0 ] && echo "$((3 + nhf)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }
+# LLaMA-style blocks with rotary position embeddings (tests/e2e/llama.model)
+# against tests/reference/llama_ref.py: step-0 loss and gradients, 10 steps;
+# and that reference against transformers' LlamaForCausalLM (RoPE convention)
+cat > llama.json <<'EOF'
+{"vocab": 96, "dim": 48, "n_layer": 2, "n_head": 3, "hidden": 80, "eps": 1e-6, "rope_theta": 10000.0}
+EOF
+"$shardc" build "$src/tests/e2e/llama.model" --config llama.json -o llama.bin
+$py "$ref/llama_ref.py" init --config llama.json --out llama.init.safetensors --seed 11
+$py "$ref/gpt2_ref.py" tokens --out llama.tok --n $((4*24*2+1)) --vocab 96 --seed 5
+lopt="--batch 4 --seq 24 --steps 10 --lr 1e-2 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0"
+$py "$ref/llama_ref.py" run --config llama.json --init llama.init.safetensors --data llama.tok $lopt \
+    --out-losses llama.ref.json --out-grads llama.ref.safetensors
+./llama.bin --init llama.init.safetensors --data llama.tok $lopt --lr-schedule constant --warmup 0 \
+    --dump-grads llama.ours.safetensors --log llama.ours.jsonl --quiet --threads 1
+echo "== llama (rope): $(cat llama.json)"
+$py "$ref/compare.py" --ref-losses llama.ref.json --log llama.ours.jsonl \
+    --ref-grads llama.ref.safetensors --grads llama.ours.safetensors \
+    --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 | tail -4 || fail=1
+# the same model without rotating q (an edited copy of the stdlib, found
+# next to the model before the real one): its
+# step-0 loss is not the reference's, so the comparison above sees RoPE
+mkdir -p norope
+sed 's/rope(\(q_proj: ColumnProj(x, C)\), n_head, rope_theta)/\1/' "$src/stdlib/nn.model" > norope/nn.model
+cp "$src/tests/e2e/llama.model" norope/llama.model
+if grep -q 'rope(q_proj' norope/nn.model || ! grep -q 'rope(k_proj' norope/nn.model; then
+  echo "FAIL could not remove the rotation of q from a copy of nn.model"; fail=1
+else
+  "$shardc" build norope/llama.model --config llama.json -o norope.bin
+  ./norope.bin --init llama.init.safetensors --data llama.tok $lopt --steps 1 --lr-schedule constant \
+      --warmup 0 --log norope.jsonl --quiet --threads 1
+  if $py - llama.ref.json norope.jsonl <<'PY'
+import json, sys
+ref = json.load(open(sys.argv[1]))["losses"][0]
+ours = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l][0]
+print(f"   step-0 loss without rotating q: {ours:.7f}, the reference's {ref:.7f}")
+sys.exit(0 if abs(ours - ref) > 1e-4 * abs(ref) else 1)
+PY
+  then echo "ok   rotating q matters: without it the step-0 loss is not the reference's"
+  else echo "FAIL the reference's loss does not depend on rotating q"; fail=1; fi
+fi
+nllama=2
+if $py -c "import transformers" 2>/dev/null; then
+  if $py "$ref/llama_ref.py" hf --config llama.json --init llama.init.safetensors --data llama.tok \
+      --batch 4 --seq 24; then
+    echo "ok   the reference's RoPE model is transformers' LlamaForCausalLM (same loss, 1e-5)"; nllama=3
+  else echo "FAIL the reference against transformers' LlamaForCausalLM"; fail=1; fi
+else
+  echo "skip transformers is not installed: the LlamaForCausalLM check did not run"
+fi
+[ $fail -eq 0 ] && echo "$((3 + nhf + nllama)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }

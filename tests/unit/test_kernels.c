@@ -384,6 +384,24 @@ static void gc_rmsnorm(int N, int C)
     gc_free(&c);
 }
 
+static void rope_fwd_(GC *c, float *out) { sr_rope_fwd(out, c->in[0], (long)c->B * c->T, c->T, c->C, c->NH, c->p); }
+static void rope_bwd_(GC *c, float **gr, const float *d)
+{
+    sr_rope_bwd(gr[0], d, (long)c->B * c->T, c->T, c->C, c->NH, c->p);
+}
+
+static void gc_rope(int B, int T, int C, int NH, float theta)
+{
+    GC c = {0};
+    c.name = "rope";
+    c.B = B, c.T = T, c.C = C, c.NH = NH, c.p = theta;
+    set_in(&c, 0, "x", (long)B * T * C, -1, 1);
+    c.nout = (long)B * T * C;
+    c.fwd = rope_fwd_, c.bwd = rope_bwd_;
+    gradcheck(&c, 1e-2f);
+    gc_free(&c);
+}
+
 static void gc_softmax(int N, int C)
 {
     GC c = {0};
@@ -493,6 +511,8 @@ static void test_gradients(void)
     gc_pointwise("gelu_exact", 37, -3, 3, gelue_fwd_, gelue_bwd_);
     gc_relu();
     gc_pointwise("silu", 37, -4, 4, silu_fwd_, silu_bwd_);
+    gc_rope(2, 5, 12, 3, 10000.0f);
+    gc_rope(1, 9, 8, 1, 500000.0f);
     gc_softmax(5, 7);
     gc_softmax(40, 500);
     gc_attention(2, 5, 12, 3);
@@ -964,6 +984,34 @@ static void test_determinism(void)
 #endif
 }
 
+/* rope against the formula in double: in head h, channel i < hd/2 and
+ * channel i + hd/2 of the row at position t are (a, b) -> (a cos - b sin,
+ * b cos + a sin) with the angle t * theta^(-2i/hd) (Hugging Face's
+ * rotate_half); position 0 is the identity, and the output may be the input */
+static void test_rope_fwd(int B, int T, int C, int NH, float theta)
+{
+    long n = (long)B * T * C;
+    int hd = C / NH, half = hd / 2;
+    float *x = rand_buf(n, -1, 1), *out = zbuf(n), *io = malloc(sizeof(float) * (size_t)n);
+    double *ref = calloc((size_t)n, sizeof(double));
+    for (long r = 0; r < (long)B * T; r++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < half; i++) {
+                double a = (double)(r % T) * pow((double)theta, -2.0 * i / hd);
+                long j = r * C + (long)h * hd + i;
+                ref[j] = x[j] * cos(a) - x[j + half] * sin(a);
+                ref[j + half] = x[j + half] * cos(a) + x[j] * sin(a);
+            }
+    sr_rope_fwd(out, x, (long)B * T, T, C, NH, theta);
+    double e = max_err(out, ref, n);
+    check(e < 1e-5, "rope_fwd %dx%dx%d, %d heads, theta %g vs the formula (max err %.2e)", B, T, C, NH, theta, e);
+    check(memcmp(out, x, sizeof(float) * (size_t)C) == 0, "rope_fwd: position 0 is left as it is");
+    memcpy(io, x, sizeof(float) * (size_t)n);
+    sr_rope_fwd(io, io, (long)B * T, T, C, NH, theta);
+    check(memcmp(io, out, sizeof(float) * (size_t)n) == 0, "rope_fwd in place gives the same values");
+    free(x), free(out), free(io), free(ref);
+}
+
 int main(void)
 {
     test_matmul_fwd(5, 7, 3);
@@ -979,6 +1027,8 @@ int main(void)
     test_activations_fwd();
     test_softmax_fwd(5, 7);
     test_softmax_fwd(40, 500);
+    test_rope_fwd(2, 7, 12, 3, 10000.0f);
+    test_rope_fwd(1, 50, 256, 2, 500000.0f);
     test_attention_fwd(2, 5, 12, 3);
     test_attention_fwd(2, 33, 48, 3);
     test_attention_fwd(2, 70, 12, 2);

@@ -1,0 +1,224 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference for tests/e2e/llama.model: a LLaMA-style model with
+rotary position embeddings (RoPE), written from scratch with torch.nn.functional,
+float32, CPU, deterministic. Parameter names and layouts are the .model's: projection
+weights are stored [in, out] (y = x @ W), the head (lm_head) is untied.
+
+RoPE as Hugging Face's LlamaRotaryEmbedding and rotate_half: in each head, channel i <
+hd/2 pairs with channel i + hd/2; position t rotates the pair by t * inv_freq[i], with
+inv_freq = 1 / theta^(arange(0, hd, 2) / hd) in float32.
+
+Subcommands (see --help of each):
+  init    random initial weights -> MODEL.safetensors
+  run     K AdamW steps -> LOSSES.json (+ step-0 gradients -> GRADS.safetensors)
+  hf      the loss of one batch under transformers' LlamaForCausalLM from the same
+          weights (transposed to nn.Linear's [out, in]); exit 1 if it differs from this
+          reference's loss by more than --rtol
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_ref as G  # noqa: E402  (token files, batches, AdamW training loop)
+import st  # noqa: E402
+
+KEYS = ("vocab", "dim", "n_layer", "n_head", "hidden", "eps", "rope_theta")
+
+
+def load_config(path):
+    with open(path) as f:
+        cfg = json.load(f)
+    missing = [k for k in KEYS if k not in cfg]
+    if missing:
+        raise SystemExit(f"{path}: missing config keys {missing}")
+    if cfg["dim"] % cfg["n_head"] or (cfg["dim"] // cfg["n_head"]) % 2:
+        raise SystemExit("dim must split into n_head heads of an even size")
+    return cfg
+
+
+def param_shapes(cfg):
+    V, C, L, H = cfg["vocab"], cfg["dim"], cfg["n_layer"], cfg["hidden"]
+    shapes = {"tok.weight": (V, C)}
+    for i in range(L):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (C,),
+            p + "attn.q_proj.weight": (C, C), p + "attn.k_proj.weight": (C, C),
+            p + "attn.v_proj.weight": (C, C), p + "attn.o_proj.weight": (C, C),
+            p + "post_attention_layernorm.weight": (C,),
+            p + "mlp.gate_proj.weight": (C, H), p + "mlp.up_proj.weight": (C, H),
+            p + "mlp.down_proj.weight": (H, C),
+        })
+    shapes["norm.weight"] = (C,)
+    shapes["lm_head.weight"] = (C, V)
+    return shapes
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+
+
+def rope(x, theta):
+    """x [B, nh, T, hd] -> rotated; pairs (i, i + hd/2), angle t * inv_freq[i]."""
+    T, hd = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+    ang = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)  # [T, hd/2]
+    ang = torch.cat((ang, ang), dim=-1)                                  # [T, hd]
+    x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+    return x * ang.cos() + torch.cat((-x2, x1), dim=-1) * ang.sin()
+
+
+def attention(x, p, cfg):
+    B, T, C = x.shape
+    nh = cfg["n_head"]
+    hd = C // nh
+    heads = lambda t: t.view(B, T, nh, hd).transpose(1, 2)  # noqa: E731
+    q = rope(heads(x @ p["attn.q_proj.weight"]), cfg["rope_theta"])
+    k = rope(heads(x @ p["attn.k_proj.weight"]), cfg["rope_theta"])
+    v = heads(x @ p["attn.v_proj.weight"])
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+    y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+    return y @ p["attn.o_proj.weight"]
+
+
+def forward(params, idx, cfg):
+    x = F.embedding(idx, params["tok.weight"])
+    for i in range(cfg["n_layer"]):
+        p = {k[len(f"layers.{i}."):]: v for k, v in params.items() if k.startswith(f"layers.{i}.")}
+        x = x + attention(rms_norm(x, p["input_layernorm.weight"], cfg["eps"]), p, cfg)
+        m = rms_norm(x, p["post_attention_layernorm.weight"], cfg["eps"])
+        x = x + (F.silu(m @ p["mlp.gate_proj.weight"]) * (m @ p["mlp.up_proj.weight"])) @ p["mlp.down_proj.weight"]
+    return rms_norm(x, params["norm.weight"], cfg["eps"]) @ params["lm_head.weight"]
+
+
+def loss_fn(params, idx, targets, cfg):
+    logits = forward(params, idx, cfg)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def init_params(cfg, seed):
+    """normal(0, 0.02) matrices, but q and k normal(0, 0.25): attention logits of a few
+    units, so the attention is far from uniform and the rotation changes the loss at
+    once; RMSNorm weights 1 + N(0, 0.1) so their gradients matter."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in param_shapes(cfg).items():
+        if len(shape) == 2:
+            std = 0.25 if name.endswith(("q_proj.weight", "k_proj.weight")) else 0.02
+            out[name] = (torch.randn(shape, generator=g) * std).float()
+        else:
+            out[name] = (1.0 + 0.1 * torch.randn(shape, generator=g)).float()
+    return out
+
+
+def load_params(path, cfg):
+    raw = st.load(path, to_f32=True)
+    shapes = param_shapes(cfg)
+    missing = [n for n in shapes if n not in raw]
+    extra = [n for n in raw if n not in shapes]
+    if missing or extra:
+        raise SystemExit(f"{path}: missing {missing[:5]} unexpected {extra[:5]}")
+    params = {}
+    for n, shape in shapes.items():
+        if tuple(raw[n].shape) != shape:
+            raise SystemExit(f"{path}: {n} has shape {raw[n].shape}, expected {shape}")
+        params[n] = torch.tensor(raw[n], dtype=torch.float32).requires_grad_(True)
+    return params
+
+
+def cmd_init(a):
+    cfg = load_config(a.config)
+    st.save(a.out, {n: t.numpy() for n, t in init_params(cfg, a.seed).items()}, dtype="F32")
+
+
+def cmd_run(a):
+    cfg = load_config(a.config)
+    params = load_params(a.init, cfg)
+    tokens = G.read_tokens(a.data)
+    if tokens.size and tokens.max() >= cfg["vocab"]:
+        raise SystemExit("token id >= vocab")
+    losses, norms, grads0 = G.train(cfg, params, tokens, a, loss=loss_fn)
+    with open(a.out_losses, "w") as f:
+        json.dump({"losses": losses, "grad_norms": norms}, f, indent=1)
+    if a.out_grads:
+        st.save(a.out_grads, grads0, dtype="F32")
+
+
+def cmd_hf(a):
+    import warnings
+    warnings.filterwarnings("ignore")
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = load_config(a.config)
+    params = load_params(a.init, cfg)
+    if cfg["rope_theta"] != 10000.0:
+        raise SystemExit("the transformers check needs rope_theta 10000 (older versions fix it)")
+    hf = LlamaForCausalLM(LlamaConfig(
+        vocab_size=cfg["vocab"], hidden_size=cfg["dim"], intermediate_size=cfg["hidden"],
+        num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"], rms_norm_eps=cfg["eps"],
+        max_position_embeddings=max(a.seq, 64), tie_word_embeddings=False)).eval()
+    sd = {"model.embed_tokens.weight": params["tok.weight"], "model.norm.weight": params["norm.weight"],
+          "lm_head.weight": params["lm_head.weight"].t()}
+    for i in range(cfg["n_layer"]):
+        p, h = f"layers.{i}.", f"model.layers.{i}."
+        sd[h + "input_layernorm.weight"] = params[p + "input_layernorm.weight"]
+        sd[h + "post_attention_layernorm.weight"] = params[p + "post_attention_layernorm.weight"]
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            sd[h + "self_attn." + n + ".weight"] = params[p + "attn." + n + ".weight"].t()
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            sd[h + "mlp." + n + ".weight"] = params[p + "mlp." + n + ".weight"].t()
+    missing, unexpected = hf.load_state_dict({k: v.detach().contiguous() for k, v in sd.items()}, strict=False)
+    missing = [k for k in missing if "rotary_emb" not in k]
+    if missing or unexpected:
+        raise SystemExit(f"transformers' state dict: missing {missing[:5]} unexpected {unexpected[:5]}")
+    x, y = G.get_batch(G.read_tokens(a.data), 0, a.batch, a.seq)
+    with torch.no_grad():
+        logits = hf(x).logits
+        theirs = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+        ours = loss_fn(params, x, y, cfg).item()
+    print(f"   transformers' LlamaForCausalLM loss {theirs:.7f}, this reference's {ours:.7f}")
+    sys.exit(0 if abs(theirs - ours) <= a.rtol * abs(theirs) else 1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("init", help="write random initial weights")
+    p.add_argument("--config", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_init)
+    p = sub.add_parser("run", help="train K steps, record losses and step-0 gradients")
+    for k in ("--config", "--init", "--data", "--out-losses"):
+        p.add_argument(k, required=True)
+    for k in ("--batch", "--seq", "--steps"):
+        p.add_argument(k, type=int, required=True)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.999)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--grad-clip", type=float, default=0.0)
+    p.add_argument("--out-grads")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("hf", help="compare with transformers' LlamaForCausalLM on one batch")
+    for k in ("--config", "--init", "--data"):
+        p.add_argument(k, required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--rtol", type=float, default=1e-5)
+    p.set_defaults(fn=cmd_hf)
+    a = ap.parse_args(argv)
+    G.setup_torch()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()
