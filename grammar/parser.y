@@ -219,8 +219,11 @@ primary
     | inst                       { $$ = $1; }
     ;
 
+/* a dotted name; it may start with the keyword `model` (Hugging Face's
+ * "model.layers.0..." names), which is never followed by '.' elsewhere */
 path
     : IDENT                      { $$ = $1; }
+    | KW_MODEL '.' IDENT         { $$ = sx_fmt("model.%s", $3); }
     | path '.' IDENT             { $$ = sx_fmt("%s.%s", $1, $3); }
     ;
 

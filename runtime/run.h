@@ -15,8 +15,9 @@
 #include "sr_program.h"
 #include "sr_trace.h"
 
-/* Hugging Face GPT-2 files name tensors with or without this prefix. */
-#define HF_PREFIX "transformer."
+/* The prefixes Hugging Face files may put before, or leave off, the names
+ * (sr_st_find_alias): GPT-2's "transformer.", Llama's "model." */
+#define HF_PREFIX "transformer.,model."
 
 typedef struct opts {
     const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,

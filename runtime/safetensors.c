@@ -309,19 +309,24 @@ const sr_st_tensor *sr_st_find(const sr_st_file *f, const char *name)
     return bsearch(&key, f->tensors, (size_t)f->n, sizeof key, cmp_name);
 }
 
-const sr_st_tensor *sr_st_find_alias(const sr_st_file *f, const char *name, const char *prefix)
+const sr_st_tensor *sr_st_find_alias(const sr_st_file *f, const char *name, const char *prefixes)
 {
     const sr_st_tensor *t = sr_st_find(f, name);
-    if (t || !prefix || !*prefix) return t;
-    size_t pl = strlen(prefix);
-    if (strncmp(name, prefix, pl) == 0) return sr_st_find(f, name + pl);
-    size_t nl = strlen(name);
-    char *full = malloc(pl + nl + 1);
-    if (!full) return NULL;
-    memcpy(full, prefix, pl);
-    memcpy(full + pl, name, nl + 1);
-    t = sr_st_find(f, full);
-    free(full);
+    for (const char *p = prefixes; !t && p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t pl = end ? (size_t)(end - p) : strlen(p), nl = strlen(name);
+        if (pl && nl > pl && strncmp(name, p, pl) == 0) {
+            t = sr_st_find(f, name + pl);
+        } else if (pl) {
+            char *full = malloc(pl + nl + 1);
+            if (!full) return NULL;
+            memcpy(full, p, pl);
+            memcpy(full + pl, name, nl + 1);
+            t = sr_st_find(f, full);
+            free(full);
+        }
+        p = end ? end + 1 : p + pl;
+    }
     return t;
 }
 
@@ -406,7 +411,7 @@ sr_status sr_st_load_rows(const sr_st_file *f, const char *name, const char *pre
     if (!t) {
         if (prefix)
             return sr_seterr(SR_ERR_STATE,
-                             "%s has no tensor '%s' (also looked for it with the prefix '%s' "
+                             "%s has no tensor '%s' (also looked for it with a prefix of '%s' "
                              "removed or added); it was saved from a different model",
                              f->path, name, prefix);
         return sr_seterr(SR_ERR_STATE, "%s has no tensor '%s'; it was saved from a different "

@@ -48,8 +48,6 @@
 #endif
 
 
-/* Hugging Face GPT-2 files name tensors with or without this prefix. */
-#define HF_PREFIX "transformer."
 /* RNG stream of the sampler; parameter streams are 1..n_params. */
 #define SAMPLE_STREAM 0x53414d504c45ULL
 /* M_PI is not ISO C */

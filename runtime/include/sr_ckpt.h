@@ -54,10 +54,12 @@ void sr_st_close(sr_st_file *f);
 
 /* Tensor by exact name, or NULL. */
 const sr_st_tensor *sr_st_find(const sr_st_file *f, const char *name);
-/* Tensor by name, also trying it with `prefix` removed (if name starts with
- * it) or added (if not): Hugging Face GPT-2 files store "h.0.attn..." or
- * "transformer.h.0.attn..." depending on who saved them. */
-const sr_st_tensor *sr_st_find_alias(const sr_st_file *f, const char *name, const char *prefix);
+/* Tensor by name, else by the name with each prefix of the comma-separated
+ * list `prefixes` removed (if name starts with it) or added (if not), in
+ * order: Hugging Face files store "h.0.attn..." or "transformer.h.0.attn..."
+ * (GPT-2) and "model.layers.0..." next to "lm_head.weight" (Llama) depending
+ * on the model and on who saved them. */
+const sr_st_tensor *sr_st_find_alias(const sr_st_file *f, const char *name, const char *prefixes);
 /* __metadata__ value by key, or NULL. */
 const char *sr_st_meta(const sr_st_file *f, const char *key);
 

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for tests/e2e/llama.model: a LLaMA-style model with
 rotary position embeddings (RoPE), written from scratch with torch.nn.functional,
-float32, CPU, deterministic. Parameter names and layouts are the .model's: projection
-weights are stored [in, out] (y = x @ W), the head (lm_head) is untied.
+float32, CPU, deterministic. Parameter names and layouts are the .model's, which are
+Hugging Face's Llama ones: projection weights [out, in] (y = x @ W^T), untied lm_head.
 
 RoPE as Hugging Face's LlamaRotaryEmbedding and rotate_half: in each head, channel i <
 hd/2 pairs with channel i + hd/2; position t rotates the pair by t * inv_freq[i], with
@@ -12,8 +12,8 @@ Subcommands (see --help of each):
   init    random initial weights -> MODEL.safetensors
   run     K AdamW steps -> LOSSES.json (+ step-0 gradients -> GRADS.safetensors)
   hf      the loss of one batch under transformers' LlamaForCausalLM from the same
-          weights (transposed to nn.Linear's [out, in]); exit 1 if it differs from this
-          reference's loss by more than --rtol
+          weights (the same names); exit 1 if it differs from this reference's loss by
+          more than --rtol
 """
 import argparse
 import json
@@ -44,19 +44,19 @@ def load_config(path):
 
 def param_shapes(cfg):
     V, C, L, H = cfg["vocab"], cfg["dim"], cfg["n_layer"], cfg["hidden"]
-    shapes = {"tok.weight": (V, C)}
+    shapes = {"model.embed_tokens.weight": (V, C)}
     for i in range(L):
-        p = f"layers.{i}."
+        p = f"model.layers.{i}."
         shapes.update({
             p + "input_layernorm.weight": (C,),
-            p + "attn.q_proj.weight": (C, C), p + "attn.k_proj.weight": (C, C),
-            p + "attn.v_proj.weight": (C, C), p + "attn.o_proj.weight": (C, C),
+            p + "self_attn.q_proj.weight": (C, C), p + "self_attn.k_proj.weight": (C, C),
+            p + "self_attn.v_proj.weight": (C, C), p + "self_attn.o_proj.weight": (C, C),
             p + "post_attention_layernorm.weight": (C,),
-            p + "mlp.gate_proj.weight": (C, H), p + "mlp.up_proj.weight": (C, H),
-            p + "mlp.down_proj.weight": (H, C),
+            p + "mlp.gate_proj.weight": (H, C), p + "mlp.up_proj.weight": (H, C),
+            p + "mlp.down_proj.weight": (C, H),
         })
-    shapes["norm.weight"] = (C,)
-    shapes["lm_head.weight"] = (C, V)
+    shapes["model.norm.weight"] = (C,)
+    shapes["lm_head.weight"] = (V, C)
     return shapes
 
 
@@ -79,24 +79,26 @@ def attention(x, p, cfg):
     nh = cfg["n_head"]
     hd = C // nh
     heads = lambda t: t.view(B, T, nh, hd).transpose(1, 2)  # noqa: E731
-    q = rope(heads(x @ p["attn.q_proj.weight"]), cfg["rope_theta"])
-    k = rope(heads(x @ p["attn.k_proj.weight"]), cfg["rope_theta"])
-    v = heads(x @ p["attn.v_proj.weight"])
+    q = rope(heads(x @ p["self_attn.q_proj.weight"].t()), cfg["rope_theta"])
+    k = rope(heads(x @ p["self_attn.k_proj.weight"].t()), cfg["rope_theta"])
+    v = heads(x @ p["self_attn.v_proj.weight"].t())
     att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
     y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-    return y @ p["attn.o_proj.weight"]
+    return y @ p["self_attn.o_proj.weight"].t()
 
 
 def forward(params, idx, cfg):
-    x = F.embedding(idx, params["tok.weight"])
+    x = F.embedding(idx, params["model.embed_tokens.weight"])
     for i in range(cfg["n_layer"]):
-        p = {k[len(f"layers.{i}."):]: v for k, v in params.items() if k.startswith(f"layers.{i}.")}
+        pre = f"model.layers.{i}."
+        p = {k[len(pre):]: v for k, v in params.items() if k.startswith(pre)}
         x = x + attention(rms_norm(x, p["input_layernorm.weight"], cfg["eps"]), p, cfg)
         m = rms_norm(x, p["post_attention_layernorm.weight"], cfg["eps"])
-        x = x + (F.silu(m @ p["mlp.gate_proj.weight"]) * (m @ p["mlp.up_proj.weight"])) @ p["mlp.down_proj.weight"]
-    return rms_norm(x, params["norm.weight"], cfg["eps"]) @ params["lm_head.weight"]
+        gate, up = m @ p["mlp.gate_proj.weight"].t(), m @ p["mlp.up_proj.weight"].t()
+        x = x + (F.silu(gate) * up) @ p["mlp.down_proj.weight"].t()
+    return rms_norm(x, params["model.norm.weight"], cfg["eps"]) @ params["lm_head.weight"].t()
 
 
 def loss_fn(params, idx, targets, cfg):
@@ -164,16 +166,7 @@ def cmd_hf(a):
         vocab_size=cfg["vocab"], hidden_size=cfg["dim"], intermediate_size=cfg["hidden"],
         num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"], rms_norm_eps=cfg["eps"],
         max_position_embeddings=max(a.seq, 64), tie_word_embeddings=False)).eval()
-    sd = {"model.embed_tokens.weight": params["tok.weight"], "model.norm.weight": params["norm.weight"],
-          "lm_head.weight": params["lm_head.weight"].t()}
-    for i in range(cfg["n_layer"]):
-        p, h = f"layers.{i}.", f"model.layers.{i}."
-        sd[h + "input_layernorm.weight"] = params[p + "input_layernorm.weight"]
-        sd[h + "post_attention_layernorm.weight"] = params[p + "post_attention_layernorm.weight"]
-        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            sd[h + "self_attn." + n + ".weight"] = params[p + "attn." + n + ".weight"].t()
-        for n in ("gate_proj", "up_proj", "down_proj"):
-            sd[h + "mlp." + n + ".weight"] = params[p + "mlp." + n + ".weight"].t()
+    sd = dict(params)  # the same names and layouts
     missing, unexpected = hf.load_state_dict({k: v.detach().contiguous() for k, v in sd.items()}, strict=False)
     missing = [k for k in missing if "rotary_emb" not in k]
     if missing or unexpected:

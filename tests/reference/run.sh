@@ -123,4 +123,61 @@ if $py -c "import transformers" 2>/dev/null; then
 else
   echo "skip transformers is not installed: the LlamaForCausalLM check did not run"
 fi
+# Hugging Face Llama files both ways, with examples/llama.model (Hugging
+# Face's names, layouts and config keys): a random LlamaForCausalLM saved by
+# transformers loads with --init and gives transformers' loss; a checkpoint
+# we save loads with AutoModelForCausalLM.from_pretrained and gives ours
+if $py -c "import transformers" 2>/dev/null; then
+  cat > hfl.json <<'EOF'
+{"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 3, "rms_norm_eps": 1e-6}
+EOF
+  "$shardc" build "$src/examples/llama.model" --config hfl.json -o hfl.bin
+  if $py - hfl.json hf_llama llama.tok "$ref" > hf0.txt <<'PY'
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+sys.path.insert(0, sys.argv[4]); import gpt2_ref
+from transformers import LlamaConfig, LlamaForCausalLM
+cfg = json.load(open(sys.argv[1]))
+torch.manual_seed(3)
+m = LlamaForCausalLM(LlamaConfig(max_position_embeddings=64, tie_word_embeddings=False, **cfg)).eval()
+with torch.no_grad():  # norm weights away from 1, q and k large: every part shows in the loss
+    for n, p in m.named_parameters():
+        if n.endswith("norm.weight"): p.add_(0.1 * torch.randn_like(p))
+        if n.endswith(("q_proj.weight", "k_proj.weight")): p.mul_(12.0)
+m.save_pretrained(sys.argv[2], safe_serialization=True)
+x, y = gpt2_ref.get_batch(gpt2_ref.read_tokens(sys.argv[3]), 0, 4, 24)
+with torch.no_grad():
+    lg = m(x).logits
+print("%.7f" % torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item())
+PY
+  then
+    ./hfl.bin --init hf_llama --data llama.tok --batch 4 --seq 24 --steps 1 --log hfl0.jsonl --quiet --threads 1
+    theirs=$(cat hf0.txt); ours=$(grep -o '"loss":[^,]*' hfl0.jsonl | head -1 | cut -d: -f2)
+    if $py -c "import sys; a, b = $theirs, $ours; sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)"; then
+      echo "ok   a Hugging Face LlamaForCausalLM checkpoint loads with --init: loss $ours, transformers' $theirs"
+      nllama=$((nllama + 1))
+    else echo "FAIL --init of a Hugging Face Llama checkpoint: loss $ours, transformers' $theirs"; fail=1; fi
+  else echo "FAIL could not make a Hugging Face Llama checkpoint"; fail=1; fi
+  ./hfl.bin --init hf_llama --data llama.tok --batch 4 --seq 24 --steps 3 --lr 1e-3 --save hfck --quiet --threads 1
+  ./hfl.bin --load hfck --data llama.tok --batch 4 --seq 24 --steps 4 --lr 1e-3 --log hfl4.jsonl --quiet --threads 1
+  ours=$(grep -o '"loss":[^,]*' hfl4.jsonl | head -1 | cut -d: -f2)
+  if $py - "hfck/$(cat hfck/latest)" llama.tok "$ours" "$ref" <<'PY'
+import sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+sys.path.insert(0, sys.argv[4]); import gpt2_ref
+from transformers import AutoModelForCausalLM
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
+x, y = gpt2_ref.get_batch(gpt2_ref.read_tokens(sys.argv[2]), 3, 4, 24)
+with torch.no_grad():
+    lg = m(x).logits
+loss, ours = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item(), float(sys.argv[3])
+print(f"   {type(m).__name__}: loss {loss:.7f}, ours {ours:.7f}")
+sys.exit(0 if abs(loss - ours) <= 1e-5 * abs(ours) else 1)
+PY
+  then echo "ok   our Llama checkpoint loads with AutoModelForCausalLM (LlamaForCausalLM) with the same loss"
+    nllama=$((nllama + 1))
+  else echo "FAIL our Llama checkpoint in transformers"; fail=1; fi
+fi
 [ $fail -eq 0 ] && echo "$((3 + nhf + nllama)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }

@@ -178,6 +178,15 @@ static void test_prefix(void)
           "prefixed file name found for a prefix-less program name");
     CHECK(sr_st_find_alias(&f, "transformer.wte.weight", "transformer.") != NULL, "exact name still found");
     CHECK(sr_st_find_alias(&f, "h.1.ln_1.weight", "transformer.") == NULL, "absent name: NULL");
+    CHECK(sr_st_find_alias(&f, "wte.weight", "model.,transformer.") != NULL &&
+              sr_st_find_alias(&f, "transformer.h.0.ln_1.weight", "model.,transformer.") != NULL,
+          "a list of prefixes: each is tried, in order");
+    CHECK(sr_st_find_alias(&f, "lm_head.weight", "model.") != NULL &&
+              sr_st_find_alias(&f, "model.lm_head.weight", "transformer.,model.") != NULL &&
+              sr_st_find_alias(&f, "ln_1.weight", "transformer.,model.,h.0.") != NULL,
+          "a list of prefixes: the exact name first, then removed or added (the last one too)");
+    CHECK(sr_st_find_alias(&f, "h.0.ln_1.weight", ",,") != NULL && sr_st_find_alias(&f, "x", ",model.,") == NULL,
+          "empty entries of the list are skipped");
     float out[2];
     sr_status s = sr_st_load(&f, "transformer.h.0.ln_1.weight", "transformer.", 1, d, out);
     CHECK(s == SR_OK && out[1] == 2.0f, "sr_st_load through the alias");
