@@ -519,6 +519,47 @@ static int shape_rope(ShapeCtx *c)
     return 0;
 }
 
+/* repeat_kv(x, n_kv_head, n_rep): x [.., C] in n_kv_head heads -> [.., C *
+ * n_rep], head g repeated n_rep times (grouped-query attention: query head h
+ * reads key/value head h / n_rep). Sizes: rows, heads (a rank's at tp > 1),
+ * head size, n_rep. */
+static int shape_repeat_kv(ShapeCtx *c)
+{
+    long long nkv, rep;
+    if (c->nk == 2 && c->k[1].k == V_FLOAT) { /* n_head / n_kv_head in the stdlib's LlamaAttention */
+        sx_error(c->loc, "'repeat_kv': %g repetitions; the query heads must be a whole multiple of the key/value "
+                 "heads", c->k[1].f);
+        return -1;
+    }
+    if (need_float(c, 0, "the input") || need_rank(c, 0, 1, SX_MAXDIM, "the input") ||
+        int_arg(c, 0, &nkv, "the number of key/value heads") || int_arg(c, 1, &rep, "the repetitions"))
+        return -1;
+    Dim C = last_dim(c->in[0]);
+    if (!dim_is_const(C)) {
+        sx_error(c->loc, "the channel dimension of 'repeat_kv' must be a constant, got %s", dim_str(C, IR_));
+        return -1;
+    }
+    if (nkv <= 0 || C.c % nkv) {
+        sx_error(c->loc, "'repeat_kv': %lld channels do not split into %lld heads (%lld is not divisible by %lld)",
+                 (long long)C.c, nkv, (long long)C.c, nkv);
+        return -1;
+    }
+    if (rep < 1 || rep > SX_INT_MAX / C.c) {
+        sx_error(c->loc, "'repeat_kv': the repetitions must be at least 1, got %lld", rep);
+        return -1;
+    }
+    c->op->k[0] = (double)nkv;
+    c->op->k[1] = (double)rep;
+    c->op->nk = 2;
+    c->out = c->in[0]->shape;
+    c->out.d[c->out.nd - 1] = dim_const(C.c * rep);
+    c->op->sz[0] = rows_of(c->in[0]);
+    c->op->sz[1] = dim_const(nkv);
+    c->op->sz[2] = dim_const(C.c / nkv);
+    c->op->sz[3] = dim_const(rep);
+    return 0;
+}
+
 static int shape_slice(ShapeCtx *c)
 {
     long long i, n;
@@ -782,6 +823,10 @@ static Val emit_op(Elab *E, Frame *f, OpKind k, Val *ins, int nin, Val *ks, int 
         if (f->user_loc) sx_note(f->user_loc, "in instance %s", f->prefix);
         E->ir->ops.n--; /* drop the op; the error is reported */
         return verr();
+    }
+    if (k == OP_REPEAT_KV && op->k[1] == 1.0) {
+        E->ir->ops.n--; /* one repetition is the input itself (multi-head attention) */
+        return ins[0];
     }
     op->out = ir_new_value(E->ir, VK_OP, c.out_t, &c.out);
     ir_value(E->ir, op->out)->def = op->id;

@@ -309,12 +309,39 @@ static int shard_attention(ShardCtx *c)
 }
 
 /* rope rotates pairs inside a head at the row's position: a split of whole
- * heads (the output of a column-parallel q or k projection) stays split; a
- * split sequence or a partial sum is made whole first */
+ * heads (the output of a column-parallel q or k projection) stays split, a
+ * split inside heads is an error (as for attention); a split sequence or a
+ * partial sum is made whole first */
 static int shard_rope(ShardCtx *c)
 {
     long long nh = (long long)c->op->k[0];
-    if (is_split_last(c, 0) && c->in[0].groups <= 1 && nh % c->tp == 0) {
+    if (is_split_last(c, 0) && c->in[0].groups <= 1) {
+        if (nh % c->tp) {
+            sx_error(&c->op->loc, "'rope' on %lld heads split over tensor=%d: a rank would hold part of a head "
+                     "(%lld is not divisible by %d)", nh, c->tp, nh, c->tp);
+            return -1;
+        }
+        c->out = c->in[0];
+        return 0;
+    }
+    resolve(c, 0);
+    c->out = repl();
+    return 0;
+}
+
+/* repeat_kv copies whole heads: key/value heads split over the tensor ranks
+ * (n_kv_head divisible by tp) give each rank the query heads that read them;
+ * fewer key/value heads than ranks is an error (Megatron replicates them) */
+static int shard_repeat_kv(ShardCtx *c)
+{
+    long long nkv = (long long)c->op->k[0];
+    if (is_split_last(c, 0) && c->in[0].groups <= 1) {
+        if (nkv % c->tp) {
+            sx_error(&c->op->loc, "grouped-query attention: %lld key/value heads split over tensor=%d (%lld is "
+                     "not divisible by %d); use a tensor degree that divides the key/value heads", nkv, c->tp,
+                     nkv, c->tp);
+            return -1;
+        }
         c->out = c->in[0];
         return 0;
     }
@@ -521,7 +548,7 @@ int shard_lower(Program *P)
         if (op->kind == OP_EMBEDDING && w->sh.kind == SH_SPLIT && w->sh.dim == 0) op->kind = OP_EMBEDDING_VP;
         if (op->kind == OP_CROSS_ENTROPY && w->sh.kind == SH_SPLIT) op->kind = OP_CROSS_ENTROPY_VP;
         if (op->kind == OP_ATTENTION && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
-        if (op->kind == OP_ROPE && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
+        if ((op->kind == OP_ROPE || op->kind == OP_REPEAT_KV) && w->sh.kind == SH_SPLIT) op->k[0] /= tp;
         if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 1) op->kind = OP_DROPOUT_SEQ;
         if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 2) op->kind = OP_DROPOUT_COL;
         vec_push(&ops, op);

@@ -1,8 +1,7 @@
 /* srk_pointwise.cuh: element-wise kernels in forward/backward pairs:
  * broadcasting add/sub/mul, scale, activations, rotary position embedding,
- * dropout, embedding, arange, slice, transpose, copy, zero; and the
- * deterministic column sums their
- * backward passes (and the norms') need.
+ * repeat_kv, dropout, embedding, arange, slice, transpose, copy, zero; and the
+ * deterministic column sums their backward passes (and the norms') need.
  *
  * Semantics are those of the host kernels (shardrt.h). Reductions add in an
  * order fixed by the shape, so results do not change from run to run; the
@@ -315,6 +314,49 @@ void srk_rope_bwd(TD *dx, const TG *dout, long N, int T, int C, int n_head, floa
     if (!dx || n <= 0) return;
     SR_LAUNCH((rope_kernel<TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx, dout, N,
               T, C, C / n_head, theta, -1.0f, 1);
+}
+
+/* ---- repeat_kv (the host's sr_repeat_kv_fwd/bwd) ---------------------------------------------- */
+template <class TO, class TX>
+__global__ void repeat_kv_fwd_kernel(TO *out, const TX *x, long N, int n_kv, int hd, int n_rep)
+{
+    // out (N, n_kv * n_rep * hd), x (N, n_kv * hd): one thread per output element
+    long cin = (long)n_kv * hd, cout = cin * n_rep;
+    for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < N * cout; p += (long)gridDim.x * blockDim.x) {
+        long r = p / cout, c = p % cout;
+        long h = c / hd, i = c % hd;
+        out[p] = srk_to<TO>(srk_ld(x[r * cin + (h / n_rep) * hd + i]));
+    }
+}
+template <class TD, class TG>
+__global__ void repeat_kv_bwd_kernel(TD *dx, const TG *dout, long N, int n_kv, int hd, int n_rep)
+{
+    // dx (N, n_kv * hd) += the n_rep copies of dout, summed in order as the host does
+    long cin = (long)n_kv * hd, cout = cin * n_rep;
+    for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < N * cin; p += (long)gridDim.x * blockDim.x) {
+        long r = p / cin, c = p % cin;
+        long g = c / hd, i = c % hd;
+        const TG *d = dout + r * cout + g * n_rep * hd + i;
+        float s = 0.0f;
+        for (int k = 0; k < n_rep; k++) s += srk_ld(d[(long)k * hd]);
+        srk_acc(&dx[p], s);
+    }
+}
+template <class TO, class TX>
+void srk_repeat_kv_fwd(TO *out, const TX *x, long N, int n_kv, int hd, int n_rep)
+{
+    long n = N * n_kv * (long)hd * n_rep;
+    if (n <= 0) return;
+    SR_LAUNCH((repeat_kv_fwd_kernel<TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out,
+              x, N, n_kv, hd, n_rep);
+}
+template <class TD, class TG>
+void srk_repeat_kv_bwd(TD *dx, const TG *dout, long N, int n_kv, int hd, int n_rep)
+{
+    long n = N * n_kv * (long)hd;
+    if (!dx || n <= 0) return;
+    SR_LAUNCH((repeat_kv_bwd_kernel<TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
+              dout, N, n_kv, hd, n_rep);
 }
 
 /* ---- copy and zero -------------------------------------------------------------------------- */

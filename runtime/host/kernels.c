@@ -657,6 +657,32 @@ void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head,
         rope_row(dx + r * C, dout + r * C, (int)(r % T), C, hd, theta, -1.0f, 1);
 }
 
+void sr_repeat_kv_fwd(float *out, const float *x, long N, int n_kv, int hd, int n_rep)
+{
+    long cin = (long)n_kv * hd, cout = cin * n_rep;
+    OMP(parallel for if(N * cout >= PAR_MIN))
+    for (long r = 0; r < N; r++)
+        for (int g = 0; g < n_kv; g++)
+            for (int k = 0; k < n_rep; k++)
+                memcpy(out + r * cout + ((long)g * n_rep + k) * hd, x + r * cin + (long)g * hd,
+                       sizeof(float) * (size_t)hd);
+}
+
+void sr_repeat_kv_bwd(float *dx, const float *dout, long N, int n_kv, int hd, int n_rep)
+{
+    if (!dx) return;
+    long cin = (long)n_kv * hd, cout = cin * n_rep;
+    OMP(parallel for if(N * cout >= PAR_MIN))
+    for (long r = 0; r < N; r++)
+        for (int g = 0; g < n_kv; g++)
+            for (int i = 0; i < hd; i++) {
+                const float *d = dout + r * cout + (long)g * n_rep * hd + i;
+                float s = 0.0f;
+                for (int k = 0; k < n_rep; k++) s += d[(long)k * hd];
+                dx[r * cin + (long)g * hd + i] += s;
+            }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Softmax                                                                   */
 

@@ -118,6 +118,13 @@ void sr_silu_bwd(float *dx, const float *dout, const float *x, long n);
 void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta);
 void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head, float theta);
 
+/* grouped-query attention's key/value heads for the query heads: x (N,
+ * n_kv * hd) -> out (N, n_kv * n_rep * hd), head g copied to heads g * n_rep
+ * ... g * n_rep + n_rep - 1 (Hugging Face's repeat_kv). The backward sums the
+ * n_rep copies' gradients, in order, into dx. */
+void sr_repeat_kv_fwd(float *out, const float *x, long N, int n_kv, int hd, int n_rep);
+void sr_repeat_kv_bwd(float *dx, const float *dout, long N, int n_kv, int hd, int n_rep);
+
 /* softmax over the last dim C: x (N,C) */
 void sr_softmax_fwd(float *out, const float *x, int N, int C);
 void sr_softmax_bwd(float *dx, const float *dout, const float *out, int N, int C);

@@ -323,6 +323,26 @@ static void test_rope(long B, int S, int C, int nh, float theta)
 }
 
 template <class T>
+static void test_repeat_kv(long N, int nkv, int hd, int rep)
+{
+    float tol = tol_for<T>(1e-6f);
+    long nin = N * nkv * hd, nout = nin * rep;
+    vec x = rounded<T>(rnd(nin)), g = rounded<T>(rnd(nout)), dx0 = rounded<T>(rnd(nin));
+    vec out((size_t)nout), dx = dx0;
+    sr_repeat_kv_fwd(out.data(), x.data(), N, nkv, hd, rep);
+    sr_repeat_kv_bwd(dx.data(), g.data(), N, nkv, hd, rep);
+    T *d_x = up<T>(x), *d_o = up<T>(vec((size_t)nout)), *d_g = up<T>(g), *d_dx = up<T>(dx0);
+    srk_repeat_kv_fwd(d_o, d_x, N, nkv, hd, rep);
+    srk_repeat_kv_bwd(d_dx, d_g, N, nkv, hd, rep);
+    expect(fmt("repeat_kv %s fwd %ld rows, %d heads of %d, x%d", tname<T>(), N, nkv, hd, rep).c_str(),
+           down(d_o, nout), out, tol);
+    expect(fmt("repeat_kv %s bwd", tname<T>()).c_str(), down(d_dx, nin), dx, tol_for<T>(1e-5f));
+    srk_repeat_kv_bwd((T *)NULL, d_g, N, nkv, hd, rep);
+    no_error("repeat_kv");
+    for (const void *q : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx}) dfree(q);
+}
+
+template <class T>
 static void test_dropout(long n, float p)
 {
     float tol = tol_for<T>(1e-6f);
@@ -826,6 +846,7 @@ int main(void)
             test_scale<bf16>(1001);
             test_activations<bf16>(777);
             test_rope<bf16>(2, 37, 48, 3, 10000.0f);
+            test_repeat_kv<bf16>(37, 2, 24, 3);
             test_dropout<bf16>(1000, 0.1f);
             test_embedding<bf16>(53, 37, 29);
             test_slice_transpose<bf16>();
@@ -845,6 +866,7 @@ int main(void)
             test_activations<float>(777);
             test_rope<float>(2, 37, 48, 3, 10000.0f), test_rope<float>(3, 5, 6, 3, 500000.0f);
             test_rope<float>(1, 40, 256, 2, 10000.0f); /* hd 128: several chunks of the host's angles */
+            test_repeat_kv<float>(37, 2, 24, 3), test_repeat_kv<float>(5, 1, 64, 4);
             test_dropout<float>(1000, 0.1f), test_dropout<float>(100, 0.0f), test_dropout<float>(100, 1.0f);
             test_embedding<float>(53, 37, 29);
             test_slice_transpose<float>();

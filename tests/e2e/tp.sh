@@ -52,24 +52,30 @@ check "vocabulary padded at tp=4 (a rank of padding only): the unpadded losses" 
 check "sampling (temperature 1) from the padded model draws the unpadded model's bytes" cmp s0.txt s1.txt
 check "the padded program's --help names both sizes" sh -c "./vp1 --help | grep -q 'vocab 256 (padded to 384)'"
 
-# LLaMA-style blocks (RMSNorm, rotary embeddings on q and k, SiLU-gated MLP,
-# bias-free projections): rope runs on a rank's whole heads, and on the
-# gathered sequence under sequence parallelism
+# LLaMA-style blocks (RMSNorm, rotary embeddings on q and k, grouped-query
+# attention with 2 key/value heads for 4 query heads, SiLU-gated MLP,
+# bias-free projections): rope and repeat_kv run on a rank's whole heads (at
+# tp=2 one key/value head per rank), and on the gathered sequence under
+# sequence parallelism; tp=4 needs 4 key/value heads (multi-head attention)
 "$shardc" build "$src/tests/e2e/llama.model" -o l1
 "$shardc" build "$src/tests/e2e/llama.model" --tp 2 -o l2
-"$shardc" build "$src/tests/e2e/llama.model" --tp 4 -o l4
+"$shardc" build "$src/tests/e2e/llama.model" --tp 4 --set n_kv_head=4 -o l4
 "$shardc" build "$src/tests/e2e/llama.model" --tp 2 --sequence-parallel -o lsp
 "$shardc" build "$src/tests/e2e/llama.model" --pp 2 -o lpp
 ./l1 $run --log l1.jsonl
 $mpi -np 2 ./l2 $run --tp 2 --log l2.jsonl
 check "LLaMA-style blocks at tp=2 give the single-rank losses" same l1.jsonl l2.jsonl 1e-5
+"$shardc" build "$src/tests/e2e/llama.model" --set n_kv_head=4 -o l1m
+./l1m $run --log l1m.jsonl
 $mpi -np 4 ./l4 $run --tp 4 --log l4.jsonl
-check "LLaMA-style blocks at tp=4 (one head per rank) give the single-rank losses" same l1.jsonl l4.jsonl 1e-5
+check "LLaMA-style blocks at tp=4 (one head per rank) give the single-rank losses" same l1m.jsonl l4.jsonl 1e-5
+check "grouped-query attention (2 key/value heads) trains differently from multi-head (4)" \
+  sh -c "! cmp -s l1.jsonl l1m.jsonl"
 $mpi -np 2 ./lsp $run --tp 2 --log lsp.jsonl
 check "LLaMA-style blocks with sequence parallelism give the single-rank losses" same l1.jsonl lsp.jsonl 1e-5
 $mpi -np 2 ./lpp $run --pp 2 --microbatches 2 --log lpp.jsonl
 check "LLaMA-style blocks in a 2-stage pipeline give the single-rank losses" same l1.jsonl lpp.jsonl 1e-5
-check "rope on q and k: no collective before it at tp=2 (a rank rotates its own heads)" sh -c \
+check "rope and repeat_kv: no collective before them at tp=2 (a rank works on its own heads)" sh -c \
   "'$shardc' check '$src/tests/e2e/llama.model' --tp 2 --dump=shard | grep -q 'collectives for tensor=2 (5)'"
 
 # sequence parallelism: reduce-scatter and all-gather instead of all-reduce

@@ -32,25 +32,31 @@ KEYS = ("vocab", "dim", "n_layer", "n_head", "hidden", "eps", "rope_theta")
 
 
 def load_config(path):
+    """The .model's config constants; n_kv_head (key/value heads, grouped-query
+    attention) defaults to n_head."""
     with open(path) as f:
         cfg = json.load(f)
     missing = [k for k in KEYS if k not in cfg]
     if missing:
         raise SystemExit(f"{path}: missing config keys {missing}")
+    cfg.setdefault("n_kv_head", cfg["n_head"])
     if cfg["dim"] % cfg["n_head"] or (cfg["dim"] // cfg["n_head"]) % 2:
         raise SystemExit("dim must split into n_head heads of an even size")
+    if cfg["n_head"] % cfg["n_kv_head"]:
+        raise SystemExit("n_head must be a multiple of n_kv_head")
     return cfg
 
 
 def param_shapes(cfg):
     V, C, L, H = cfg["vocab"], cfg["dim"], cfg["n_layer"], cfg["hidden"]
+    Ckv = C // cfg["n_head"] * cfg["n_kv_head"]
     shapes = {"model.embed_tokens.weight": (V, C)}
     for i in range(L):
         p = f"model.layers.{i}."
         shapes.update({
             p + "input_layernorm.weight": (C,),
-            p + "self_attn.q_proj.weight": (C, C), p + "self_attn.k_proj.weight": (C, C),
-            p + "self_attn.v_proj.weight": (C, C), p + "self_attn.o_proj.weight": (C, C),
+            p + "self_attn.q_proj.weight": (C, C), p + "self_attn.k_proj.weight": (Ckv, C),
+            p + "self_attn.v_proj.weight": (Ckv, C), p + "self_attn.o_proj.weight": (C, C),
             p + "post_attention_layernorm.weight": (C,),
             p + "mlp.gate_proj.weight": (H, C), p + "mlp.up_proj.weight": (H, C),
             p + "mlp.down_proj.weight": (C, H),
@@ -76,12 +82,14 @@ def rope(x, theta):
 
 def attention(x, p, cfg):
     B, T, C = x.shape
-    nh = cfg["n_head"]
+    nh, nkv = cfg["n_head"], cfg["n_kv_head"]
     hd = C // nh
-    heads = lambda t: t.view(B, T, nh, hd).transpose(1, 2)  # noqa: E731
-    q = rope(heads(x @ p["self_attn.q_proj.weight"].t()), cfg["rope_theta"])
-    k = rope(heads(x @ p["self_attn.k_proj.weight"].t()), cfg["rope_theta"])
-    v = heads(x @ p["self_attn.v_proj.weight"].t())
+    heads = lambda t, n: t.view(B, T, n, hd).transpose(1, 2)  # noqa: E731
+    q = rope(heads(x @ p["self_attn.q_proj.weight"].t(), nh), cfg["rope_theta"])
+    k = rope(heads(x @ p["self_attn.k_proj.weight"].t(), nkv), cfg["rope_theta"])
+    v = heads(x @ p["self_attn.v_proj.weight"].t(), nkv)
+    # grouped-query attention: query head h reads key/value head h // (nh / nkv)
+    k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
     att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
@@ -160,8 +168,9 @@ def cmd_hf(a):
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = load_config(a.config)
     params = load_params(a.init, cfg)
-    if cfg["rope_theta"] != 10000.0:
-        raise SystemExit("the transformers check needs rope_theta 10000 (older versions fix it)")
+    if cfg["rope_theta"] != 10000.0 or cfg["n_kv_head"] != cfg["n_head"]:
+        raise SystemExit("the transformers check needs rope_theta 10000 and n_kv_head = n_head (4.30 has "
+                         "neither setting)")
     hf = LlamaForCausalLM(LlamaConfig(
         vocab_size=cfg["vocab"], hidden_size=cfg["dim"], intermediate_size=cfg["hidden"],
         num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"], rms_norm_eps=cfg["eps"],

@@ -402,6 +402,22 @@ static void gc_rope(int B, int T, int C, int NH, float theta)
     gc_free(&c);
 }
 
+static void rkv_fwd_(GC *c, float *out) { sr_repeat_kv_fwd(out, c->in[0], c->N, c->NH, c->C, c->M); }
+static void rkv_bwd_(GC *c, float **gr, const float *d) { sr_repeat_kv_bwd(gr[0], d, c->N, c->NH, c->C, c->M); }
+
+/* repeat_kv: N rows of NKV heads of HD channels, each repeated REP times */
+static void gc_repeat_kv(int N, int NKV, int HD, int REP)
+{
+    GC c = {0};
+    c.name = "repeat_kv";
+    c.N = N, c.NH = NKV, c.C = HD, c.M = REP;
+    set_in(&c, 0, "x", (long)N * NKV * HD, -1, 1);
+    c.nout = (long)N * NKV * HD * REP;
+    c.fwd = rkv_fwd_, c.bwd = rkv_bwd_;
+    gradcheck(&c, 1e-2f);
+    gc_free(&c);
+}
+
 static void gc_softmax(int N, int C)
 {
     GC c = {0};
@@ -513,6 +529,8 @@ static void test_gradients(void)
     gc_pointwise("silu", 37, -4, 4, silu_fwd_, silu_bwd_);
     gc_rope(2, 5, 12, 3, 10000.0f);
     gc_rope(1, 9, 8, 1, 500000.0f);
+    gc_repeat_kv(3, 2, 5, 3);
+    gc_repeat_kv(2, 1, 4, 4); /* one key/value head for all (multi-query attention) */
     gc_softmax(5, 7);
     gc_softmax(40, 500);
     gc_attention(2, 5, 12, 3);
@@ -1012,6 +1030,22 @@ static void test_rope_fwd(int B, int T, int C, int NH, float theta)
     free(x), free(out), free(io), free(ref);
 }
 
+/* repeat_kv against its definition: query head h reads key/value head h / rep */
+static void test_repeat_kv_fwd(int N, int NKV, int HD, int REP)
+{
+    long nin = (long)N * NKV * HD, nout = nin * REP;
+    float *x = rand_buf(nin, -1, 1), *out = zbuf(nout);
+    sr_repeat_kv_fwd(out, x, N, NKV, HD, REP);
+    int ok = 1;
+    for (long r = 0; r < N; r++)
+        for (int h = 0; h < NKV * REP; h++)
+            for (int i = 0; i < HD; i++)
+                ok &= out[(r * NKV * REP + h) * HD + i] == x[(r * NKV + h / REP) * HD + i];
+    check(ok, "repeat_kv_fwd %d rows, %d heads of %d, x%d: query head h gets key/value head h / %d", N, NKV, HD, REP,
+          REP);
+    free(x), free(out);
+}
+
 int main(void)
 {
     test_matmul_fwd(5, 7, 3);
@@ -1029,6 +1063,7 @@ int main(void)
     test_softmax_fwd(40, 500);
     test_rope_fwd(2, 7, 12, 3, 10000.0f);
     test_rope_fwd(1, 50, 256, 2, 500000.0f);
+    test_repeat_kv_fwd(5, 2, 6, 4);
     test_attention_fwd(2, 5, 12, 3);
     test_attention_fwd(2, 33, 48, 3);
     test_attention_fwd(2, 70, 12, 2);
