@@ -45,7 +45,7 @@ static void usage_main(FILE *f)
             "  build     compile to a training program (C + libshardrt)\n"
             "  plan      memory, FLOPs, communication and bubble per rank; --search for layouts\n"
             "  timeline  draw a run's pipeline traces (--trace DIR) as an SVG Gantt chart\n"
-            "  tokenize  text files into an llm.c token file with a GPT-2 tokenizer\n"
+            "  tokenize  text files into an llm.c token file with a byte-level BPE tokenizer\n"
             "\n"
             "options:\n"
             "  -h, --help      show this help (shardc COMMAND --help for a command's options)\n"

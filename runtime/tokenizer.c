@@ -1,4 +1,5 @@
-/* tokenizer.c: GPT-2's byte-level BPE (see sr_tokenizer.h).
+/* tokenizer.c: byte-level BPEs split as GPT-2, Llama 3 or Qwen2 split text
+ * (see sr_tokenizer.h).
  *
  * Loading turns every vocabulary entry into the bytes it stands for and every
  * merge "a b" into (id a, id b) -> (rank, id ab), so encoding works on ids
@@ -34,6 +35,10 @@ struct sr_tokenizer {
     char **piece;      /* bytes of each id (NULL: no token has this id) */
     uint32_t *plen;
     int eot, can_encode, prefix_space;
+    int digits;        /* 0: GPT-2's pattern; 3 (Llama 3) or 1 (Qwen2): their pattern, digits per number */
+    int ignore_merges; /* a word that is a token is that token (Llama 3's tokenizer.json) */
+    int32_t *word_slot; /* with ignore_merges: pieces -> ids, open addressing, word_cap a power of two */
+    size_t word_cap;
     int32_t byte_id[256];
     merge_slot *merges; /* open addressing, mcap a power of two */
     size_t mcap;
@@ -153,6 +158,51 @@ static size_t word_end(const unsigned char *s, size_t len, size_t i)
     return (e == len || count == 1) ? e : last;
 }
 
+static int is_crlf(const unsigned char *s, size_t len, size_t i) { return i < len && (s[i] == '\r' || s[i] == '\n'); }
+
+/* End of the word that starts at s[i], by Llama 3's pattern (Qwen2's with
+ * digits = 1: \p{N} instead of \p{N}{1,3}), its alternatives tried in order:
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t word_end_l3(const unsigned char *s, size_t len, size_t i, int digits)
+{
+    if (s[i] == '\'' && i + 1 < len) {
+        unsigned char a = (unsigned char)(s[i + 1] | 32), b = i + 2 < len ? (unsigned char)(s[i + 2] | 32) : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    }
+    size_t l, l1, e;
+    int k = class_at(s, len, i, &l);
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    size_t j = (k == C_L) ? i : (k != C_N && !is_crlf(s, len, i) && i + l < len &&
+                                 class_at(s, len, i + l, &l1) == C_L) ? i + l : len;
+    if (j < len) {
+        for (e = j; e < len && class_at(s, len, e, &l1) == C_L;) e += l1;
+        return e;
+    }
+    if (k == C_N) { /* \p{N}{1,digits} */
+        int n = 0;
+        for (e = i; e < len && n < digits && class_at(s, len, e, &l1) == C_N; n++) e += l1;
+        return e;
+    }
+    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+    j = (s[i] == ' ' && i + 1 < len && class_at(s, len, i + 1, &l1) == C_O) ? i + 1 : i;
+    if (class_at(s, len, j, &l1) == C_O) {
+        for (e = j; e < len && class_at(s, len, e, &l1) == C_O;) e += l1;
+        while (is_crlf(s, len, e)) e++;
+        return e;
+    }
+    /* white space: \s*[\r\n]+ ends after the run's last \r or \n; else as GPT-2's */
+    size_t last = i, nl_end = 0;
+    int count = 0;
+    for (e = i; e < len && class_at(s, len, e, &l1) == C_S; e += l1) {
+        last = e, count++;
+        if (is_crlf(s, len, e)) nl_end = e + 1;
+    }
+    if (nl_end) return nl_end;
+    return (e == len || count == 1) ? e : last;
+}
+
 /* ---- GPT-2's byte <-> character map ---------------------------------------- */
 
 /* Printable Latin-1 bytes stand for themselves; the others, in byte order,
@@ -246,6 +296,7 @@ void sr_tok_free(sr_tokenizer *t)
     free(t->piece);
     free(t->plen);
     free(t->merges);
+    free(t->word_slot);
     free(t->special);
     free(t->path);
     free(t->merges_path);
@@ -366,7 +417,8 @@ static sr_status vocab_table(const char *path, const char *kind, const sr_json *
         }
         s = set_piece(t, (int32_t)id, content, strlen(content));
         if (s == SR_OK) s = add_special(t, (int32_t)id);
-        if (s == SR_OK && strcmp(content, "<|endoftext|>") == 0) t->eot = (int)id;
+        if (s == SR_OK && (strcmp(content, "<|endoftext|>") == 0 || strcmp(content, "<|end_of_text|>") == 0))
+            t->eot = (int)id;
     }
     if (s != SR_OK) {
         sr_tok_free(t);
@@ -461,6 +513,10 @@ static sr_status finish_bpe(sr_tokenizer *t, const sr_json *jmerges, const char 
         }
         s = add_merge(t, &pm, l, (size_t)(sp - l), sp + 1, (size_t)(l + n - sp - 1), rank++, where);
     }
+    if (s == SR_OK && t->ignore_merges) { /* kept for encoding: whole words */
+        t->word_slot = pm.slot, t->word_cap = pm.cap;
+        pm.slot = NULL;
+    }
     free(pm.slot);
     if (s == SR_OK) t->can_encode = 1;
     return s;
@@ -494,26 +550,72 @@ static sr_status load_vocab_merges(const char *vpath, const char *mpath, sr_toke
     return SR_OK;
 }
 
+/* Llama 3's and Qwen2's pre-tokenizer patterns (a Split before a ByteLevel
+ * without its own regex), and the digits per number each allows */
+static const struct {
+    const char *pattern;
+    int digits;
+} split_patterns[] = {
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 3},
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 1},
+};
+
+/* pre_tokenizer: GPT-2's ByteLevel (its own regex), or a Sequence of a Split
+ * by Llama 3's or Qwen2's pattern and a ByteLevel without regex. Sets
+ * t->digits and *byte_level (the ByteLevel part); a message on anything else. */
+static sr_status pre_tokenizer(const char *path, const sr_json *pre, int *digits, const sr_json **byte_level)
+{
+    const char *ptype = sr_json_string(sr_json_get(pre, "type"));
+    *digits = 0;
+    *byte_level = pre;
+    if (ptype && strcmp(ptype, "ByteLevel") == 0) {
+        const sr_json *use_regex = sr_json_get(pre, "use_regex");
+        if (use_regex && use_regex->type == SR_JSON_BOOL && !use_regex->boolean)
+            return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: a ByteLevel pre-tokenizer with use_regex "
+                             "false and no Split before it; not supported", path);
+        return SR_OK;
+    }
+    const sr_json *seq = sr_json_get(pre, "pretokenizers");
+    if (ptype && strcmp(ptype, "Sequence") == 0 && seq && seq->type == SR_JSON_ARRAY && seq->n == 2) {
+        const sr_json *split = &seq->items[0], *bl = &seq->items[1];
+        const char *re = sr_json_string(sr_json_get(sr_json_get(split, "pattern"), "Regex"));
+        const char *behavior = sr_json_string(sr_json_get(split, "behavior"));
+        const sr_json *invert = sr_json_get(split, "invert"), *use_regex = sr_json_get(bl, "use_regex");
+        const char *st = sr_json_string(sr_json_get(split, "type")), *bt = sr_json_string(sr_json_get(bl, "type"));
+        if (st && strcmp(st, "Split") == 0 && bt && strcmp(bt, "ByteLevel") == 0 && re && behavior &&
+            strcmp(behavior, "Isolated") == 0 && !(invert && invert->type == SR_JSON_BOOL && invert->boolean) &&
+            use_regex && use_regex->type == SR_JSON_BOOL && !use_regex->boolean) {
+            for (size_t i = 0; i < sizeof split_patterns / sizeof split_patterns[0]; i++)
+                if (strcmp(re, split_patterns[i].pattern) == 0) {
+                    *digits = split_patterns[i].digits;
+                    *byte_level = bl;
+                    return SR_OK;
+                }
+            return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: pre-tokenizer pattern %.200s; only GPT-2's, "
+                             "Llama 3's and Qwen2's patterns are supported", path, re);
+        }
+    }
+    return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: pre-tokenizer %s; only byte-level BPEs split as GPT-2, "
+                     "Llama 3 or Qwen2 split text are supported", path, ptype ? ptype : "missing");
+}
+
 static sr_status load_tokenizer_json(const char *path, const sr_json *root, sr_tokenizer **out)
 {
     const sr_json *model = sr_json_get(root, "model"), *pre = sr_json_get(root, "pre_tokenizer");
-    const sr_json *norm = sr_json_get(root, "normalizer");
+    const sr_json *norm = sr_json_get(root, "normalizer"), *bl;
     const char *mtype = sr_json_string(sr_json_get(model, "type"));
-    const char *ptype = sr_json_string(sr_json_get(pre, "type"));
     if (!mtype || strcmp(mtype, "BPE") != 0)
-        return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: model type %s; only GPT-2's byte-level "
-                         "BPE is supported", path, mtype ? mtype : "missing");
-    if (!ptype || strcmp(ptype, "ByteLevel") != 0)
-        return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: pre-tokenizer %s; only GPT-2's "
-                         "byte-level BPE (pre_tokenizer ByteLevel) is supported",
-                         path, ptype ? ptype : "missing");
-    const sr_json *use_regex = sr_json_get(pre, "use_regex"), *ignore = sr_json_get(model, "ignore_merges");
-    if ((use_regex && use_regex->type == SR_JSON_BOOL && !use_regex->boolean) ||
-        (ignore && ignore->type == SR_JSON_BOOL && ignore->boolean) ||
-        (norm && norm->type != SR_JSON_NULL))
-        return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: a normalizer, use_regex false or "
-                         "ignore_merges are not GPT-2's; only GPT-2's byte-level BPE is supported",
-                         path);
+        return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: model type %s; only byte-level BPEs (GPT-2, "
+                         "Llama 3, Qwen2) are supported", path, mtype ? mtype : "missing");
+    int digits;
+    SR_CHECK(pre_tokenizer(path, pre, &digits, &bl));
+    if (norm && norm->type != SR_JSON_NULL)
+        return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: a normalizer (%s) is not supported; only "
+                         "byte-level BPEs without one (GPT-2, Llama 3, Qwen2) are", path,
+                         sr_json_string(sr_json_get(norm, "type")) ? sr_json_string(sr_json_get(norm, "type")) : "?");
+    const sr_json *ignore = sr_json_get(model, "ignore_merges");
     const sr_json *jm = sr_json_get(model, "merges");
     if (!jm || jm->type != SR_JSON_ARRAY)
         return sr_seterr(SR_ERR_FORMAT, "tokenizer file %s: model.merges is not an array", path);
@@ -521,8 +623,10 @@ static sr_status load_tokenizer_json(const char *path, const sr_json *root, sr_t
     sr_tokenizer *t;
     SR_CHECK(vocab_table(path, "tokenizer.json", sr_json_get(model, "vocab"),
                          added && added->type == SR_JSON_ARRAY ? added : NULL, &t));
-    const sr_json *aps = sr_json_get(pre, "add_prefix_space");
+    const sr_json *aps = sr_json_get(bl, "add_prefix_space");
     t->prefix_space = aps && aps->type == SR_JSON_BOOL && aps->boolean;
+    t->digits = digits;
+    t->ignore_merges = ignore && ignore->type == SR_JSON_BOOL && ignore->boolean;
     sr_status s = finish_bpe(t, jm, NULL, 0, path);
     if (s != SR_OK) {
         sr_tok_free(t);
@@ -784,6 +888,11 @@ static void push_pair(const sr_tokenizer *t, scratch *w, size_t *hn, int32_t i)
 static int bpe_word(const sr_tokenizer *t, const unsigned char *s, size_t n, scratch *w, ivec *out)
 {
     if (n == 1) return ivec_push(out, t->byte_id[s[0]]);
+    if (t->ignore_merges) {
+        piece_map words = {t->word_slot, t->word_cap};
+        int32_t id = pm_find(t, &words, (const char *)s, n);
+        if (id >= 0) return ivec_push(out, id);
+    }
     if (n > INT32_MAX / 4 || !scratch_fit(w, n)) return 0;
     for (size_t i = 0; i < n; i++) {
         w->id[i] = t->byte_id[s[i]];
@@ -824,7 +933,7 @@ static int encode_part(const sr_tokenizer *t, const unsigned char *s, size_t n, 
     }
     int ok = 1;
     for (size_t i = 0; i < n && ok;) {
-        size_t e = word_end(s, n, i);
+        size_t e = t->digits ? word_end_l3(s, n, i, t->digits) : word_end(s, n, i);
         ok = bpe_word(t, s + i, e - i, w, out);
         i = e;
     }

@@ -100,7 +100,7 @@ static const flag flags[] = {
     {"temperature", F_FLOAT, O(temperature), "F", "sampling temperature (0 = greedy)"},
     {"top-k", F_INT, O(top_k), "K", "sample from the K most likely tokens (0 = all)"},
     {"prompt", F_STR, O(prompt), "TEXT", "sampling prompt (through the tokenizer, or bytes for a byte-level model)"},
-    {"tokenizer", F_STR, O(tokenizer), "PATH|none", "GPT-2 BPE tokenizer for text data, --prompt and samples: tokenizer.json, vocab.json, gpt2_tokenizer.bin or their directory (default: the one with --init's or --load's files)"},
+    {"tokenizer", F_STR, O(tokenizer), "PATH|none", "byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2) for text data, --prompt and samples: tokenizer.json, vocab.json, gpt2_tokenizer.bin or their directory (default: the one with --init's or --load's files)"},
     {"threads", F_INT, O(threads), "N", "CPU threads (0 = OpenMP/OpenBLAS default)"},
     {"dump-grads", F_STR, O(dump_grads), "FILE", "write the first step's gradients (before clipping) as safetensors"},
     {"dp", F_INT, O(dp), "N", "data-parallel degree (world = dp x tp x pp ranks under mpirun)"},

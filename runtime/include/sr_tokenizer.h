@@ -1,4 +1,5 @@
-/* sr_tokenizer.h: GPT-2's byte-level BPE tokenizer, for text in and out.
+/* sr_tokenizer.h: byte-level BPE tokenizers (GPT-2's, Llama 3's, Qwen2's),
+ * for text in and out.
  *
  * Reads the files Hugging Face and OpenAI ship GPT-2's tokenizer in
  * (vocab.json + merges.txt, encoder.json + vocab.bpe, tokenizer.json of a
@@ -10,7 +11,10 @@
  * (Unicode classes from runtime/unicode_tables.h), and each word's bytes are
  * merged pair by pair, the lowest-ranked merge first (leftmost on ties), as
  * Hugging Face tokenizers does. Bytes that are not valid UTF-8 count as
- * punctuation, one byte each.
+ * punctuation, one byte each. A tokenizer.json that splits by Llama 3's
+ * pattern (or Qwen2's, single digits) before a regex-less ByteLevel uses
+ * that pattern instead, and its ignore_merges (a word that is a token is
+ * that token).
  */
 #ifndef SR_TOKENIZER_H
 #define SR_TOKENIZER_H

@@ -1,5 +1,6 @@
 /* test_tokenizer.c: GPT-2's byte-level BPE (runtime/tokenizer.c) against
- * Hugging Face tokenizers.
+ * Hugging Face tokenizers; and Llama 3's and Qwen2's splitting (llama3/ and
+ * qwen2/, make_fixture_llama3.py).
  *
  * tests/unit/tokenizer/ holds a 1000-token byte-level BPE trained by
  * Hugging Face tokenizers (make_fixture.py), in both of the forms GPT-2 ships
@@ -66,11 +67,11 @@ static char *decode(const sr_tokenizer *t, const int32_t *ids, size_t n, size_t 
     return s;
 }
 
-/* every case of cases.json: the reference's ids, and back to the text */
-static void cases(const sr_tokenizer *t, const char *name)
+/* every case of a cases.json (in dir): the reference's ids, and back to the text */
+static void cases_in(const sr_tokenizer *t, const char *name, const char *dir)
 {
     sr_json *j;
-    if (sr_json_parse_file(path(fix, "cases.json"), &j) != SR_OK) {
+    if (sr_json_parse_file(path(dir, "cases.json"), &j) != SR_OK) {
         check(0, "%s: read cases.json: %s", name, sr_errmsg());
         return;
     }
@@ -104,11 +105,13 @@ static void cases(const sr_tokenizer *t, const char *name)
         free(ids);
     }
     check(good == j->n, "%s: %d of %d texts encode to Hugging Face tokenizers' ids (contractions, "
-          "whitespace runs, digits, Unicode letters and numbers, emoji, <|endoftext|>, U+00A0, U+3000, "
+          "whitespace runs, digits, Unicode letters and numbers, emoji, special tokens, U+00A0, U+3000, "
           "U+001C)", name, good, j->n);
     check(round == j->n, "%s: %d of %d decode back to their text", name, round, j->n);
     sr_json_free(j);
 }
+
+static void cases(const sr_tokenizer *t, const char *name) { cases_in(t, name, fix); }
 
 static sr_tokenizer *load(const char *p, const char *what)
 {
@@ -250,6 +253,47 @@ static void data(const sr_tokenizer *t)
     if (s == SR_OK) sr_data_close(&a);
 }
 
+/* Llama 3's and Qwen2's tokenizer.json (make_fixture_llama3.py): the Split
+ * pattern before a regex-less ByteLevel, ignore_merges, <|end_of_text|> */
+static void split_patterns(void)
+{
+    static const char *names[2] = {"llama3", "qwen2"};
+    for (int k = 0; k < 2; k++) {
+        const char *dir = path(fix, names[k]);
+        char d[1024];
+        snprintf(d, sizeof d, "%s", dir);
+        sr_tokenizer *t = load(d, names[k]);
+        if (!t) continue;
+        check(sr_tok_size(t) == 1001 && sr_tok_eot(t) == 1 && sr_tok_can_encode(t),
+              "%s: 1001 tokens, <|end_of_text|> (1) ends a document (%d)", names[k], sr_tok_eot(t));
+        cases_in(t, names[k], d);
+        /* the patterns differ in the digits a number keeps together (3 or 1):
+         * "1234567" is encoded as its groups, each on its own */
+        static const char *groups[2][8] = {{"123", "456", "7"}, {"1", "2", "3", "4", "5", "6", "7"}};
+        int32_t *ids = NULL, *part = NULL;
+        size_t n = 0, pn, at = 0;
+        int ok = sr_tok_encode(t, "1234567", 7, &ids, &n) == SR_OK;
+        for (int g = 0; ok && groups[k][g]; g++) {
+            ok = sr_tok_encode(t, groups[k][g], strlen(groups[k][g]), &part, &pn) == SR_OK && at + pn <= n &&
+                 memcmp(ids + at, part, pn * sizeof *ids) == 0;
+            at += pn;
+            free(part);
+        }
+        check(ok && at == n, "%s: \"1234567\" is split into groups of %d digits", names[k], k == 0 ? 3 : 1);
+        free(ids);
+        sr_data a, b;
+        ok = sr_data_open(&a, path(fix, "text.txt"), 1001, t) == SR_OK;
+        int okb = ok && sr_data_open(&b, path(d, "text.bin"), 1001, t) == SR_OK;
+        int same = okb && a.n_tokens == b.n_tokens;
+        for (int64_t i = 0; same && i < a.n_tokens; i++) same = sr_data_token(&a, i) == sr_data_token(&b, i);
+        check(same, "%s: text.txt through the tokenizer gives Hugging Face's %ld tokens of it", names[k],
+              okb ? (long)b.n_tokens : -1L);
+        if (ok) sr_data_close(&a);
+        if (okb) sr_data_close(&b);
+        sr_tok_free(t);
+    }
+}
+
 static void expect_error(const char *p, const char *needle, const char *what)
 {
     sr_tokenizer *t = NULL;
@@ -274,8 +318,17 @@ static void errors(void)
     expect_error(path(d, "vocab.json"), "merges.txt:3: \"hello\" is not a merge", "a merge line without a space");
     write_text(path(d, "t.json"), "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, "
                "\"pre_tokenizer\": {\"type\": \"Metaspace\"}}");
-    expect_error(path(d, "t.json"), "pre-tokenizer Metaspace; only GPT-2's byte-level BPE",
+    expect_error(path(d, "t.json"), "pre-tokenizer Metaspace; only byte-level BPEs split as GPT-2, Llama 3 or Qwen2",
                  "a SentencePiece-style tokenizer.json");
+    write_text(path(d, "s.json"), "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, "
+               "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+               "\"pattern\": {\"Regex\": \"\\\\w+\"}, \"behavior\": \"Isolated\", \"invert\": false}, "
+               "{\"type\": \"ByteLevel\", \"use_regex\": false}]}}");
+    expect_error(path(d, "s.json"), "pre-tokenizer pattern \\w+; only GPT-2's, Llama 3's and Qwen2's",
+                 "a Split by another pattern");
+    write_text(path(d, "n.json"), "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, "
+               "\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}");
+    expect_error(path(d, "n.json"), "a normalizer (NFC) is not supported", "a normalizer");
     write_text(path(d, "u.json"), "{\"model\": {\"type\": \"Unigram\"}}");
     expect_error(path(d, "u.json"), "model type Unigram", "a Unigram tokenizer.json");
     write_text(path(d, "v.json"), "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
@@ -310,6 +363,7 @@ int main(int argc, char **argv)
         return 2;
     }
     forms();
+    split_patterns();
     sr_tokenizer *tok = NULL;
     if (sr_tok_load(path(fix, "vocab.json"), &tok) == SR_OK) {
         properties(tok);
