@@ -308,38 +308,24 @@ static int shard_attention(ShardCtx *c)
     return 0;
 }
 
-/* rope rotates pairs inside a head at the row's position: a split of whole
- * heads (the output of a column-parallel q or k projection) stays split, a
- * split inside heads is an error (as for attention); a split sequence or a
- * partial sum is made whole first */
-static int shard_rope(ShardCtx *c)
+/* An op that works within each of k0 heads of its input's last dimension
+ * (rope rotates pairs inside a head; repeat_kv copies whole key/value heads
+ * to the query heads that read them): a split of whole heads (a
+ * column-parallel projection's output) stays split, a split inside heads is
+ * an error (as for attention; Megatron would replicate too few key/value
+ * heads), and a split sequence or a partial sum is made whole first. */
+static int shard_heads(ShardCtx *c)
 {
     long long nh = (long long)c->op->k[0];
     if (is_split_last(c, 0) && c->in[0].groups <= 1) {
         if (nh % c->tp) {
-            sx_error(&c->op->loc, "'rope' on %lld heads split over tensor=%d: a rank would hold part of a head "
-                     "(%lld is not divisible by %d)", nh, c->tp, nh, c->tp);
-            return -1;
-        }
-        c->out = c->in[0];
-        return 0;
-    }
-    resolve(c, 0);
-    c->out = repl();
-    return 0;
-}
-
-/* repeat_kv copies whole heads: key/value heads split over the tensor ranks
- * (n_kv_head divisible by tp) give each rank the query heads that read them;
- * fewer key/value heads than ranks is an error (Megatron replicates them) */
-static int shard_repeat_kv(ShardCtx *c)
-{
-    long long nkv = (long long)c->op->k[0];
-    if (is_split_last(c, 0) && c->in[0].groups <= 1) {
-        if (nkv % c->tp) {
-            sx_error(&c->op->loc, "grouped-query attention: %lld key/value heads split over tensor=%d (%lld is "
-                     "not divisible by %d); use a tensor degree that divides the key/value heads", nkv, c->tp,
-                     nkv, c->tp);
+            if (c->op->kind == OP_REPEAT_KV)
+                sx_error(&c->op->loc, "grouped-query attention: %lld key/value heads split over tensor=%d (%lld is "
+                         "not divisible by %d); use a tensor degree that divides the key/value heads", nh, c->tp,
+                         nh, c->tp);
+            else
+                sx_error(&c->op->loc, "'%s' on %lld heads split over tensor=%d: a rank would hold part of a head "
+                         "(%lld is not divisible by %d)", ir_ops[c->op->kind].name, nh, c->tp, nh, c->tp);
             return -1;
         }
         c->out = c->in[0];

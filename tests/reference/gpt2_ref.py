@@ -146,10 +146,11 @@ def init_params(cfg, seed, perturb=False):
     return out
 
 
-def load_params(path, cfg):
-    """Load and validate a weights file -> dict of float32 leaf tensors requiring grad."""
+def load_params(path, cfg, shapes_of=None):
+    """Load and validate a weights file -> dict of float32 leaf tensors requiring grad;
+    the names and shapes are shapes_of(cfg) (default: GPT-2's param_shapes)."""
     raw = st.load(path, to_f32=True)
-    shapes = param_shapes(cfg)
+    shapes = (shapes_of or param_shapes)(cfg)
     missing = [n for n in shapes if n not in raw]
     extra = [n for n in raw if n not in shapes]
     if missing or extra:

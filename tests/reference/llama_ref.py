@@ -129,21 +129,6 @@ def init_params(cfg, seed):
     return out
 
 
-def load_params(path, cfg):
-    raw = st.load(path, to_f32=True)
-    shapes = param_shapes(cfg)
-    missing = [n for n in shapes if n not in raw]
-    extra = [n for n in raw if n not in shapes]
-    if missing or extra:
-        raise SystemExit(f"{path}: missing {missing[:5]} unexpected {extra[:5]}")
-    params = {}
-    for n, shape in shapes.items():
-        if tuple(raw[n].shape) != shape:
-            raise SystemExit(f"{path}: {n} has shape {raw[n].shape}, expected {shape}")
-        params[n] = torch.tensor(raw[n], dtype=torch.float32).requires_grad_(True)
-    return params
-
-
 def cmd_init(a):
     cfg = load_config(a.config)
     st.save(a.out, {n: t.numpy() for n, t in init_params(cfg, a.seed).items()}, dtype="F32")
@@ -151,7 +136,7 @@ def cmd_init(a):
 
 def cmd_run(a):
     cfg = load_config(a.config)
-    params = load_params(a.init, cfg)
+    params = G.load_params(a.init, cfg, param_shapes)
     tokens = G.read_tokens(a.data)
     if tokens.size and tokens.max() >= cfg["vocab"]:
         raise SystemExit("token id >= vocab")
@@ -167,7 +152,7 @@ def cmd_hf(a):
     warnings.filterwarnings("ignore")
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = load_config(a.config)
-    params = load_params(a.init, cfg)
+    params = G.load_params(a.init, cfg, param_shapes)
     if cfg["rope_theta"] != 10000.0 or cfg["n_kv_head"] != cfg["n_head"]:
         raise SystemExit("the transformers check needs rope_theta 10000 and n_kv_head = n_head (4.30 has "
                          "neither setting)")

@@ -9,6 +9,10 @@ tiktoken, given the same merges, must agree, as a second reference.
 
     pip install tokenizers tiktoken
     python3 tests/unit/tokenizer/make_fixture.py
+
+The corpus is docs/*.md as they are when it runs, so after the docs change
+it trains another vocabulary: the committed files are the reference, and the
+tests read those.
 """
 import glob
 import json
@@ -55,6 +59,19 @@ CASES = [
 ] + UNICODE
 
 
+def byte_decoder():
+    """GPT-2's character -> byte map (printable bytes stand for themselves)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
 def corpus():
     for path in sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
         with open(path, encoding="utf-8") as f:
@@ -75,16 +92,7 @@ def main():
     tok.save(os.path.join(here, "tokenizer.json"))
 
     # tiktoken from the same merges: a byte string's rank is its merge order
-    # GPT-2's byte <-> character map (printable bytes stand for themselves)
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    u2b = {chr(c): b for b, c in zip(bs, cs)}
+    u2b = byte_decoder()
     ranks = {bytes([b]): b for b in range(256)}
     with open(os.path.join(here, "merges.txt"), encoding="utf-8") as f:
         merges = [line.rstrip("\n").split(" ") for line in f if not line.startswith("#version")]
