@@ -22,6 +22,22 @@ print(f"  {len(a)} steps, worst relative loss difference {worst:.2e} (tolerance 
 sys.exit(0 if worst <= tol else 1)
 PY
 }
+# same_or_roundoff REF B REF2 TOL: B's losses are REF's, each step within TOL
+# relative or within 4 times |REF - REF2| at that step, where REF2 is the
+# single rank run with another summation order (its round-off spread)
+same_or_roundoff() { $py - "$1" "$2" "$3" "$4" <<'PY'
+import json, sys
+r, b, r2 = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:4])
+tol = float(sys.argv[4])
+if not r or len(r) != len(b) or len(r) != len(r2):
+    print(f"  {len(r)} vs {len(b)} vs {len(r2)} steps"); sys.exit(1)
+rows = [(abs(x - y) / abs(x), max(tol, 4 * abs(x - z) / abs(x)), abs(x - z) / abs(x)) for x, y, z in zip(r, b, r2)]
+k = max(range(len(rows)), key=lambda i: rows[i][0] / rows[i][1])
+print(f"  {len(r)} steps, worst relative loss difference {rows[k][0]:.2e} at step {k} (tolerance there "
+      f"{rows[k][1]:.2e}; the single rank's own spread {rows[k][2]:.2e})")
+sys.exit(0 if all(d <= t for d, t in rows) else 1)
+PY
+}
 # same_grads A B: two --dump-grads files hold the same gradients, each within
 # 1e-5 of its largest magnitude
 same_grads() { $py - "$1" "$2" "$src/tests/reference" <<'PY'

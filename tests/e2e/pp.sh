@@ -31,7 +31,14 @@ cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
 "$shardc" build "$src/examples/tinygpt.model" $cfg8 --pp 4 --virtual-stages 2 --schedule interleaved -o q4v2
 ./q1 $run --log ref8.jsonl
 $mpi -np 4 ./q4v2 $run --pp 4 --schedule interleaved --log iv4.jsonl
-check "pp=4 interleaved v=2 gives the single-rank losses" same ref8.jsonl iv4.jsonl 1e-5
+# The 20th batch of this 8-layer run is a loss spike (4.71 after 3.86, an
+# unusual stretch of the stdlib's text), where the float32 loss depends on
+# round-off by more than 1e-5: the single rank with 1 microbatch instead of 4
+# differs from itself there by 1.8e-5. Each step must be within 1e-5 of the
+# single rank's loss, or within 4 times what the single rank's own change of
+# summation order moves it at that step.
+./q1 ${run/--microbatches 4/--microbatches 1} --log ref8m1.jsonl
+check "pp=4 interleaved v=2 gives the single-rank losses" same_or_roundoff ref8.jsonl iv4.jsonl ref8m1.jsonl 1e-5
 $mpi -np 8 ./p2t2 $run --pp 2 --tp 2 --dp 2 --log x8.jsonl
 check "dp=2 x tp=2 x pp=2 on 8 ranks gives the single-rank losses" same ref.jsonl x8.jsonl 1e-5
 $mpi -np 2 ./p2 $run --pp 2 --dropout 0.1 --log drop2.jsonl
