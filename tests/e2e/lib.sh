@@ -35,7 +35,7 @@ rows = [(abs(x - y) / abs(x), max(tol, 4 * abs(x - z) / abs(x)), abs(x - z) / ab
 k = max(range(len(rows)), key=lambda i: rows[i][0] / rows[i][1])
 print(f"  {len(r)} steps, worst relative loss difference {rows[k][0]:.2e} at step {k} (tolerance there "
       f"{rows[k][1]:.2e}; the single rank's own spread {rows[k][2]:.2e})")
-sys.exit(0 if all(d <= t for d, t in rows) else 1)
+sys.exit(0 if all(d <= t for d, t, _ in rows) else 1)
 PY
 }
 # same_grads A B: two --dump-grads files hold the same gradients, each within
