@@ -378,24 +378,15 @@ void srk_zero(T *x, long n)
     srk_check_cuda(cudaMemsetAsync(x, 0, (size_t)n * sizeof(T), srk_ctx.stream), "srk_zero");
 }
 
-/* ---- dropout: the host's counter-based RNG, bit for bit --------------------------------------- */
-__host__ __device__ __forceinline__ uint64_t srk_mix64(uint64_t z)
-{
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ULL;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return z;
-}
+/* ---- dropout: the host's counter-based RNG (shardrt.h's sr_mix64), bit for bit ------------------ */
 #define SRK_RNG_GOLDEN 0x9e3779b97f4a7c15ULL
 __host__ __device__ __forceinline__ uint64_t srk_rng_key(uint64_t seed, uint64_t stream)
 {
-    return srk_mix64(srk_mix64(seed + SRK_RNG_GOLDEN) ^ stream);
+    return sr_mix64(sr_mix64(seed + SRK_RNG_GOLDEN) ^ stream);
 }
 __device__ __forceinline__ float srk_rng_at(uint64_t key, uint64_t counter)
 {
-    return (float)(srk_mix64(key + counter * SRK_RNG_GOLDEN) >> 40) * (1.0f / 16777216.0f);
+    return (float)(sr_mix64(key + counter * SRK_RNG_GOLDEN) >> 40) * (1.0f / 16777216.0f);
 }
 
 /* BWD = 0: out = keep ? x * scale : 0; BWD = 1: out += keep ? x * scale : 0 */

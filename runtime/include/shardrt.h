@@ -154,8 +154,14 @@ void sr_dropout_fwd(float *out, const float *x, long n, float p, uint64_t seed,
 void sr_dropout_bwd(float *dx, const float *dout, long n, float p, uint64_t seed,
                     uint64_t step, uint32_t op, uint64_t base);
 /* The splitmix64 finalizer: a bijection of 64-bit words with full avalanche
- * (the random numbers, the data shuffle's permutation, hash tables). */
-static inline uint64_t sr_mix64(uint64_t z)
+ * (the random numbers, the data shuffle's permutation, hash tables); under
+ * nvcc also a device function, for the CUDA dropout kernels. */
+#ifdef __CUDACC__
+#define SR_HOST_DEVICE __host__ __device__
+#else
+#define SR_HOST_DEVICE
+#endif
+static inline SR_HOST_DEVICE uint64_t sr_mix64(uint64_t z)
 {
     z ^= z >> 30;
     z *= 0xbf58476d1ce4e5b9ULL;

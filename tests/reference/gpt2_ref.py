@@ -281,6 +281,22 @@ def cmd_run(a):
         st.save(a.out_params, {n: p.detach().numpy() for n, p in params.items()}, dtype="F32")
 
 
+def add_run_args(p):
+    """The `run` subcommand's model, data and AdamW options (llama_ref.py's too)."""
+    for k in ("--config", "--init", "--data"):
+        p.add_argument(k, required=True)
+    for k in ("--batch", "--seq", "--steps"):
+        p.add_argument(k, type=int, required=True)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.999)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--grad-clip", type=float, default=0.0, help="global-norm clip; <=0 disables")
+    p.add_argument("--out-losses")
+    p.add_argument("--out-grads")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -301,20 +317,7 @@ def main(argv=None):
     p.set_defaults(fn=cmd_tokens)
 
     p = sub.add_parser("run", help="train K steps, record losses and step-0 gradients")
-    p.add_argument("--config", required=True)
-    p.add_argument("--init", required=True)
-    p.add_argument("--data", required=True)
-    p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--seq", type=int, required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.999)
-    p.add_argument("--eps", type=float, default=1e-8)
-    p.add_argument("--grad-clip", type=float, default=0.0, help="global-norm clip; <=0 disables")
-    p.add_argument("--out-losses")
-    p.add_argument("--out-grads")
+    add_run_args(p)
     p.add_argument("--out-params", help="optional: final weights after the last step")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_run)

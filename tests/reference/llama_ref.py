@@ -141,8 +141,9 @@ def cmd_run(a):
     if tokens.size and tokens.max() >= cfg["vocab"]:
         raise SystemExit("token id >= vocab")
     losses, norms, grads0 = G.train(cfg, params, tokens, a, loss=loss_fn)
-    with open(a.out_losses, "w") as f:
-        json.dump({"losses": losses, "grad_norms": norms}, f, indent=1)
+    if a.out_losses:
+        with open(a.out_losses, "w") as f:
+            json.dump({"losses": losses, "grad_norms": norms}, f, indent=1)
     if a.out_grads:
         st.save(a.out_grads, grads0, dtype="F32")
 
@@ -183,17 +184,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=cmd_init)
     p = sub.add_parser("run", help="train K steps, record losses and step-0 gradients")
-    for k in ("--config", "--init", "--data", "--out-losses"):
-        p.add_argument(k, required=True)
-    for k in ("--batch", "--seq", "--steps"):
-        p.add_argument(k, type=int, required=True)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.999)
-    p.add_argument("--eps", type=float, default=1e-8)
-    p.add_argument("--grad-clip", type=float, default=0.0)
-    p.add_argument("--out-grads")
+    G.add_run_args(p)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("hf", help="compare with transformers' LlamaForCausalLM on one batch")
     for k in ("--config", "--init", "--data"):
