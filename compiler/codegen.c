@@ -209,7 +209,7 @@ char *cg_expand(const CgExpander *g, const char *t, IrOp *op, const IrBwd *b)
         } else if (p[0] == 's' && p[1] >= '0' && p[1] <= '3') {
             x = cg_cdim(ir, op->sz[p[1] - '0']);
             p += 2;
-        } else if (p[0] == 'k' && p[1] >= '0' && p[1] <= '3') {
+        } else if (p[0] == 'k' && p[1] >= '0' && p[1] <= '7') {
             x = cg_fmt_float(op->k[p[1] - '0']);
             p += 2;
         } else if (p[0] == 'n') {
@@ -254,31 +254,56 @@ void cg_emit_cstr(FILE *f, const char *s)
     fputc('"', f);
 }
 
-char *cg_config_json(Program *P)
+static char *json_value(const Const *c)
 {
-    char *s = "{";
-    for (int i = 0; i < P->config.n; i++) {
-        Const *c = P->config.v[i];
-        char *v;
-        if (c->is_str) {
-            v = "\"";
-            for (const char *p = c->s; *p; p++) {
-                unsigned char ch = (unsigned char)*p;
-                if (ch == '"' || ch == '\\') v = sx_fmt("%s\\%c", v, ch);
-                else if (ch < 32) v = sx_fmt("%s\\u%04x", v, ch);
-                else v = sx_fmt("%s%c", v, ch);
-            }
-            v = sx_fmt("%s\"", v);
-        } else if (c->is_float) {
-            v = sx_fmt("%.17g", c->f);
-            if (!strpbrk(v, ".eEn")) v = sx_fmt("%s.0", v);
-        } else {
-            v = sx_fmt("%lld", c->i);
+    if (c->is_bool) return sx_strdup(c->i ? "true" : "false");
+    if (c->is_str) {
+        char *v = "\"";
+        for (const char *p = c->s; *p; p++) {
+            unsigned char ch = (unsigned char)*p;
+            if (ch == '"' || ch == '\\') v = sx_fmt("%s\\%c", v, ch);
+            else if (ch < 32) v = sx_fmt("%s\\u%04x", v, ch);
+            else v = sx_fmt("%s%c", v, ch);
         }
-        s = sx_fmt("%s%s\"%s\": %s", s, i ? ", " : "", c->name, v);
+        return sx_fmt("%s\"", v);
+    }
+    if (c->is_float) {
+        char *v = sx_fmt("%.17g", c->f);
+        return strpbrk(v, ".eEn") ? v : sx_fmt("%s.0", v);
+    }
+    return sx_fmt("%lld", c->i);
+}
+
+/* the object of the constants named prefix*: "a.b" becomes member b of
+ * object a, placed where its first member is declared */
+static char *config_object(Program *P, const char *prefix)
+{
+    size_t pl = strlen(prefix);
+    char *s = "{";
+    int n = 0;
+    for (int i = 0; i < P->config.n; i++) {
+        const Const *c = P->config.v[i];
+        if (strncmp(c->name, prefix, pl)) continue;
+        const char *rest = c->name + pl, *dot = strchr(rest, '.');
+        char *key = dot ? sx_strndup(rest, (size_t)(dot - rest)) : sx_strdup(rest), *v;
+        if (dot) {
+            int seen = 0; /* the object was written with an earlier member */
+            for (int k = 0; k < i && !seen; k++) {
+                const char *o = ((const Const *)P->config.v[k])->name;
+                seen = !strncmp(o, prefix, pl) && !strncmp(o + pl, key, strlen(key)) &&
+                       o[pl + strlen(key)] == '.';
+            }
+            if (seen) continue;
+            v = config_object(P, sx_fmt("%s%s.", prefix, key));
+        } else {
+            v = json_value(c);
+        }
+        s = sx_fmt("%s%s\"%s\": %s", s, n++ ? ", " : "", key, v);
     }
     return sx_fmt("%s}", s);
 }
+
+char *cg_config_json(Program *P) { return config_object(P, ""); }
 
 /* ---- names and comments both back ends write ---------------------------------- */
 

@@ -145,9 +145,10 @@ typedef struct Scal {
     long long i;
     double f;
     const char *s;
+    int is_bool; /* the literal true or false (kind TY_INT) */
 } Scal;
 
-static Scal scal_err(void) { Scal s = {0, 0, 0, NULL}; return s; }
+static Scal scal_err(void) { Scal s = {0, 0, 0, NULL, 0}; return s; }
 
 static Scal eval_scalar(Program *P, Node *n);
 
@@ -175,7 +176,7 @@ static Scal scal_call(Program *P, Node *n)
         }
         if (a[i].kind == TY_INT) a[i].f = (double)a[i].i;
     }
-    Scal r = {TY_FLOAT, 0, 0, NULL};
+    Scal r = {TY_FLOAT, 0, 0, NULL, 0};
     if (!strcmp(f, "sqrt")) {
         if (a[0].f < 0) {
             sx_error(&n->loc, "sqrt of a negative number (%g)", a[0].f);
@@ -275,7 +276,7 @@ static Scal eval_scalar(Program *P, Node *n)
 
 static Scal eval_scalar_node(Program *P, Node *n)
 {
-    Scal r = {0, 0, 0, NULL};
+    Scal r = {0, 0, 0, NULL, 0};
     switch (n->kind) {
     case N_NUM:
         if (n->op == 'i') { r.kind = TY_INT; r.i = n->ival; }
@@ -287,13 +288,20 @@ static Scal eval_scalar_node(Program *P, Node *n)
         return r;
     case N_NAME: {
         const Const *c = lookup_any(P, n->name);
+        if (!c && (!strcmp(n->name, "true") || !strcmp(n->name, "false"))) {
+            /* for config.json's flags (tie_word_embeddings = true); 1 or 0 in arithmetic */
+            r.kind = TY_INT;
+            r.i = n->name[0] == 't';
+            r.is_bool = 1;
+            return r;
+        }
         if (!c) {
             sx_error(&n->loc, "unknown name '%s' (a constant must be defined above its use)", n->name);
             return scal_err();
         }
         if (c->is_str) { r.kind = TY_STR; r.s = c->s; }
         else if (c->is_float) { r.kind = TY_FLOAT; r.f = c->f; }
-        else { r.kind = TY_INT; r.i = c->i; }
+        else { r.kind = TY_INT; r.i = c->i; r.is_bool = c->is_bool; }
         return r;
     }
     case N_NEG: {
@@ -327,10 +335,15 @@ static Scal eval_scalar_node(Program *P, Node *n)
     }
 }
 
-/* parse a --set/--config value: integer, float, or string */
+/* parse a --set/--config value: true or false, integer, float, or string */
 static int parse_override(const char *v, Const *c)
 {
     char *end;
+    if (!strcmp(v, "true") || !strcmp(v, "false")) {
+        c->is_bool = 1;
+        c->i = v[0] == 't';
+        return 0;
+    }
     errno = 0;
     long long i = strtoll(v, &end, 10);
     if (*v && !*end && !errno) {
@@ -408,6 +421,20 @@ static void eval_section(Program *P, Node *sec, Vec *out)
             sx_note(&prev->loc, "first defined here");
             continue;
         }
+        const Const *clash = NULL; /* "a" and "a.b": config.json cannot hold both */
+        for (int k = 0; k < out->n && !clash; k++) {
+            const char *o = ((const Const *)out->v[k])->name;
+            size_t ol = strlen(o), al = strlen(a->name);
+            if ((ol < al && !strncmp(o, a->name, ol) && a->name[ol] == '.') ||
+                (al < ol && !strncmp(o, a->name, al) && o[al] == '.'))
+                clash = out->v[k];
+        }
+        if (clash) {
+            sx_error(&a->loc, "'%s' and '%s' cannot both be constants: a dotted name is a member of the "
+                     "object its prefix names in config.json", a->name, clash->name);
+            sx_note(&clash->loc, "'%s' defined here", clash->name);
+            continue;
+        }
         Const *c = sx_alloc(sizeof *c);
         c->name = a->name;
         c->loc = a->loc;
@@ -423,7 +450,11 @@ static void eval_section(Program *P, Node *sec, Vec *out)
             c->overridden = 1;
             parse_override(o->value, c);
             Scal s = eval_scalar(P, a->init); /* still check the written expression */
-            if (s.kind == TY_FLOAT && !c->is_float && !c->is_str) {
+            if (s.kind != TY_STR && s.kind && s.is_bool != c->is_bool) {
+                sx_error(NULL, "%s: '%s' is %s in %s, got '%s'", o->origin, a->name,
+                         s.is_bool ? "true or false" : s.kind == TY_INT ? "an integer" : "a number",
+                         a->loc.file, o->value);
+            } else if (s.kind == TY_FLOAT && !c->is_float && !c->is_str) {
                 c->is_float = 1;
                 c->f = (double)c->i;
             } else if (s.kind == TY_INT && (c->is_float || c->is_str)) {
@@ -431,7 +462,8 @@ static void eval_section(Program *P, Node *sec, Vec *out)
                          a->loc.file, o->value);
             } else if (s.kind == TY_STR && !c->is_str) {
                 c->is_str = 1;
-                c->s = o->value; /* a string setting given digits stays a string */
+                c->is_bool = 0;
+                c->s = o->value; /* a string setting given digits (or true) stays a string */
             } else if (s.kind == TY_FLOAT && c->is_str) {
                 sx_error(NULL, "%s: '%s' is a number in %s, got '%s'", o->origin, a->name,
                          a->loc.file, o->value);
@@ -441,6 +473,7 @@ static void eval_section(Program *P, Node *sec, Vec *out)
             if (!s.kind) continue;
             c->is_float = s.kind == TY_FLOAT;
             c->is_str = s.kind == TY_STR;
+            c->is_bool = s.is_bool;
             c->i = s.i;
             c->f = s.kind == TY_FLOAT ? s.f : (double)s.i;
             c->s = s.s;

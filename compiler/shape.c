@@ -13,6 +13,7 @@
  * IR are one walk here rather than three.
  */
 #include "shardc.h"
+#include "shardrt.h" /* SR_ROPE_MAX_HEAD */
 
 #include <math.h>
 
@@ -475,20 +476,28 @@ static int shape_attention(ShapeCtx *c)
     return 0;
 }
 
-/* rope(x, n_head[, theta]): x [.., T, C], positions along T, C in n_head
- * heads of an even size; theta defaults to 10000 (Llama 2's; Llama 3 uses
- * 500000). Sizes: rows, T, C, heads (a rank's heads at tp > 1). */
+/* rope(x, n_head[, theta[, factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings]]): x [.., T, C], positions along T, C in
+ * n_head heads of an even size; theta defaults to 10000 (Llama 2's; Llama 3
+ * uses 500000); the four after it are Llama 3.1's "llama3" frequency scaling
+ * (factor 1: none). Sizes: rows, T, C, heads (a rank's heads at tp > 1). */
 static int shape_rope(ShapeCtx *c)
 {
     if (need_float(c, 0, "the input") || need_rank(c, 0, 2, SX_MAXDIM, "the input")) return -1;
-    if (c->nk < 1 || c->nk > 2) {
-        sx_error(c->loc, "'rope' takes the input, the number of heads and optionally theta (the base of the "
-                 "wavelengths, default 10000), got %d numbers", c->nk);
+    if (c->nk != 1 && c->nk != 2 && c->nk != 6) {
+        sx_error(c->loc, "'rope' takes the input, the number of heads, optionally theta (the base of the "
+                 "wavelengths, default 10000) and after it optionally the four numbers of Llama 3.1's scaling "
+                 "(factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), got %d numbers",
+                 c->nk);
         return -1;
     }
     long long nh;
-    double theta = 10000.0;
-    if (int_arg(c, 0, &nh, "the number of heads") || (c->nk == 2 && num_arg(c, 1, &theta, "theta"))) return -1;
+    double theta = 10000.0, factor = 1.0, low = 1.0, high = 4.0, orig = 8192.0;
+    if (int_arg(c, 0, &nh, "the number of heads") || (c->nk >= 2 && num_arg(c, 1, &theta, "theta"))) return -1;
+    if (c->nk == 6 && (num_arg(c, 2, &factor, "the scaling factor") || num_arg(c, 3, &low, "low_freq_factor") ||
+                       num_arg(c, 4, &high, "high_freq_factor") ||
+                       num_arg(c, 5, &orig, "original_max_position_embeddings")))
+        return -1;
     Dim C = last_dim(c->in[0]);
     if (!dim_is_const(C)) {
         sx_error(c->loc, "the channel dimension of 'rope' must be a constant, got %s", dim_str(C, IR_));
@@ -504,13 +513,27 @@ static int shape_rope(ShapeCtx *c)
                  "of a head with channel i + size/2", (long long)C.c, nh, (long long)(C.c / nh));
         return -1;
     }
+    if (C.c / nh > SR_ROPE_MAX_HEAD) {
+        sx_error(c->loc, "'rope': heads of %lld channels; the runtime rotates heads of at most %d",
+                 (long long)(C.c / nh), SR_ROPE_MAX_HEAD);
+        return -1;
+    }
     if (!(theta > 1.0)) {
         sx_error(c->loc, "theta of 'rope' must be greater than 1, got %g", theta);
         return -1;
     }
+    if (!(factor >= 1.0) || !(low > 0.0) || !(high > low) || !(orig >= 1.0)) {
+        sx_error(c->loc, "'rope' scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
+                 "original_max_position_embeddings >= 1, got %g, %g, %g, %g", factor, low, high, orig);
+        return -1;
+    }
     c->op->k[0] = (double)nh;
     c->op->k[1] = theta;
-    c->op->nk = 2;
+    c->op->k[2] = factor;
+    c->op->k[3] = low;
+    c->op->k[4] = high;
+    c->op->k[5] = orig;
+    c->op->nk = 6;
     c->out = c->in[0]->shape;
     c->op->sz[0] = rows_of(c->in[0]);
     c->op->sz[1] = c->in[0]->shape.d[c->in[0]->shape.nd - 2];

@@ -297,9 +297,10 @@ typedef struct Ir {
 
 /* ---- configuration and the whole compilation ----------------------------- */
 typedef struct Const {
-    const char *name;
+    const char *name; /* dotted: a member of a nested config.json object */
     int is_float;
     int is_str;
+    int is_bool; /* true / false: the integer 1 / 0, written as a JSON boolean */
     long long i;
     double f;
     const char *s;

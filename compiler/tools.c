@@ -16,7 +16,34 @@
 #define SHARDC_INSTALL_STDLIB_DIR ""
 #endif
 
-/* --config FILE.json: flat object; numbers and strings become overrides */
+/* the members of a --config object as overrides: numbers, strings and
+ * booleans; a nested object's members under dotted names (rope_scaling.factor) */
+static void add_json_overrides(Program *P, const sr_json *obj, const char *prefix, const char *path)
+{
+    for (int i = 0; i < obj->n; i++) {
+        const sr_json *it = &obj->items[i];
+        const char *name = sx_fmt("%s%s", prefix, it->key);
+        if (it->type == SR_JSON_OBJECT) {
+            add_json_overrides(P, it, sx_fmt("%s.", name), path);
+            continue;
+        }
+        if (it->type != SR_JSON_NUMBER && it->type != SR_JSON_STRING && it->type != SR_JSON_BOOL) continue;
+        Override *o = sx_alloc(sizeof *o);
+        o->name = name;
+        o->value = it->type == SR_JSON_BOOL ? (it->boolean ? "true" : "false") : sx_strdup(it->str);
+        o->origin = sx_strdup(path);
+        /* --set given later on the command line wins: insert before them */
+        vec_push(&P->overrides, NULL);
+        int k = P->overrides.n - 1;
+        while (k > 0 && ((Override *)P->overrides.v[k - 1])->origin[0] == '-') {
+            P->overrides.v[k] = P->overrides.v[k - 1];
+            k--;
+        }
+        P->overrides.v[k] = o;
+    }
+}
+
+/* --config FILE.json: an object such as Hugging Face's config.json */
 int drv_load_json_config(Program *P, const char *path)
 {
     sr_json *j = NULL;
@@ -30,22 +57,7 @@ int drv_load_json_config(Program *P, const char *path)
         sr_json_free(j);
         return -1;
     }
-    for (int i = 0; i < j->n; i++) {
-        const sr_json *it = &j->items[i];
-        if (it->type != SR_JSON_NUMBER && it->type != SR_JSON_STRING) continue;
-        Override *o = sx_alloc(sizeof *o);
-        o->name = sx_strdup(it->key);
-        o->value = sx_strdup(it->str);
-        o->origin = sx_strdup(path);
-        /* --set given later on the command line wins: insert before them */
-        vec_push(&P->overrides, NULL);
-        int k = P->overrides.n - 1;
-        while (k > 0 && ((Override *)P->overrides.v[k - 1])->origin[0] == '-') {
-            P->overrides.v[k] = P->overrides.v[k - 1];
-            k--;
-        }
-        P->overrides.v[k] = o;
-    }
+    add_json_overrides(P, j, "", path);
     sr_json_free(j);
     return 0;
 }

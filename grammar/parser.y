@@ -100,7 +100,8 @@ section_kw
     | KW_TRAIN                   { $$ = "train"; }
     ;
 
-/* config { n_embd = 768 } : constants, one per line */
+/* config { n_embd = 768 } : constants, one per line; a dotted name
+ * (rope_scaling.factor = 8.0) is a member of a nested config.json object */
 section
     : section_kw '{' sstmts '}'
         { $$ = mk(N_SECTION, &@1); $$->name = $1; $$->body = *$3; }
@@ -110,7 +111,7 @@ sstmts
     : %empty                     { $$ = sx_alloc(sizeof(Vec)); }
     | sstmts NL                  { $$ = $1; }
     | sstmts ';'                 { $$ = $1; }
-    | sstmts IDENT '=' expr      { Node *a = mk(N_ASSIGN, &@2); a->name = $2; a->init = $4;
+    | sstmts path '=' expr       { Node *a = mk(N_ASSIGN, &@2); a->name = $2; a->init = $4;
                                    vec_push($1, a); $$ = $1; }
     | sstmts error NL            { $$ = $1; yyerrok; }
     ;

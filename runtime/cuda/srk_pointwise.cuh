@@ -271,19 +271,21 @@ SRK_ACT_PAIR(silu, ACT_SILU)
 #undef SRK_ACT_PAIR
 
 /* ---- rotary position embedding (the host's sr_rope_fwd/bwd) ---------------------------------- */
-/* One thread per (row, i < hd/2): the angle once (computed as the host does,
- * the power in double so that both round it the same way), then the pair
- * (i, i + hd/2) of every head. sign -1 with acc: the backward, dx += R(-a) dout. */
+/* One thread per (row, i < hd/2): the angle once, from sr_rope_inv_freq as on
+ * the host, then the pair (i, i + hd/2) of every head. sign -1 with acc: the
+ * backward, dx += R(-a) dout. */
+struct srk_rope_freq {
+    float theta, factor, low, high, orig;
+};
 template <class TO, class TX>
-__global__ void rope_kernel(TO *out, const TX *x, long N, int T, int C, int hd, float theta, float sign, int acc)
+__global__ void rope_kernel(TO *out, const TX *x, long N, int T, int C, int hd, srk_rope_freq fq, float sign, int acc)
 {
     // out, x (N, C)
     int half = hd / 2;
     for (long p = (long)blockIdx.x * blockDim.x + threadIdx.x; p < N * half; p += (long)gridDim.x * blockDim.x) {
         long r = p / half;
         int i = (int)(p % half);
-        float e = (float)(2 * i) / (float)hd;
-        float a = (float)(r % T) * (1.0f / (float)pow((double)theta, (double)e));
+        float a = (float)(r % T) * sr_rope_inv_freq(i, hd, fq.theta, fq.factor, fq.low, fq.high, fq.orig);
         float cs = cosf(a), sn = sign * sinf(a);
         for (int h = 0; h < C; h += hd) {
             long j = r * C + h + i;
@@ -300,20 +302,24 @@ __global__ void rope_kernel(TO *out, const TX *x, long N, int T, int C, int hd, 
     }
 }
 template <class TO, class TX>
-void srk_rope_fwd(TO *out, const TX *x, long N, int T, int C, int n_head, float theta)
+void srk_rope_fwd(TO *out, const TX *x, long N, int T, int C, int n_head, float theta, float factor, float low,
+                  float high, float orig)
 {
     long n = N * (long)(C / n_head / 2);
     if (n <= 0) return;
+    srk_rope_freq fq = {theta, factor, low, high, orig};
     SR_LAUNCH((rope_kernel<TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x, N, T,
-              C, C / n_head, theta, 1.0f, 0);
+              C, C / n_head, fq, 1.0f, 0);
 }
 template <class TD, class TG>
-void srk_rope_bwd(TD *dx, const TG *dout, long N, int T, int C, int n_head, float theta)
+void srk_rope_bwd(TD *dx, const TG *dout, long N, int T, int C, int n_head, float theta, float factor, float low,
+                  float high, float orig)
 {
     long n = N * (long)(C / n_head / 2);
     if (!dx || n <= 0) return;
+    srk_rope_freq fq = {theta, factor, low, high, orig};
     SR_LAUNCH((rope_kernel<TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx, dout, N,
-              T, C, C / n_head, theta, -1.0f, 1);
+              T, C, C / n_head, fq, -1.0f, 1);
 }
 
 /* ---- repeat_kv (the host's sr_repeat_kv_fwd/bwd) ---------------------------------------------- */

@@ -608,7 +608,7 @@ void sr_silu_bwd(float *dx, const float *dout, const float *x, long n)
 /* One row at position t: each pair (i, i + hd/2) of every head rotated by
  * sign * t * inv_freq[i]; acc adds into out (the backward). The angles of a
  * chunk of pairs are computed once per row and used for all heads. */
-static void rope_row(float *out, const float *x, int t, int C, int hd, float theta, float sign, int acc)
+static void rope_row(float *out, const float *x, int t, int C, int hd, const float *inv_freq, float sign, int acc)
 {
     enum { CHUNK = 32 };
     int half = hd / 2;
@@ -616,10 +616,7 @@ static void rope_row(float *out, const float *x, int t, int C, int hd, float the
         float cs[CHUNK], sn[CHUNK];
         int m = half - i0 < CHUNK ? half - i0 : CHUNK;
         for (int i = 0; i < m; i++) {
-            /* torch's float32 inv_freq: the exponent rounded to float, the
-             * power correctly rounded (double, then float), its inverse */
-            float e = (float)(2 * (i0 + i)) / (float)hd;
-            float a = (float)t * (1.0f / (float)pow((double)theta, (double)e));
+            float a = (float)t * inv_freq[i0 + i];
             cs[i] = cosf(a);
             sn[i] = sign * sinf(a);
         }
@@ -639,22 +636,29 @@ static void rope_row(float *out, const float *x, int t, int C, int hd, float the
     }
 }
 
-void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta)
+static void rope_rows(float *out, const float *x, long N, int T, int C, int n_head, float theta, float factor,
+                      float low, float high, float orig, float sign, int acc)
 {
     int hd = C / n_head;
+    float inv_freq[SR_ROPE_MAX_HEAD / 2]; /* once per call, not per row; shardc checks hd */
+    for (int i = 0; i < hd / 2; i++) inv_freq[i] = sr_rope_inv_freq(i, hd, theta, factor, low, high, orig);
     OMP(parallel for if(N * C >= PAR_MIN))
     for (long r = 0; r < N; r++)
-        rope_row(out + r * C, x + r * C, (int)(r % T), C, hd, theta, 1.0f, 0);
+        rope_row(out + r * C, x + r * C, (int)(r % T), C, hd, inv_freq, sign, acc);
 }
 
-void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head, float theta)
+void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta, float factor,
+                 float low_freq_factor, float high_freq_factor, float original_max)
+{
+    rope_rows(out, x, N, T, C, n_head, theta, factor, low_freq_factor, high_freq_factor, original_max, 1.0f, 0);
+}
+
+void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head, float theta, float factor,
+                 float low_freq_factor, float high_freq_factor, float original_max)
 {
     // the rotation is orthogonal: its gradient is the rotation by -angle
     if (!dx) return;
-    int hd = C / n_head;
-    OMP(parallel for if(N * C >= PAR_MIN))
-    for (long r = 0; r < N; r++)
-        rope_row(dx + r * C, dout + r * C, (int)(r % T), C, hd, theta, -1.0f, 1);
+    rope_rows(dx, dout, N, T, C, n_head, theta, factor, low_freq_factor, high_freq_factor, original_max, -1.0f, 1);
 }
 
 void sr_repeat_kv_fwd(float *out, const float *x, long N, int n_kv, int hd, int n_rep)

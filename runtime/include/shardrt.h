@@ -13,6 +13,7 @@
 #ifndef SHARDRT_H
 #define SHARDRT_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -112,11 +113,16 @@ void sr_silu_bwd(float *dx, const float *dout, const float *x, long n);
 /* rotary position embedding (RoPE, Hugging Face Llama's rotate_half pairing):
  * x (N, C), row r at position t = r % T; C = n_head heads of hd = C / n_head
  * channels (hd even). In each head, channel i < hd/2 and channel i + hd/2 are
- * rotated together by the angle t * theta^(-2i/hd) (inv_freq and the angle
- * in float32, as transformers computes them). out may be x. The backward
- * rotates by the opposite angle and adds into dx. */
-void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta);
-void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head, float theta);
+ * rotated together by the angle t * sr_rope_inv_freq(i, ...) (in float32, as
+ * transformers computes it). factor != 1: Llama 3.1's "llama3" frequency
+ * scaling with low/high_freq_factor and original_max_position_embeddings;
+ * factor 1 leaves the frequencies alone. out may be x. The backward rotates
+ * by the opposite angle and adds into dx. */
+#define SR_ROPE_MAX_HEAD 1024 /* the largest head size rope takes */
+void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta, float factor,
+                 float low_freq_factor, float high_freq_factor, float original_max);
+void sr_rope_bwd(float *dx, const float *dout, long N, int T, int C, int n_head, float theta, float factor,
+                 float low_freq_factor, float high_freq_factor, float original_max);
 
 /* grouped-query attention's key/value heads for the query heads: x (N,
  * n_kv * hd) -> out (N, n_kv * n_rep * hd), head g copied to heads g * n_rep
@@ -169,6 +175,29 @@ static inline SR_HOST_DEVICE uint64_t sr_mix64(uint64_t z)
     z *= 0x94d049bb133111ebULL;
     z ^= z >> 31;
     return z;
+}
+/* The inverse frequency of rotary pair i of a head of hd channels, shared by
+ * the host and CUDA kernels so that both give the same angles: theta^(-2i/hd)
+ * with the exponent in float and the power rounded once (through double), as
+ * transformers' float32 torch.pow does; then, when factor != 1, the "llama3"
+ * scaling in transformers' float32 order: wavelengths 2 pi / f above
+ * original_max / low_freq_factor are divided by factor, those below
+ * original_max / high_freq_factor are kept, and in between
+ * s = (original_max / wavelength - low) / (high - low) mixes
+ * (1 - s) * f / factor + s * f. */
+static inline SR_HOST_DEVICE float sr_rope_inv_freq(int i, int hd, float theta, float factor, float low_freq_factor,
+                                                    float high_freq_factor, float original_max)
+{
+    float e = (float)(2 * i) / (float)hd;
+    float f = 1.0f / (float)pow((double)theta, (double)e);
+    if (factor == 1.0f) return f;
+    float wavelen = 6.28318530717958647692f / f;
+    float low_wavelen = (float)((double)original_max / low_freq_factor);
+    float high_wavelen = (float)((double)original_max / high_freq_factor);
+    if (wavelen > low_wavelen) return f / factor;
+    if (wavelen < high_wavelen) return f;
+    float s = (original_max / wavelen - low_freq_factor) / (float)((double)high_freq_factor - low_freq_factor);
+    return (1.0f - s) * f / factor + s * f;
 }
 /* uniform [0,1) from a counter (Philox-style hash); shared by dropout and init */
 float sr_rand_uniform(uint64_t seed, uint64_t stream, uint64_t counter);

@@ -301,23 +301,24 @@ static void test_activations(long n)
 }
 
 template <class T>
-static void test_rope(long B, int S, int C, int nh, float theta)
+static void test_rope(long B, int S, int C, int nh, float theta, float factor = 1.0f, float orig = 8192.0f)
 {
-    float tol = tol_for<T>(1e-5f);
+    float tol = tol_for<T>(1e-5f), lo = 1.0f, hi = 4.0f;
     long n = B * S * C, N = B * S;
     vec x = rounded<T>(rnd(n)), g = rounded<T>(rnd(n)), dx0 = rounded<T>(rnd(n));
     vec out((size_t)n), dx = dx0;
-    sr_rope_fwd(out.data(), x.data(), N, S, C, nh, theta);
-    sr_rope_bwd(dx.data(), g.data(), N, S, C, nh, theta);
+    sr_rope_fwd(out.data(), x.data(), N, S, C, nh, theta, factor, lo, hi, orig);
+    sr_rope_bwd(dx.data(), g.data(), N, S, C, nh, theta, factor, lo, hi, orig);
     T *d_x = up<T>(x), *d_o = up<T>(vec((size_t)n)), *d_g = up<T>(g), *d_dx = up<T>(dx0);
-    srk_rope_fwd(d_o, d_x, N, S, C, nh, theta);
-    srk_rope_bwd(d_dx, d_g, N, S, C, nh, theta);
-    expect(fmt("rope %s fwd %ldx%dx%d, %d heads, theta %g", tname<T>(), B, S, C, nh, theta).c_str(), down(d_o, n),
-           out, tol);
+    srk_rope_fwd(d_o, d_x, N, S, C, nh, theta, factor, lo, hi, orig);
+    srk_rope_bwd(d_dx, d_g, N, S, C, nh, theta, factor, lo, hi, orig);
+    expect(fmt("rope %s fwd %ldx%dx%d, %d heads, theta %g, llama3 factor %g", tname<T>(), B, S, C, nh, theta, factor)
+               .c_str(),
+           down(d_o, n), out, tol);
     expect(fmt("rope %s bwd", tname<T>()).c_str(), down(d_dx, n), dx, tol);
-    srk_rope_fwd(d_x, d_x, N, S, C, nh, theta); /* in place, as the memory plan may place it */
+    srk_rope_fwd(d_x, d_x, N, S, C, nh, theta, factor, lo, hi, orig); /* in place, as the memory plan may place it */
     expect(fmt("rope %s fwd in place", tname<T>()).c_str(), down(d_x, n), out, tol);
-    srk_rope_bwd((T *)NULL, d_g, N, S, C, nh, theta);
+    srk_rope_bwd((T *)NULL, d_g, N, S, C, nh, theta, factor, lo, hi, orig);
     no_error("rope");
     for (const void *q : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx}) dfree(q);
 }
@@ -845,7 +846,7 @@ int main(void)
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 37 * 13, 13), test_binary<bf16>(op, 301, 301);
             test_scale<bf16>(1001);
             test_activations<bf16>(777);
-            test_rope<bf16>(2, 37, 48, 3, 10000.0f);
+            test_rope<bf16>(2, 37, 48, 3, 10000.0f), test_rope<bf16>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f);
             test_repeat_kv<bf16>(37, 2, 24, 3);
             test_dropout<bf16>(1000, 0.1f);
             test_embedding<bf16>(53, 37, 29);
@@ -866,6 +867,7 @@ int main(void)
             test_activations<float>(777);
             test_rope<float>(2, 37, 48, 3, 10000.0f), test_rope<float>(3, 5, 6, 3, 500000.0f);
             test_rope<float>(1, 40, 256, 2, 10000.0f); /* hd 128: several chunks of the host's angles */
+            test_rope<float>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f); /* llama3 scaling within 33 positions */
             test_repeat_kv<float>(37, 2, 24, 3), test_repeat_kv<float>(5, 1, 64, 4);
             test_dropout<float>(1000, 0.1f), test_dropout<float>(100, 0.0f), test_dropout<float>(100, 1.0f);
             test_embedding<float>(53, 37, 29);

@@ -6,7 +6,7 @@
 # within 1e-4. Also a finite-difference check of the whole model's gradient.
 set -eu -o pipefail  # a failed compare.py must fail its `| tail` pipeline
 shardc=$(realpath "$1"); src=$(realpath "$2")
-py=/usr/bin/python3
+py=${SHARDC_TEST_PY:-/usr/bin/python3}
 ref=$src/tests/reference
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 cd "$w"

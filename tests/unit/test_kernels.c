@@ -384,10 +384,19 @@ static void gc_rmsnorm(int N, int C)
     gc_free(&c);
 }
 
-static void rope_fwd_(GC *c, float *out) { sr_rope_fwd(out, c->in[0], (long)c->B * c->T, c->T, c->C, c->NH, c->p); }
+/* Llama 3.1's rope scaling for the rope checks: factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings (factor 1: none) */
+static float rope_sc[4] = {1.0f, 1.0f, 4.0f, 8192.0f};
+
+static void rope_fwd_(GC *c, float *out)
+{
+    sr_rope_fwd(out, c->in[0], (long)c->B * c->T, c->T, c->C, c->NH, c->p, rope_sc[0], rope_sc[1], rope_sc[2],
+                rope_sc[3]);
+}
 static void rope_bwd_(GC *c, float **gr, const float *d)
 {
-    sr_rope_bwd(gr[0], d, (long)c->B * c->T, c->T, c->C, c->NH, c->p);
+    sr_rope_bwd(gr[0], d, (long)c->B * c->T, c->T, c->C, c->NH, c->p, rope_sc[0], rope_sc[1], rope_sc[2],
+                rope_sc[3]);
 }
 
 static void gc_rope(int B, int T, int C, int NH, float theta)
@@ -529,6 +538,9 @@ static void test_gradients(void)
     gc_pointwise("silu", 37, -4, 4, silu_fwd_, silu_bwd_);
     gc_rope(2, 5, 12, 3, 10000.0f);
     gc_rope(1, 9, 8, 1, 500000.0f);
+    rope_sc[0] = 8.0f, rope_sc[3] = 8.0f; /* llama3 scaling that reaches these short sequences */
+    gc_rope(2, 9, 24, 2, 10000.0f);
+    rope_sc[0] = 1.0f, rope_sc[3] = 8192.0f;
     gc_repeat_kv(3, 2, 5, 3);
     gc_repeat_kv(2, 1, 4, 4); /* one key/value head for all (multi-query attention) */
     gc_softmax(5, 7);
@@ -1002,30 +1014,50 @@ static void test_determinism(void)
 #endif
 }
 
+/* Llama 3.1's frequency scaling in double, written from its definition:
+ * wavelengths longer than orig / low are stretched by factor, shorter than
+ * orig / high kept, and in between mixed by s = (orig / wavelength - low) / (high - low) */
+static double llama3_inv_freq(double f, const float sc[4])
+{
+    if (sc[0] == 1.0f) return f;
+    double wl = 2 * 3.14159265358979323846 / f, factor = sc[0], low = sc[1], high = sc[2], orig = sc[3];
+    if (wl > orig / low) return f / factor;
+    if (wl < orig / high) return f;
+    double s = (orig / wl - low) / (high - low);
+    return (1 - s) * f / factor + s * f;
+}
+
 /* rope against the formula in double: in head h, channel i < hd/2 and
  * channel i + hd/2 of the row at position t are (a, b) -> (a cos - b sin,
  * b cos + a sin) with the angle t * theta^(-2i/hd) (Hugging Face's
- * rotate_half); position 0 is the identity, and the output may be the input */
-static void test_rope_fwd(int B, int T, int C, int NH, float theta)
+ * rotate_half), the frequency scaled as Llama 3.1 does when sc[0] != 1;
+ * position 0 is the identity, and the output may be the input */
+static void test_rope_fwd(int B, int T, int C, int NH, float theta, const float sc[4])
 {
     long n = (long)B * T * C;
-    int hd = C / NH, half = hd / 2;
+    int hd = C / NH, half = hd / 2, scaled = 0;
     float *x = rand_buf(n, -1, 1), *out = zbuf(n), *io = malloc(sizeof(float) * (size_t)n);
     double *ref = calloc((size_t)n, sizeof(double));
+    for (int i = 0; i < half; i++) {
+        double f = pow((double)theta, -2.0 * i / hd);
+        scaled += fabs(llama3_inv_freq(f, sc) - f) > 1e-3 * f;
+    }
     for (long r = 0; r < (long)B * T; r++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < half; i++) {
-                double a = (double)(r % T) * pow((double)theta, -2.0 * i / hd);
+                double a = (double)(r % T) * llama3_inv_freq(pow((double)theta, -2.0 * i / hd), sc);
                 long j = r * C + (long)h * hd + i;
                 ref[j] = x[j] * cos(a) - x[j + half] * sin(a);
                 ref[j + half] = x[j + half] * cos(a) + x[j] * sin(a);
             }
-    sr_rope_fwd(out, x, (long)B * T, T, C, NH, theta);
+    sr_rope_fwd(out, x, (long)B * T, T, C, NH, theta, sc[0], sc[1], sc[2], sc[3]);
     double e = max_err(out, ref, n);
-    check(e < 1e-5, "rope_fwd %dx%dx%d, %d heads, theta %g vs the formula (max err %.2e)", B, T, C, NH, theta, e);
+    check(e < 1e-5, "rope_fwd %dx%dx%d, %d heads, theta %g, factor %g (%d of %d frequencies scaled) vs the formula "
+          "(max err %.2e)", B, T, C, NH, theta, sc[0], scaled, half, e);
+    if (sc[0] != 1.0f) check(scaled > 0 && scaled < half, "rope_fwd: the scaled case scales some frequencies, not all");
     check(memcmp(out, x, sizeof(float) * (size_t)C) == 0, "rope_fwd: position 0 is left as it is");
     memcpy(io, x, sizeof(float) * (size_t)n);
-    sr_rope_fwd(io, io, (long)B * T, T, C, NH, theta);
+    sr_rope_fwd(io, io, (long)B * T, T, C, NH, theta, sc[0], sc[1], sc[2], sc[3]);
     check(memcmp(io, out, sizeof(float) * (size_t)n) == 0, "rope_fwd in place gives the same values");
     free(x), free(out), free(io), free(ref);
 }
@@ -1061,8 +1093,12 @@ int main(void)
     test_activations_fwd();
     test_softmax_fwd(5, 7);
     test_softmax_fwd(40, 500);
-    test_rope_fwd(2, 7, 12, 3, 10000.0f);
-    test_rope_fwd(1, 50, 256, 2, 500000.0f);
+    const float none[4] = {1.0f, 1.0f, 4.0f, 8192.0f}, l31[4] = {8.0f, 1.0f, 4.0f, 8192.0f},
+                short_ctx[4] = {32.0f, 1.0f, 4.0f, 32.0f};
+    test_rope_fwd(2, 7, 12, 3, 10000.0f, none);
+    test_rope_fwd(1, 50, 256, 2, 500000.0f, none);
+    test_rope_fwd(1, 50, 256, 2, 500000.0f, l31); /* Llama 3.1 8B's settings, hd 128 */
+    test_rope_fwd(2, 40, 64, 2, 10000.0f, short_ctx);
     test_repeat_kv_fwd(5, 2, 6, 4);
     test_attention_fwd(2, 5, 12, 3);
     test_attention_fwd(2, 33, 48, 3);
