@@ -370,13 +370,14 @@ static Override *find_override(Program *P, const char *sec, const char *name, co
     for (int i = P->overrides.n - 1; i >= 0; i--) {
         Override *o = P->overrides.v[i];
         size_t sl = strlen(sec);
+        if (!o->value) continue;
         if (!strncmp(o->name, sec, sl) && o->name[sl] == '.' && !strcmp(o->name + sl + 1, name)) return o;
     }
     for (int k = 0; k < 2; k++)
         if (earlier[k] && sema_find_const(earlier[k], name)) return NULL;
     for (int i = P->overrides.n - 1; i >= 0; i--) {
         Override *o = P->overrides.v[i];
-        if (strcmp(o->name, name) == 0) return o;
+        if (o->value && strcmp(o->name, name) == 0) return o;
     }
     return NULL;
 }
@@ -398,6 +399,48 @@ static int in_list(const char **list, const char *s)
     for (int i = 0; list[i]; i++)
         if (!strcmp(list[i], s)) return 1;
     return 0;
+}
+
+/* config.json members that change a model's arithmetic: ignoring one would
+ * train or fine-tune a different model than the checkpoint's */
+static const char *math_members[] = {"rope_scaling", NULL};
+
+/* a config constant named `name` or a member of object `name`, or NULL */
+static const Const *config_under(Program *P, const char *name)
+{
+    size_t nl = strlen(name);
+    for (int i = 0; i < P->config.n; i++) {
+        const Const *c = P->config.v[i];
+        if (!strncmp(c->name, name, nl) && (c->name[nl] == '.' || !c->name[nl])) return c;
+    }
+    return NULL;
+}
+
+/* what --config files set that no constant took: a null where the model
+ * defines the object (its values would silently stand), or a math member
+ * the model cannot express */
+static void check_config_members(Program *P)
+{
+    for (int i = 0; i < P->overrides.n; i++) {
+        const Override *o = P->overrides.v[i];
+        const Const *c = o->origin[0] == '-' || o->value ? NULL : config_under(P, o->name);
+        if (c)
+            sx_error(NULL, "%s: '%s' is null, but %s defines '%s', whose value would be used instead (build "
+                     "with a model that has no '%s' constants)", o->origin, o->name, c->loc.file, c->name, o->name);
+    }
+    for (int k = 0; math_members[k]; k++) {
+        size_t ml = strlen(math_members[k]);
+        if (config_under(P, math_members[k])) continue;
+        for (int i = 0; i < P->overrides.n; i++) {
+            const Override *o = P->overrides.v[i];
+            if (o->origin[0] == '-' || !o->value || strncmp(o->name, math_members[k], ml) || o->name[ml] != '.')
+                continue;
+            sx_error(NULL, "%s sets '%s' but %s has no '%s' constants: it would be ignored and the model would "
+                     "differ from the checkpoint's (use a model that defines them, such as examples/llama3.model)",
+                     o->origin, math_members[k], P->main->path, math_members[k]);
+            break;
+        }
+    }
 }
 
 static void eval_section(Program *P, Node *sec, Vec *out)
@@ -871,6 +914,7 @@ int sema_check(Program *P)
             sx_error(NULL, "--set %s=%s: the model has no constant named '%s'", o->name, o->value,
                      o->name);
     }
+    check_config_members(P);
     if (!P->model) {
         sx_loc l = {P->main->path, 1, 1, 1};
         sx_error(&l, "no model in this file (define one with `model Name(...) { ... }`)");

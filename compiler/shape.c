@@ -476,28 +476,38 @@ static int shape_attention(ShapeCtx *c)
     return 0;
 }
 
-/* rope(x, n_head[, theta[, factor, low_freq_factor, high_freq_factor,
- * original_max_position_embeddings]]): x [.., T, C], positions along T, C in
- * n_head heads of an even size; theta defaults to 10000 (Llama 2's; Llama 3
- * uses 500000); the four after it are Llama 3.1's "llama3" frequency scaling
- * (factor 1: none). Sizes: rows, T, C, heads (a rank's heads at tp > 1). */
+/* rope(x, n_head[, theta[, rope_type, factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings]]): x [.., T, C],
+ * positions along T, C in n_head heads of an even size; theta defaults to
+ * 10000 (Llama 2's; Llama 3 uses 500000); rope_type "llama3" with the four
+ * numbers after it is Llama 3.1's frequency scaling, "default" none (the
+ * members of Hugging Face's rope_scaling). Sizes: rows, T, C, heads (a
+ * rank's heads at tp > 1). */
 static int shape_rope(ShapeCtx *c)
 {
     if (need_float(c, 0, "the input") || need_rank(c, 0, 2, SX_MAXDIM, "the input")) return -1;
-    if (c->nk != 1 && c->nk != 2 && c->nk != 6) {
+    if (c->nk != 1 && c->nk != 2 && c->nk != 7) {
         sx_error(c->loc, "'rope' takes the input, the number of heads, optionally theta (the base of the "
-                 "wavelengths, default 10000) and after it optionally the four numbers of Llama 3.1's scaling "
-                 "(factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), got %d numbers",
-                 c->nk);
+                 "wavelengths, default 10000) and after it optionally the scaling: rope_type (\"default\" or "
+                 "\"llama3\"), factor, low_freq_factor, high_freq_factor, original_max_position_embeddings; got %d "
+                 "arguments after the input", c->nk);
         return -1;
     }
     long long nh;
     double theta = 10000.0, factor = 1.0, low = 1.0, high = 4.0, orig = 8192.0;
     if (int_arg(c, 0, &nh, "the number of heads") || (c->nk >= 2 && num_arg(c, 1, &theta, "theta"))) return -1;
-    if (c->nk == 6 && (num_arg(c, 2, &factor, "the scaling factor") || num_arg(c, 3, &low, "low_freq_factor") ||
-                       num_arg(c, 4, &high, "high_freq_factor") ||
-                       num_arg(c, 5, &orig, "original_max_position_embeddings")))
-        return -1;
+    if (c->nk == 7) {
+        if (c->k[2].k != V_STR || (strcmp(c->k[2].s, "default") && strcmp(c->k[2].s, "llama3"))) {
+            sx_error(c->loc, "rope_type of 'rope' must be \"default\" or \"llama3\" (Llama 3.1's scaling), got %s%s%s",
+                     c->k[2].k == V_STR ? "\"" : "", c->k[2].k == V_STR ? c->k[2].s : val_kind_name(c->k[2].k),
+                     c->k[2].k == V_STR ? "\"" : "");
+            return -1;
+        }
+        if (num_arg(c, 3, &factor, "the scaling factor") || num_arg(c, 4, &low, "low_freq_factor") ||
+            num_arg(c, 5, &high, "high_freq_factor") || num_arg(c, 6, &orig, "original_max_position_embeddings"))
+            return -1;
+        if (!strcmp(c->k[2].s, "default")) factor = 1.0; /* the numbers are then unused, as in transformers */
+    }
     Dim C = last_dim(c->in[0]);
     if (!dim_is_const(C)) {
         sx_error(c->loc, "the channel dimension of 'rope' must be a constant, got %s", dim_str(C, IR_));
@@ -810,6 +820,13 @@ int shape_rerun(Program *P, IrOp *op, Shape *out, Shape aux[2])
         double x = op->k[i];
         c.k[i] = (x == (double)(long long)x && op->kind != OP_SCALE && op->kind != OP_LAYERNORM &&
                   op->kind != OP_RMSNORM) ? vint((long long)x) : vflt(x);
+    }
+    if (op->kind == OP_ROPE) { /* its written form: rope_type, a string, before the scaling numbers */
+        for (int i = 6; i > 2; i--) c.k[i] = c.k[i - 1];
+        c.k[2] = verr();
+        c.k[2].k = V_STR;
+        c.k[2].s = "llama3"; /* with factor 1 for "default" */
+        c.nk = 7;
     }
     if (shape_rules[op->kind](&c)) return -1;
     *out = c.out;

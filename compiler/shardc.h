@@ -325,7 +325,7 @@ typedef struct Layout {
 
 typedef struct Override {
     const char *name;
-    const char *value;
+    const char *value; /* NULL: JSON null in a --config file */
     const char *origin; /* "--set" or the JSON file */
     int used;
 } Override;

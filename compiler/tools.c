@@ -16,8 +16,9 @@
 #define SHARDC_INSTALL_STDLIB_DIR ""
 #endif
 
-/* the members of a --config object as overrides: numbers, strings and
- * booleans; a nested object's members under dotted names (rope_scaling.factor) */
+/* the members of a --config object as overrides: numbers, strings,
+ * booleans and nulls; a nested object's members under dotted names
+ * (rope_scaling.factor) */
 static void add_json_overrides(Program *P, const sr_json *obj, const char *prefix, const char *path)
 {
     for (int i = 0; i < obj->n; i++) {
@@ -27,10 +28,12 @@ static void add_json_overrides(Program *P, const sr_json *obj, const char *prefi
             add_json_overrides(P, it, sx_fmt("%s.", name), path);
             continue;
         }
-        if (it->type != SR_JSON_NUMBER && it->type != SR_JSON_STRING && it->type != SR_JSON_BOOL) continue;
+        if (it->type == SR_JSON_ARRAY) continue;
         Override *o = sx_alloc(sizeof *o);
         o->name = name;
-        o->value = it->type == SR_JSON_BOOL ? (it->boolean ? "true" : "false") : sx_strdup(it->str);
+        o->value = it->type == SR_JSON_BOOL ? (it->boolean ? "true" : "false")
+                   : it->type == SR_JSON_NULL ? NULL /* checked against the constants by sema */
+                                              : sx_strdup(it->str);
         o->origin = sx_strdup(path);
         /* --set given later on the command line wins: insert before them */
         vec_push(&P->overrides, NULL);

@@ -32,11 +32,13 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Hugging Face transformers for Debian's python (a test loads our GPT-2
-# checkpoints into GPT2LMHeadModel); the version that works with torch 1.13.
-# Optional: without it that one test says it was skipped.
-if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
-  echo "setup: installing transformers 4.30.2 for /usr/bin/python3"
-  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages "transformers==4.30.2" ||
-    echo "setup: warning: transformers could not be installed; the Hugging Face loading test will be skipped"
+# Hugging Face transformers for Debian's python (tests load our GPT-2 and
+# Llama checkpoints into transformers and theirs into ours); 4.44.2 works
+# with Debian's torch 1.13 and has Llama 3.1's rope_scaling (4.43 and later).
+# Optional: without it those checks say they were skipped.
+hf_version=4.44.2
+if [ "$(/usr/bin/python3 -c "import transformers; print(transformers.__version__)" 2>/dev/null)" != "$hf_version" ]; then
+  echo "setup: installing transformers $hf_version for /usr/bin/python3"
+  $SUDO /usr/bin/python3 -m pip install -q --break-system-packages "transformers==$hf_version" ||
+    echo "setup: warning: transformers $hf_version could not be installed; Hugging Face checks will be skipped"
 fi

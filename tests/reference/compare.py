@@ -9,8 +9,9 @@ B.jsonl   our program's log: one JSON object per line; lines with a "loss" key m
           have "step" (0-based: step k is compared with losses[k]); other lines are ignored.
 G1/G2     step-0 gradients; names are matched after stripping a "transformer." prefix.
 
-Either pair (losses or grads) may be omitted. Prints one line per check, then exactly
-`N passed, M failed`; exits 1 if anything failed.
+Either pair (losses or grads) may be omitted. Prints one line per check (--brief: only
+the failed ones and the worst gradient), then exactly `N passed, M failed`; exits 1 if
+anything failed.
 """
 import argparse
 import json
@@ -26,12 +27,14 @@ PREFIX = "transformer."
 
 
 class Checks:
-    def __init__(self):
+    def __init__(self, brief=False):
         self.passed = self.failed = 0
+        self.brief = brief
 
     def check(self, ok, msg):
         ok = bool(ok)  # NaN comparisons are False, so NaN always fails
-        print(("PASS " if ok else "FAIL ") + msg)
+        if not (ok and self.brief):
+            print(("PASS " if ok else "FAIL ") + msg)
         if ok:
             self.passed += 1
         else:
@@ -129,12 +132,13 @@ def main(argv=None):
     ap.add_argument("--loss0-rtol", type=float, default=1e-5)
     ap.add_argument("--grad-rtol", type=float, default=1e-5)
     ap.add_argument("--loss-rtol", type=float, default=1e-4)
+    ap.add_argument("--brief", action="store_true", help="print only failed checks and the summary")
     a = ap.parse_args(argv)
     if bool(a.ref_losses) != bool(a.log) or bool(a.ref_grads) != bool(a.grads):
         ap.error("--ref-losses/--log and --ref-grads/--grads come in pairs")
     if not (a.ref_losses or a.ref_grads):
         ap.error("nothing to compare")
-    c = Checks()
+    c = Checks(a.brief)
     if a.ref_losses:
         compare_losses(c, a.ref_losses, a.log, a.loss0_rtol, a.loss_rtol)
     if a.ref_grads:

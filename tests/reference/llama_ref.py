@@ -2,11 +2,16 @@
 """Independent PyTorch reference for tests/e2e/llama.model: a LLaMA-style model with
 rotary position embeddings (RoPE), written from scratch with torch.nn.functional,
 float32, CPU, deterministic. Parameter names and layouts are the .model's, which are
-Hugging Face's Llama ones: projection weights [out, in] (y = x @ W^T), untied lm_head.
+Hugging Face's Llama ones: projection weights [out, in] (y = x @ W^T); lm_head untied, or
+with "tied": true the output head is embed_tokens (examples/llama3.model, Llama 3.2).
 
 RoPE as Hugging Face's LlamaRotaryEmbedding and rotate_half: in each head, channel i <
 hd/2 pairs with channel i + hd/2; position t rotates the pair by t * inv_freq[i], with
-inv_freq = 1 / theta^(arange(0, hd, 2) / hd) in float32.
+inv_freq = 1 / theta^(arange(0, hd, 2) / hd) in float32. With "rope_scaling" (Llama 3.1's
+"llama3": factor, low_freq_factor, high_freq_factor, original_max_position_embeddings),
+written from Meta's description: wavelengths 2 pi / inv_freq longer than orig / low are
+divided by factor, shorter than orig / high kept, and in between mixed with
+s = (orig / wavelength - low) / (high - low) as (1 - s) * f / factor + s * f.
 
 Subcommands (see --help of each):
   init    random initial weights -> MODEL.safetensors
@@ -40,6 +45,8 @@ def load_config(path):
     if missing:
         raise SystemExit(f"{path}: missing config keys {missing}")
     cfg.setdefault("n_kv_head", cfg["n_head"])
+    cfg.setdefault("tied", False)
+    cfg.setdefault("rope_scaling", None)
     if cfg["dim"] % cfg["n_head"] or (cfg["dim"] // cfg["n_head"]) % 2:
         raise SystemExit("dim must split into n_head heads of an even size")
     if cfg["n_head"] % cfg["n_kv_head"]:
@@ -62,7 +69,8 @@ def param_shapes(cfg):
             p + "mlp.down_proj.weight": (C, H),
         })
     shapes["model.norm.weight"] = (C,)
-    shapes["lm_head.weight"] = (V, C)
+    if not cfg["tied"]:
+        shapes["lm_head.weight"] = (V, C)
     return shapes
 
 
@@ -70,10 +78,22 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
 
 
-def rope(x, theta):
+def scale_freq(inv_freq, sc):
+    """Llama 3.1's frequency scaling of inv_freq (float32) by the dict sc."""
+    factor, low, high = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
+    orig = sc["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    s = (orig / wavelen - low) / (high - low)
+    mid = (1 - s) * inv_freq / factor + s * inv_freq
+    return torch.where(wavelen > orig / low, inv_freq / factor, torch.where(wavelen < orig / high, inv_freq, mid))
+
+
+def rope(x, theta, scaling=None):
     """x [B, nh, T, hd] -> rotated; pairs (i, i + hd/2), angle t * inv_freq[i]."""
     T, hd = x.shape[-2], x.shape[-1]
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+    if scaling:
+        inv_freq = scale_freq(inv_freq, scaling)
     ang = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)  # [T, hd/2]
     ang = torch.cat((ang, ang), dim=-1)                                  # [T, hd]
     x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
@@ -85,8 +105,8 @@ def attention(x, p, cfg):
     nh, nkv = cfg["n_head"], cfg["n_kv_head"]
     hd = C // nh
     heads = lambda t, n: t.view(B, T, n, hd).transpose(1, 2)  # noqa: E731
-    q = rope(heads(x @ p["self_attn.q_proj.weight"].t(), nh), cfg["rope_theta"])
-    k = rope(heads(x @ p["self_attn.k_proj.weight"].t(), nkv), cfg["rope_theta"])
+    q = rope(heads(x @ p["self_attn.q_proj.weight"].t(), nh), cfg["rope_theta"], cfg["rope_scaling"])
+    k = rope(heads(x @ p["self_attn.k_proj.weight"].t(), nkv), cfg["rope_theta"], cfg["rope_scaling"])
     v = heads(x @ p["self_attn.v_proj.weight"].t(), nkv)
     # grouped-query attention: query head h reads key/value head h // (nh / nkv)
     k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
@@ -106,7 +126,8 @@ def forward(params, idx, cfg):
         m = rms_norm(x, p["post_attention_layernorm.weight"], cfg["eps"])
         gate, up = m @ p["mlp.gate_proj.weight"].t(), m @ p["mlp.up_proj.weight"].t()
         x = x + (F.silu(gate) * up) @ p["mlp.down_proj.weight"].t()
-    return rms_norm(x, params["model.norm.weight"], cfg["eps"]) @ params["lm_head.weight"].t()
+    head = params["model.embed_tokens.weight" if cfg["tied"] else "lm_head.weight"]
+    return rms_norm(x, params["model.norm.weight"], cfg["eps"]) @ head.t()
 
 
 def loss_fn(params, idx, targets, cfg):
@@ -154,21 +175,25 @@ def cmd_hf(a):
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = load_config(a.config)
     params = G.load_params(a.init, cfg, param_shapes)
-    if cfg["rope_theta"] != 10000.0 or cfg["n_kv_head"] != cfg["n_head"]:
-        raise SystemExit("the transformers check needs rope_theta 10000 and n_kv_head = n_head (4.30 has "
-                         "neither setting)")
+    import transformers
+    if tuple(int(v) for v in transformers.__version__.split(".")[:2]) < (4, 43) and (
+            cfg["rope_scaling"] or cfg["n_kv_head"] != cfg["n_head"] or cfg["rope_theta"] != 10000.0):
+        raise SystemExit(f"transformers {transformers.__version__} has no rope_scaling llama3, grouped-query "
+                         "attention or rope_theta; the check needs 4.43 or later")
     hf = LlamaForCausalLM(LlamaConfig(
         vocab_size=cfg["vocab"], hidden_size=cfg["dim"], intermediate_size=cfg["hidden"],
-        num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"], rms_norm_eps=cfg["eps"],
-        max_position_embeddings=max(a.seq, 64), tie_word_embeddings=False)).eval()
+        num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"], num_key_value_heads=cfg["n_kv_head"],
+        rms_norm_eps=cfg["eps"], rope_theta=cfg["rope_theta"], max_position_embeddings=max(a.seq, 64),
+        rope_scaling=dict(cfg["rope_scaling"], rope_type="llama3") if cfg["rope_scaling"] else None,
+        tie_word_embeddings=cfg["tied"])).eval()
     sd = dict(params)  # the same names and layouts
     missing, unexpected = hf.load_state_dict({k: v.detach().contiguous() for k, v in sd.items()}, strict=False)
-    missing = [k for k in missing if "rotary_emb" not in k]
+    missing = [k for k in missing if "rotary_emb" not in k and not (cfg["tied"] and k == "lm_head.weight")]
     if missing or unexpected:
         raise SystemExit(f"transformers' state dict: missing {missing[:5]} unexpected {unexpected[:5]}")
     x, y = G.get_batch(G.read_tokens(a.data), 0, a.batch, a.seq)
     with torch.no_grad():
-        logits = hf(x).logits
+        logits = hf(x, use_cache=False).logits
         theirs = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
         ours = loss_fn(params, x, y, cfg).item()
     print(f"   transformers' LlamaForCausalLM loss {theirs:.7f}, this reference's {ours:.7f}")

@@ -25,7 +25,7 @@ run_cfg() { # name config-json batch seq vocab
   echo "== $name: $cfg"
   $py "$ref/compare.py" --ref-losses "$name.ref.json" --log "$name.ours.jsonl" \
       --ref-grads "$name.ref.safetensors" --grads "$name.ours.safetensors" \
-      --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 | tail -4 || fail=1
+      --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 --brief || fail=1
 }
 run_cfg tiny '{"vocab_size": 64, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}' 4 8 64
 run_cfg odd '{"vocab_size": 97, "n_positions": 24, "n_embd": 48, "n_layer": 3, "n_head": 3}' 3 11 97
@@ -81,27 +81,51 @@ fi
 # LlamaForCausalLM (multi-head: transformers 4.30 has no grouped-query)
 $py "$ref/gpt2_ref.py" tokens --out llama.tok --n $((4*24*2+1)) --vocab 96 --seed 5
 lopt="--batch 4 --seq 24 --steps 10 --lr 1e-2 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0"
-llama_cfg() { # name config-json
-  local name=$1
+llama_cfg() { # name reference-config-json [model build-config-json]; $opt: the training flags
+  local name=$1 opt=${opt:-$lopt}
   echo "$2" > "$name.json"
-  "$shardc" build "$src/tests/e2e/llama.model" --config "$name.json" -o "$name.bin"
+  if [ $# -gt 2 ]; then echo "$4" > "$name.build.json"; else cp "$name.json" "$name.build.json"; fi
+  "$shardc" build "${3:-$src/tests/e2e/llama.model}" --config "$name.build.json" -o "$name.bin"
   $py "$ref/llama_ref.py" init --config "$name.json" --out "$name.init.safetensors" --seed 11
-  $py "$ref/llama_ref.py" run --config "$name.json" --init "$name.init.safetensors" --data llama.tok $lopt \
+  $py "$ref/llama_ref.py" run --config "$name.json" --init "$name.init.safetensors" --data llama.tok $opt \
       --out-losses "$name.ref.json" --out-grads "$name.ref.safetensors"
-  "./$name.bin" --init "$name.init.safetensors" --data llama.tok $lopt --lr-schedule constant --warmup 0 \
+  "./$name.bin" --init "$name.init.safetensors" --data llama.tok $opt --lr-schedule constant --warmup 0 \
       --dump-grads "$name.ours.safetensors" --log "$name.ours.jsonl" --quiet --threads 1
   echo "== $name: $2"
   $py "$ref/compare.py" --ref-losses "$name.ref.json" --log "$name.ours.jsonl" \
       --ref-grads "$name.ref.safetensors" --grads "$name.ours.safetensors" \
-      --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 | tail -4 || fail=1
+      --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 --brief || fail=1
 }
 llama_cfg llama '{"vocab": 96, "dim": 48, "n_layer": 2, "n_head": 3, "n_kv_head": 3, "hidden": 80, "eps": 1e-6, "rope_theta": 10000.0}'
 llama_cfg gqa '{"vocab": 96, "dim": 48, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "hidden": 80, "eps": 1e-6, "rope_theta": 500000.0}'
+# examples/llama3.model (Llama 3.2: tied head, grouped-query attention, the
+# "llama3" rope scaling) under Hugging Face's config keys, the scaling's
+# original context 32 so that it changes angles within these 24 positions
+l3hf='{"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "tie_word_embeddings": true, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}'
+# (lr 3e-3: at 1e-2 this tied model's 10 steps amplify float32 round-off
+# beyond 1e-4, PyTorch's own float32 run included, measured against float64)
+opt=${lopt/--lr 1e-2/--lr 3e-3} llama_cfg llama3 '{"vocab": 96, "dim": 48, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "hidden": 80, "eps": 1e-6, "rope_theta": 500000.0, "tied": true, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}' \
+  "$src/examples/llama3.model" "$l3hf"
+# the scaling matters: without it (rope_type "default") step 0 has another loss
+"$shardc" build "$src/examples/llama3.model" --config llama3.build.json --set rope_scaling.rope_type=default \
+    -o l3plain.bin
+./l3plain.bin --init llama3.init.safetensors --data llama.tok $lopt --steps 1 --log l3plain.jsonl --quiet --threads 1
+if $py - llama3.ref.json l3plain.jsonl <<'PY'
+import json, sys
+ref = json.load(open(sys.argv[1]))["losses"][0]
+ours = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l][0]
+print(f"   step-0 loss without the llama3 scaling: {ours:.7f}, with it (the reference's) {ref:.7f}")
+sys.exit(0 if abs(ours - ref) > 1e-4 * abs(ref) else 1)
+PY
+then echo "ok   the llama3 rope scaling matters: without it the step-0 loss is not the reference's"
+else echo "FAIL the reference's loss does not depend on the llama3 rope scaling"; fail=1; fi
 # the same model without rotating q (an edited copy of the stdlib, found
 # next to the model before the real one): its
 # step-0 loss is not the reference's, so the comparison above sees RoPE
 mkdir -p norope
-sed 's/rope(\(q_proj: ColumnProj(x, C)\), n_head, rope_theta)/\1/' "$src/stdlib/nn.model" > norope/nn.model
+# (rope's arguments continue on the next line: joined first)
+sed -e '/q = rope(q_proj/{N;s/\n */ /}' -e 's/rope(\(q_proj: ColumnProj(x, C)\), n_head, [^)]*)/\1/' \
+    "$src/stdlib/nn.model" > norope/nn.model
 cp "$src/tests/e2e/llama.model" norope/llama.model
 if grep -q 'rope(q_proj' norope/nn.model || ! grep -q 'rope(k_proj' norope/nn.model; then
   echo "FAIL could not remove the rotation of q from a copy of nn.model"; fail=1
@@ -119,33 +143,29 @@ PY
   then echo "ok   rotating q matters: without it the step-0 loss is not the reference's"
   else echo "FAIL the reference's loss does not depend on rotating q"; fail=1; fi
 fi
-nllama=3
-if $py -c "import transformers" 2>/dev/null; then
-  if $py "$ref/llama_ref.py" hf --config llama.json --init llama.init.safetensors --data llama.tok \
-      --batch 4 --seq 24; then
-    echo "ok   the reference's RoPE model is transformers' LlamaForCausalLM (same loss, 1e-5)"; nllama=$((nllama + 1))
-  else echo "FAIL the reference against transformers' LlamaForCausalLM"; fail=1; fi
-else
-  echo "skip transformers is not installed: the LlamaForCausalLM check did not run"
-fi
-# Hugging Face Llama files both ways, with examples/llama.model (Hugging
-# Face's names, layouts and config keys): a random LlamaForCausalLM saved by
+nllama=5
+hf_ref() { # name: the reference's model against transformers' LlamaForCausalLM
+  if $py "$ref/llama_ref.py" hf --config "$1.json" --init "$1.init.safetensors" --data llama.tok --batch 4 --seq 24
+  then echo "ok   the reference's $1 model is transformers' LlamaForCausalLM (same loss, 1e-5)"; nllama=$((nllama + 1))
+  else echo "FAIL the reference's $1 model against transformers' LlamaForCausalLM"; fail=1; fi
+}
+# Hugging Face Llama files both ways, with a model written under Hugging
+# Face's names, layouts and config keys: a random LlamaForCausalLM saved by
 # transformers loads with --init and gives transformers' loss; a checkpoint
 # we save loads with AutoModelForCausalLM.from_pretrained and gives ours
-if $py -c "import transformers" 2>/dev/null; then
-  cat > hfl.json <<'EOF'
-{"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 3, "rms_norm_eps": 1e-6}
-EOF
-  "$shardc" build "$src/examples/llama.model" --config hfl.json -o hfl.bin
-  if $py - hfl.json hf_llama llama.tok "$ref" > hf0.txt <<'PY'
+hf_both_ways() { # name model hf-config-json
+  local n=$1
+  echo "$3" > "$n.json"
+  "$shardc" build "$2" --config "$n.json" -o "$n.bin"
+  if $py - "$n.json" "$n.hf" llama.tok "$ref" > "$n.hf0.txt" <<'PY'
 import json, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
 sys.path.insert(0, sys.argv[4]); import gpt2_ref
 from transformers import LlamaConfig, LlamaForCausalLM
-cfg = json.load(open(sys.argv[1]))
+cfg = dict({"max_position_embeddings": 64, "tie_word_embeddings": False}, **json.load(open(sys.argv[1])))
 torch.manual_seed(3)
-m = LlamaForCausalLM(LlamaConfig(max_position_embeddings=64, tie_word_embeddings=False, **cfg)).eval()
+m = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
 with torch.no_grad():  # norm weights away from 1, q and k large: every part shows in the loss
     for n, p in m.named_parameters():
         if n.endswith("norm.weight"): p.add_(0.1 * torch.randn_like(p))
@@ -153,21 +173,22 @@ with torch.no_grad():  # norm weights away from 1, q and k large: every part sho
 m.save_pretrained(sys.argv[2], safe_serialization=True)
 x, y = gpt2_ref.get_batch(gpt2_ref.read_tokens(sys.argv[3]), 0, 4, 24)
 with torch.no_grad():
-    lg = m(x).logits
+    lg = m(x, use_cache=False).logits
 print("%.7f" % torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item())
 PY
   then
-    ./hfl.bin --init hf_llama --data llama.tok --batch 4 --seq 24 --steps 1 --log hfl0.jsonl --quiet --threads 1
-    theirs=$(cat hf0.txt); ours=$(grep -o '"loss":[^,]*' hfl0.jsonl | head -1 | cut -d: -f2)
+    "./$n.bin" --init "$n.hf" --data llama.tok --batch 4 --seq 24 --steps 1 --log "$n.0.jsonl" --quiet --threads 1
+    theirs=$(cat "$n.hf0.txt"); ours=$(grep -o '"loss":[^,]*' "$n.0.jsonl" | head -1 | cut -d: -f2)
     if $py -c "import sys; a, b = $theirs, $ours; sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)"; then
-      echo "ok   a Hugging Face LlamaForCausalLM checkpoint loads with --init: loss $ours, transformers' $theirs"
+      echo "ok   $n: a Hugging Face LlamaForCausalLM checkpoint loads with --init: loss $ours, transformers' $theirs"
       nllama=$((nllama + 1))
-    else echo "FAIL --init of a Hugging Face Llama checkpoint: loss $ours, transformers' $theirs"; fail=1; fi
-  else echo "FAIL could not make a Hugging Face Llama checkpoint"; fail=1; fi
-  ./hfl.bin --init hf_llama --data llama.tok --batch 4 --seq 24 --steps 3 --lr 1e-3 --save hfck --quiet --threads 1
-  ./hfl.bin --load hfck --data llama.tok --batch 4 --seq 24 --steps 4 --lr 1e-3 --log hfl4.jsonl --quiet --threads 1
-  ours=$(grep -o '"loss":[^,]*' hfl4.jsonl | head -1 | cut -d: -f2)
-  if $py - "hfck/$(cat hfck/latest)" llama.tok "$ours" "$ref" <<'PY'
+    else echo "FAIL $n: --init of a Hugging Face Llama checkpoint: loss $ours, transformers' $theirs"; fail=1; fi
+  else echo "FAIL $n: could not make a Hugging Face Llama checkpoint"; fail=1; fi
+  "./$n.bin" --init "$n.hf" --data llama.tok --batch 4 --seq 24 --steps 3 --lr 1e-3 --save "$n.ck" --quiet --threads 1
+  "./$n.bin" --load "$n.ck" --data llama.tok --batch 4 --seq 24 --steps 4 --lr 1e-3 --log "$n.4.jsonl" --quiet \
+      --threads 1
+  ours=$(grep -o '"loss":[^,]*' "$n.4.jsonl" | head -1 | cut -d: -f2)
+  if $py - "$n.ck/$(cat "$n.ck/latest")" llama.tok "$ours" "$ref" <<'PY'
 import sys, warnings
 warnings.filterwarnings("ignore")
 import torch
@@ -176,13 +197,30 @@ from transformers import AutoModelForCausalLM
 m = AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
 x, y = gpt2_ref.get_batch(gpt2_ref.read_tokens(sys.argv[2]), 3, 4, 24)
 with torch.no_grad():
-    lg = m(x).logits
+    lg = m(x, use_cache=False).logits
 loss, ours = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item(), float(sys.argv[3])
-print(f"   {type(m).__name__}: loss {loss:.7f}, ours {ours:.7f}")
+c = m.config
+print(f"   {type(m).__name__} (rope_scaling {getattr(c, 'rope_scaling', None)}, tie_word_embeddings {c.tie_word_embeddings}): "
+      f"loss {loss:.7f}, ours {ours:.7f}")
 sys.exit(0 if abs(loss - ours) <= 1e-5 * abs(ours) else 1)
 PY
-  then echo "ok   our Llama checkpoint loads with AutoModelForCausalLM (LlamaForCausalLM) with the same loss"
+  then echo "ok   $n: our checkpoint loads with AutoModelForCausalLM (LlamaForCausalLM) with the same loss"
     nllama=$((nllama + 1))
-  else echo "FAIL our Llama checkpoint in transformers"; fail=1; fi
+  else echo "FAIL $n: our checkpoint in transformers"; fail=1; fi
+}
+if ! $py -c "import transformers" 2>/dev/null; then
+  echo "skip transformers is not installed: the LlamaForCausalLM checks did not run"
+else
+  hf_ref llama
+  hf_both_ways hfl "$src/examples/llama.model" \
+    '{"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 3, "rms_norm_eps": 1e-6}'
+  if $py -c "import sys, transformers as t; sys.exit(tuple(map(int, t.__version__.split('.')[:2])) < (4, 43))"; then
+    hf_ref gqa
+    hf_ref llama3
+    hf_both_ways hfl3 "$src/examples/llama3.model" "$l3hf"
+  else
+    echo "skip transformers $($py -c 'import transformers; print(transformers.__version__)') is older than 4.43:" \
+         "grouped-query attention, rope_theta and the llama3 scaling are not checked against it (scripts/setup.sh installs 4.44.2)"
+  fi
 fi
 [ $fail -eq 0 ] && echo "$((3 + nhf + nllama)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }
