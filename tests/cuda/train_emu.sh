@@ -99,6 +99,17 @@ if command -v mpirun >/dev/null; then
   check "LLaMA-style model with RoPE at tp=2 over NCCL (a rank rotates its heads): the host's one-rank losses" \
     close hl.txt cl2.txt 1e-5
 fi
+# Llama 3.2-style: the llama3 rope scaling (sr_rope_inv_freq on the device),
+# reaching these short sequences, and the output head tied to the embedding
+l3="--set hidden_size=64 --set intermediate_size=128 --set num_hidden_layers=2"
+l3="$l3 --set rope_scaling.original_max_position_embeddings=16"
+"$gen" "$src/examples/llama3.model" $l3 --cuda l3.cu --build l3_cuda --emulate &&
+  "$shardc" build "$src/examples/llama3.model" $l3 -o l3_host
+./l3_host $opts --steps 5 --log hl3.jsonl
+./l3_cuda $opts --steps 5 --log cl3.jsonl
+losses hl3.jsonl > hl3.txt; losses cl3.jsonl > cl3.txt
+check "Llama 3.2-style model (llama3 rope scaling, tied head), fp32: 5 steps match the host binary to 1e-5" \
+  close hl3.txt cl3.txt 1e-5
 "$gen" "$m" --recompute --cuda rc.cu --build rc_cuda --emulate
 ./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl
 losses rc.jsonl > rc.txt

@@ -77,6 +77,17 @@ $mpi -np 2 ./lpp $run --pp 2 --microbatches 2 --log lpp.jsonl
 check "LLaMA-style blocks in a 2-stage pipeline give the single-rank losses" same l1.jsonl lpp.jsonl 1e-5
 check "rope and repeat_kv: no collective before them at tp=2 (a rank works on its own heads)" sh -c \
   "'$shardc' check '$src/tests/e2e/llama.model' --tp 2 --dump=shard | grep -q 'collectives for tensor=2 (5)'"
+# examples/llama3.model (Llama 3.2: the llama3 rope scaling, here reaching
+# these short sequences, and the output head tied to the embedding, which
+# the first and the last pipeline stage both hold) at tp=2 x pp=2
+l3="--set hidden_size=64 --set intermediate_size=128 --set num_hidden_layers=2"
+l3="$l3 --set rope_scaling.original_max_position_embeddings=16"
+"$shardc" build "$src/examples/llama3.model" $l3 -o m1
+"$shardc" build "$src/examples/llama3.model" $l3 --tp 2 --pp 2 -o m4
+./m1 $run --log m1.jsonl
+$mpi -np 4 ./m4 $run --tp 2 --pp 2 --microbatches 2 --log m4.jsonl
+check "Llama 3.2-style (tied head, llama3 rope scaling) at tp=2 x pp=2 gives the single-rank losses" \
+  same m1.jsonl m4.jsonl 1e-5
 
 # sequence parallelism: reduce-scatter and all-gather instead of all-reduce
 "$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 --sequence-parallel -o sp2
