@@ -425,8 +425,8 @@ static void check_config_members(Program *P)
         const Override *o = P->overrides.v[i];
         const Const *c = o->origin[0] == '-' || o->value ? NULL : config_under(P, o->name);
         if (c)
-            sx_error(NULL, "%s: '%s' is null, but %s defines '%s', whose value would be used instead (build "
-                     "with a model that has no '%s' constants)", o->origin, o->name, c->loc.file, c->name, o->name);
+            sx_error(&c->loc, "%s sets '%s' to null, but this model defines '%s', whose value would be used "
+                     "instead (build with a model that has no '%s' constants)", o->origin, o->name, c->name, o->name);
     }
     for (int k = 0; math_members[k]; k++) {
         size_t ml = strlen(math_members[k]);
