@@ -31,9 +31,11 @@ static void usage(FILE *f)
             "usage: shardc tokenize --tokenizer PATH [--eot] FILE... -o OUT.bin\n"
             "\n"
             "Tokenizes text files with a byte-level BPE (GPT-2's, or Llama 3's or Qwen2's\n"
-            "tokenizer.json) and writes one llm.c token file (uint16 tokens after a\n"
-            "256-int header, so at most 65536 tokens), the --data format of the\n"
-            "training programs. The files are tokenized one by one and concatenated.\n"
+            "tokenizer.json) and writes one llm.c token file, the --data format of the\n"
+            "training programs: a 256-int header, then uint16 tokens (llm.c's GPT-2\n"
+            "files), or uint32 tokens when the vocabulary has more than 65536 (llm.c's\n"
+            "Llama 3 files, magic 20240801). The files are tokenized one by one and\n"
+            "concatenated.\n"
             "\n"
             "options:\n"
             "  --tokenizer PATH  tokenizer.json, vocab.json (+ merges.txt beside it),\n"
@@ -57,8 +59,9 @@ static void put32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)(v >> 24);
 }
 
-/* Appends the tokens of one text file to f; *count grows by their number. */
-static sr_status one_file(const sr_tokenizer *t, const char *path, int eot, FILE *f, uint64_t *count)
+/* Appends the tokens of one text file to f, width bytes each (2 or 4,
+ * little-endian); *count grows by their number. */
+static sr_status one_file(const sr_tokenizer *t, const char *path, int eot, int width, FILE *f, uint64_t *count)
 {
     void *map;
     size_t size;
@@ -68,18 +71,17 @@ static sr_status one_file(const sr_tokenizer *t, const char *path, int eot, FILE
     sr_status s = sr_tok_encode(t, map ? (const char *)map : "", size, &ids, &n);
     if (map) munmap(map, size);
     if (s != SR_OK) return s;
-    unsigned char buf[2 * 4096];
+    unsigned char buf[4 * 4096];
     size_t k = 0;
-    if (eot) buf[k++] = (unsigned char)sr_tok_eot(t), buf[k++] = (unsigned char)(sr_tok_eot(t) >> 8);
-    for (size_t i = 0; i < n && s == SR_OK; i++) {
-        buf[k++] = (unsigned char)ids[i];
-        buf[k++] = (unsigned char)(ids[i] >> 8);
-        if (k == sizeof buf || i + 1 == n) {
+    for (size_t i = 0; i < n + (eot ? 1 : 0) && s == SR_OK; i++) {
+        uint32_t id = eot ? (uint32_t)(i ? ids[i - 1] : sr_tok_eot(t)) : (uint32_t)ids[i];
+        for (int b = 0; b < width; b++) buf[k++] = (unsigned char)(id >> (8 * b));
+        if (k == sizeof buf) {
             if (fwrite(buf, 1, k, f) != k) s = sr_seterr(SR_ERR_IO, "write error: %s", strerror(errno));
             k = 0;
         }
     }
-    if (k && s == SR_OK && fwrite(buf, 1, k, f) != k) /* an empty file's <|endoftext|> */
+    if (k && s == SR_OK && fwrite(buf, 1, k, f) != k)
         s = sr_seterr(SR_ERR_IO, "write error: %s", strerror(errno));
     free(ids);
     *count += n + (eot ? 1 : 0);
@@ -128,14 +130,12 @@ int tokenize_main(int argc, char **argv)
 
     sr_tokenizer *t = NULL;
     sr_status s = sr_tok_load(tokp, &t);
-    if (s == SR_OK && sr_tok_size(t) > 65536)
-        s = sr_seterr(SR_ERR_ARG, "tokenizer %s has %d tokens; an llm.c token file holds ids below "
-                      "65536", sr_tok_path(t), sr_tok_size(t));
     if (s == SR_OK && !sr_tok_can_encode(t))
         s = sr_seterr(SR_ERR_ARG, "tokenizer %s (%s) can only decode; give tokenizer.json or "
                       "vocab.json + merges.txt", sr_tok_path(t), sr_tok_kind(t));
     if (s == SR_OK && eot && sr_tok_eot(t) < 0)
         s = sr_seterr(SR_ERR_ARG, "--eot: tokenizer %s has no <|endoftext|>", sr_tok_path(t));
+    int width = s == SR_OK && sr_tok_size(t) > 65536 ? 4 : 2; /* uint16 ids while they fit */
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
     FILE *f = NULL;
@@ -148,14 +148,14 @@ int tokenize_main(int argc, char **argv)
     for (int i = 0; i < nfiles && s == SR_OK; i++) {
         struct stat st;
         if (stat(files[i], &st) == 0) bytes += (uint64_t)st.st_size;
-        s = one_file(t, files[i], eot, f, &count);
+        s = one_file(t, files[i], eot, width, f, &count);
     }
     if (s == SR_OK && count > INT32_MAX)
         s = sr_seterr(SR_ERR_ARG, "%llu tokens do not fit one llm.c token file (at most %d); "
                       "tokenize the files into several", (unsigned long long)count, INT32_MAX);
     if (s == SR_OK) {
-        put32(header, SR_DATA_MAGIC);
-        put32(header + 4, SR_DATA_VERSION);
+        put32(header, width == 4 ? SR_DATA_MAGIC_U32 : SR_DATA_MAGIC);
+        put32(header + 4, width == 4 ? SR_DATA_VERSION_U32 : SR_DATA_VERSION);
         put32(header + 8, (uint32_t)count);
         if (fseek(f, 0, SEEK_SET) != 0 || fwrite(header, 1, sizeof header, f) != sizeof header ||
             fflush(f) != 0 || fsync(fileno(f)) != 0)
@@ -168,8 +168,8 @@ int tokenize_main(int argc, char **argv)
         if (f) unlink(tmp);
         fprintf(stderr, "shardc: error: %s\n", sr_errmsg());
     } else {
-        fprintf(stderr, "%s: %llu tokens from %d file%s (%.1f MB of text), tokenizer %s\n", out,
-                (unsigned long long)count, nfiles, nfiles == 1 ? "" : "s", (double)bytes / 1e6,
+        fprintf(stderr, "%s: %llu tokens (uint%d) from %d file%s (%.1f MB of text), tokenizer %s\n", out,
+                (unsigned long long)count, 8 * width, nfiles, nfiles == 1 ? "" : "s", (double)bytes / 1e6,
                 sr_tok_path(t));
     }
     sr_tok_free(t);

@@ -28,6 +28,7 @@ static int32_t le32(const unsigned char *p)
 static int32_t file_token(const sr_data_file *f, int64_t i)
 {
     if (f->ids) return f->ids[i];
+    if (f->is_bin && f->width == 4) return le32(f->tok + 4 * i); /* ids below 2^31: checked at open */
     if (f->is_bin) {
         const unsigned char *p = f->tok + 2 * i;
         return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
@@ -74,25 +75,28 @@ void sr_data_close(sr_data *d)
 /* Interprets the mapped bytes: header checks for .bin, raw bytes otherwise. */
 static sr_status parse_layout(sr_data_file *d, const char *path, const unsigned char *b, size_t size)
 {
-    if (size >= 4 && le32(b) == SR_DATA_MAGIC) {
+    int32_t magic = size >= 4 ? le32(b) : 0;
+    if (magic == SR_DATA_MAGIC || magic == SR_DATA_MAGIC_U32) {
+        int wide = magic == SR_DATA_MAGIC_U32, want_version = wide ? SR_DATA_VERSION_U32 : SR_DATA_VERSION;
         if (size < HEADER_BYTES)
             return sr_seterr(SR_ERR_FORMAT,
                              "file %s starts with the llm.c token magic %d but has only %zu "
                              "bytes, fewer than the %d-byte header; re-create it",
-                             path, SR_DATA_MAGIC, size, HEADER_BYTES);
+                             path, (int)magic, size, HEADER_BYTES);
         int32_t version = le32(b + 4), count = le32(b + 8);
-        if (version != SR_DATA_VERSION)
+        if (version != want_version)
             return sr_seterr(SR_ERR_FORMAT,
-                             "file %s is an llm.c token file of version %d; only version %d "
-                             "(uint16 tokens) is supported",
-                             path, (int)version, SR_DATA_VERSION);
-        uint64_t want = (uint64_t)HEADER_BYTES + 2 * (uint64_t)(uint32_t)count;
+                             "file %s is an llm.c token file (magic %d) of version %d; only version %d "
+                             "(%s tokens) is supported with that magic",
+                             path, (int)magic, (int)version, want_version, wide ? "uint32" : "uint16");
+        uint64_t want = (uint64_t)HEADER_BYTES + (wide ? 4 : 2) * (uint64_t)(uint32_t)count;
         if (count < 0 || want != (uint64_t)size)
             return sr_seterr(SR_ERR_FORMAT,
                              "file %s: header says %ld tokens (%llu bytes with the header) but "
                              "the file has %zu bytes; it is truncated or corrupt",
                              path, (long)count, (unsigned long long)want, size);
         d->is_bin = 1;
+        d->width = wide ? 4 : 2;
         d->n = count;
         d->tok = b + HEADER_BYTES;
     } else {
@@ -170,14 +174,14 @@ static sr_status open_file(sr_data_file *d, const char *path, int vocab, const s
     }
     /* Check every token once here, so training never indexes an embedding
      * out of bounds however far it runs. */
-    if ((vocab < 65536 || d->ids) && !(vocab >= 256 && !d->is_bin && !d->ids)) {
+    if ((vocab < 65536 || d->ids || d->width == 4) && !(vocab >= 256 && !d->is_bin && !d->ids)) {
         for (int64_t i = 0; i < d->n; i++) {
             int32_t t = file_token(d, i);
-            if (t >= vocab) {
+            if (t < 0 || t >= vocab) { /* < 0: a uint32 id of 2^31 or more */
                 s = sr_seterr(SR_ERR_FORMAT,
-                              "file %s: token %ld at position %ld is outside the model's "
+                              "file %s: token %lld at position %ld is outside the model's "
                               "vocabulary of %d; was it tokenized for another model?",
-                              path, (long)t, (long)i, vocab);
+                              path, d->width == 4 ? (long long)(uint32_t)t : (long long)t, (long)i, vocab);
                 close_file(d);
                 return s;
             }

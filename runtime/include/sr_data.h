@@ -3,7 +3,9 @@
  * Two file formats, and a glob pattern reads many files as one stream:
  *  - llm.c token shards (.bin): 256 little-endian int32 header words,
  *    header[0] = SR_DATA_MAGIC, header[1] = SR_DATA_VERSION, header[2] = the
- *    token count, then that many little-endian uint16 tokens;
+ *    token count, then that many little-endian uint16 tokens (GPT-2's); or
+ *    SR_DATA_MAGIC_U32 and SR_DATA_VERSION_U32 with uint32 tokens (llm.c's
+ *    Llama 3 files, for vocabularies above 65536);
  *  - anything else: text, tokenized at open by a tokenizer when one is given
  *    (sr_tokenizer.h), else raw bytes, one token per byte (vocabulary 256).
  *
@@ -26,6 +28,8 @@ extern "C" {
 
 #define SR_DATA_MAGIC 20240520
 #define SR_DATA_VERSION 1
+#define SR_DATA_MAGIC_U32 20240801
+#define SR_DATA_VERSION_U32 7
 #define SR_DATA_HEADER_INTS 256
 
 /* One file of the stream. */
@@ -33,7 +37,8 @@ typedef struct sr_data_file {
     char *path;
     int64_t first, n;        /* its tokens are [first, first + n) of the stream */
     int is_bin;              /* 1: llm.c .bin, 0: text (ids) or raw bytes */
-    const unsigned char *tok;/* first token: uint16 LE (is_bin) or bytes */
+    int width;               /* bytes per token of a .bin: 2 or 4 */
+    const unsigned char *tok;/* first token: uint16/uint32 LE (is_bin) or bytes */
     int32_t *ids;            /* text tokenized at open (then tok is unused) */
     void *map;               /* the whole file, mmap'ed (NULL when empty or tokenized) */
     size_t map_len;

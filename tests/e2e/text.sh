@@ -172,6 +172,31 @@ hello = json.load(open(sys.argv[2]))[0]["ids"]  # "Hello world"
 print(f"  {n} tokens: {toks}")
 sys.exit(0 if (magic, version) == (20240520, 1) and toks == [0] + hello + [0] + [0] + hello else 1)
 PY
+# a vocabulary above 65536 (Llama 3's is 128256): uint32 tokens, llm.c's
+# Llama 3 format (magic 20240801, version 7); the fixture's tokenizer with
+# 70000 more (unreachable) vocabulary entries gives the same ids, and a model
+# trains on that file exactly as on the uint16 one
+$py - "$fix/tokenizer.json" big/tokenizer.json <<'PY'
+import json, os, sys
+t = json.load(open(sys.argv[1]))
+n = len(t["model"]["vocab"])
+t["model"]["vocab"].update({f"<unused_{i}>": n + i for i in range(70000)})
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+json.dump(t, open(sys.argv[2], "w"))
+PY
+"$shardc" tokenize --tokenizer big -o tk32.bin "$fix/text.txt" 2> tk32_err.txt
+check "a 71000-token vocabulary: uint32 tokens, the same ids as text.bin ($(cat tk32_err.txt))" $py - tk32.bin "$fix/text.bin" <<'PY'
+import struct, sys
+a, b = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+ha, hb = struct.unpack("<3i", a[:12]), struct.unpack("<3i", b[:12])
+ids32 = struct.unpack("<%dI" % ha[2], a[1024:])
+ids16 = struct.unpack("<%dH" % hb[2], b[1024:])
+print(f"  header {ha}, {len(a)} bytes; text.bin {hb}")
+sys.exit(0 if ha == (20240801, 7, hb[2]) and len(a) == 1024 + 4 * ha[2] and ids32 == ids16 else 1)
+PY
+./bpe1 $run --data tk32.bin --log b32.jsonl
+check "training on the uint32 file gives the uint16 file's losses, bit for bit" \
+  cmp <(grep -o '"loss":[^,]*' bin.jsonl) <(grep -o '"loss":[^,]*' b32.jsonl)
 cp tk.bin keep.bin
 "$shardc" tokenize --tokenizer tok -o tk.bin a.txt missing.txt 2> err.txt; rc=$?
 check "a missing input: exit 1 ($(head -1 err.txt)), the old output untouched, no temporary left" \

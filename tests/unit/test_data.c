@@ -131,6 +131,57 @@ static void test_bin(void)
     if (s == SR_OK) sr_data_close(&d);
 }
 
+/* llm.c's Llama 3 token files: magic 20240801, version 7, uint32 tokens */
+static void write_bin32(const char *path, int32_t version, int32_t count, const uint32_t *tok, int n_written)
+{
+    unsigned char hdr[1024] = {0};
+    put32(hdr, SR_DATA_MAGIC_U32);
+    put32(hdr + 4, version);
+    put32(hdr + 8, count);
+    FILE *f = fopen(path, "wb");
+    fwrite(hdr, 1, sizeof hdr, f);
+    for (int i = 0; i < n_written; i++) {
+        unsigned char b[4];
+        put32(b, (int32_t)tok[i]);
+        fwrite(b, 1, 4, f);
+    }
+    fclose(f);
+}
+
+static void test_bin32(void)
+{
+    uint32_t tok[6] = {0, 65535, 65536, 128000, 0x01020304, 5};
+    write_bin32(tmp("ok32.bin"), 7, 6, tok, 6);
+    sr_data d;
+    sr_status s = sr_data_open(&d, tmp("ok32.bin"), 0x01020305, NULL);
+    CHECK(s == SR_OK, "uint32 .bin file (magic 20240801, version 7) opens: %s", s == SR_OK ? "" : sr_errmsg());
+    if (s == SR_OK) {
+        int same = 1;
+        for (int i = 0; i < 6; i++) same &= sr_data_token(&d, i) == (int32_t)tok[i];
+        CHECK(d.is_bin == 1 && d.n_tokens == 6 && same,
+              "uint32 .bin: 6 tokens decoded little-endian, 65536, 128000 and 0x01020304 included");
+        sr_data_close(&d);
+    }
+    s = sr_data_open(&d, tmp("ok32.bin"), 128256, NULL);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "token 16909060 at position 4") &&
+              contains(sr_errmsg(), "128256"),
+          "uint32 .bin: an id beyond the vocabulary (128256, Llama 3's) is refused: %s", sr_errmsg());
+    uint32_t big[2] = {1, 0x80000001u};
+    write_bin32(tmp("big32.bin"), 7, 2, big, 2);
+    s = sr_data_open(&d, tmp("big32.bin"), 128256, NULL);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "token 2147483649 at position 1"),
+          "uint32 .bin: an id of 2^31 or more is refused, not read as negative: %s", sr_errmsg());
+    write_bin32(tmp("v1_32.bin"), 1, 6, tok, 6);
+    s = sr_data_open(&d, tmp("v1_32.bin"), 1 << 30, NULL);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "version 1") && contains(sr_errmsg(), "version 7") &&
+              contains(sr_errmsg(), "uint32"),
+          "magic 20240801 with version 1: a format error naming both versions: %s", sr_errmsg());
+    write_bin32(tmp("short32.bin"), 7, 6, tok, 5);
+    s = sr_data_open(&d, tmp("short32.bin"), 1 << 30, NULL);
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "6 tokens") && contains(sr_errmsg(), "1048 bytes"),
+          "uint32 .bin: count larger than the file (6 x 4 bytes) is a format error: %s", sr_errmsg());
+}
+
 static void test_raw(void)
 {
     const char text[] = "hello\xff\x80world";
@@ -394,6 +445,7 @@ int main(void)
         return 2;
     }
     test_bin();
+    test_bin32();
     test_raw();
     test_batches();
     test_shards();
