@@ -79,7 +79,8 @@ static void usage_cmd(FILE *f, const char *cmd)
     }
     fprintf(f,
             "  --set NAME=VALUE     override a constant of the config (or parallel/train) section\n"
-            "  --config FILE.json   override config constants from a flat JSON object\n"
+            "  --config FILE.json   override config constants from a JSON object (a nested\n"
+            "                       object sets dotted names: rope_scaling.factor)\n"
             "                       (a Hugging Face config.json works; unknown keys are ignored)\n"
             "  --params             list every parameter with its name, shape and count\n"
             "  --dp N, --tp N, --pp N, --microbatches M, --schedule S, --virtual-stages V\n"

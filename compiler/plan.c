@@ -1651,7 +1651,8 @@ static void usage(FILE *f)
             "  --json                     machine-readable output\n"
             "the file:\n"
             "  --set NAME=VALUE           override a constant (config, parallel or train)\n"
-            "  --config FILE.json         override config constants from a flat JSON object\n"
+            "  --config FILE.json         override config constants from a JSON object (a\n"
+            "                             nested object sets dotted names: rope_scaling.factor)\n"
             "  -I DIR                     also look for imported modules in DIR\n"
             "  --max-errors N             stop after N errors (default 50)\n"
             "  -h, --help                 show this help\n");

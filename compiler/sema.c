@@ -424,9 +424,15 @@ static void check_config_members(Program *P)
     for (int i = 0; i < P->overrides.n; i++) {
         const Override *o = P->overrides.v[i];
         const Const *c = o->origin[0] == '-' || o->value ? NULL : config_under(P, o->name);
+        size_t nl = strlen(o->name);
+        for (int k = 0; c && k < P->overrides.n; k++) { /* --set under the name: the user decided */
+            const Override *s = P->overrides.v[k];
+            if (s->used && s->origin[0] == '-' && !strncmp(s->name, o->name, nl) && s->name[nl] == '.') c = NULL;
+        }
         if (c)
             sx_error(&c->loc, "%s sets '%s' to null, but this model defines '%s', whose value would be used "
-                     "instead (build with a model that has no '%s' constants)", o->origin, o->name, c->name, o->name);
+                     "instead (build with a model that has no '%s' constants, or --set them)", o->origin, o->name,
+                     c->name, o->name);
     }
     for (int k = 0; math_members[k]; k++) {
         size_t ml = strlen(math_members[k]);

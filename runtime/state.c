@@ -277,12 +277,47 @@ static sr_status load_tensors(run *r, const char *path, float *arena, const char
     return s;
 }
 
+/* tensors that Hugging Face files hold beside the parameters: attention mask
+ * and rotary frequency buffers */
+static int is_buffer_name(const char *name)
+{
+    static const char *ends[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    size_t n = strlen(name);
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+        size_t e = strlen(ends[k]);
+        if (n >= e && !strcmp(name + n - e, ends[k])) return 1;
+    }
+    return 0;
+}
+
+/* --init: every tensor of the file must be a parameter of the program (or
+ * a buffer): one that is not, such as an untied lm_head.weight loaded into a
+ * model whose head is the embedding, would be dropped silently */
+static sr_status check_all_used(run *r, const sr_st_file *f, const char *prefix)
+{
+    char *used = calloc((size_t)f->n + 1, 1);
+    if (!used) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < r->prog->n_params; i++) {
+        const sr_st_tensor *t = sr_st_find_alias(f, r->full[i].name, prefix);
+        if (t) used[t - f->tensors] = 1;
+    }
+    int n = 0, first = -1;
+    for (int k = 0; k < f->n; k++)
+        if (!used[k] && !is_buffer_name(f->tensors[k].name) && n++ == 0) first = k;
+    free(used);
+    if (!n) return SR_OK;
+    return sr_seterr(SR_ERR_STATE, "%s has %d tensor%s this model has no parameter for, such as '%s'; it was "
+                     "saved from a different model (%s)", f->path, n, n == 1 ? "" : "s", f->tensors[first].name,
+                     strstr(f->tensors[first].name, "lm_head") ? "an untied output head: build a model whose "
+                     "head is its own parameter, such as examples/llama.model" : "check its config.json");
+}
+
 static sr_status load_tensors_host(run *r, const char *path, float *arena, const char *suffix,
                                    const char *prefix)
 {
     sr_st_file f;
     SR_CHECK(sr_st_open(&f, path));
-    sr_status s = SR_OK;
+    sr_status s = prefix ? check_all_used(r, &f, prefix) : SR_OK;
     for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
         const sr_param_desc *d = &r->full[i]; /* files hold whole tensors */
         if (r->poff[i] < 0) continue;         /* another pipeline rank reads it */

@@ -88,6 +88,18 @@ l3="$l3 --set rope_scaling.original_max_position_embeddings=16"
 $mpi -np 4 ./m4 $run --tp 2 --pp 2 --microbatches 2 --log m4.jsonl
 check "Llama 3.2-style (tied head, llama3 rope scaling) at tp=2 x pp=2 gives the single-rank losses" \
   same m1.jsonl m4.jsonl 1e-5
+# tied and untied weights do not mix silently: the untied model's
+# lm_head.weight has no place in the tied model, which has none to load
+"$shardc" build "$src/examples/llama.model" --set hidden_size=64 --set intermediate_size=128 \
+  --set num_hidden_layers=2 --set num_key_value_heads=2 -o mu
+./mu $run --steps 1 --save mu_ck
+./m1 $run --steps 1 --save m1_ck
+./m1 $run --init mu_ck 2> err.txt; rc=$?
+check "--init of untied weights into the tied model: exit 1, naming lm_head.weight ($(head -c 150 err.txt))" \
+  sh -c "[ $rc -eq 1 ] && grep -q \"no parameter for, such as 'lm_head.weight'\" err.txt"
+./mu $run --init m1_ck 2> err.txt; rc=$?
+check "--init of tied weights into the untied model: exit 1, no lm_head.weight ($(head -c 150 err.txt))" \
+  sh -c "[ $rc -eq 1 ] && grep -q \"no tensor 'lm_head.weight'\" err.txt"
 
 # sequence parallelism: reduce-scatter and all-gather instead of all-reduce
 "$shardc" build "$src/examples/tinygpt.model" $cfg --tp 2 --sequence-parallel -o sp2
