@@ -403,7 +403,14 @@ static int in_list(const char **list, const char *s)
 
 /* config.json members that change a model's arithmetic: ignoring one would
  * train or fine-tune a different model than the checkpoint's */
-static const char *math_members[] = {"rope_scaling", NULL};
+static const struct {
+    const char *name;
+    int flag;         /* 1: only `true` matters; 0: an object, any member of it */
+    const char *hint; /* what to do instead */
+} math_members[] = {
+    {"rope_scaling", 0, "use a model that defines them, such as examples/llama3.model"},
+    {"use_sliding_window", 1, "shardc's attention is causal over the whole sequence, with no sliding window"},
+};
 
 /* a config constant named `name` or a member of object `name`, or NULL */
 static const Const *config_under(Program *P, const char *name)
@@ -434,16 +441,18 @@ static void check_config_members(Program *P)
                      "instead (build with a model that has no '%s' constants, or --set them)", o->origin, o->name,
                      c->name, o->name);
     }
-    for (int k = 0; math_members[k]; k++) {
-        size_t ml = strlen(math_members[k]);
-        if (config_under(P, math_members[k])) continue;
+    for (size_t k = 0; k < sizeof math_members / sizeof math_members[0]; k++) {
+        const char *m = math_members[k].name;
+        size_t ml = strlen(m);
+        if (config_under(P, m)) continue;
         for (int i = 0; i < P->overrides.n; i++) {
             const Override *o = P->overrides.v[i];
-            if (o->origin[0] == '-' || !o->value || strncmp(o->name, math_members[k], ml) || o->name[ml] != '.')
+            if (o->origin[0] == '-' || !o->value || strncmp(o->name, m, ml) ||
+                (math_members[k].flag ? o->name[ml] || strcmp(o->value, "true") : o->name[ml] != '.'))
                 continue;
-            sx_error(NULL, "%s sets '%s' but %s has no '%s' constants: it would be ignored and the model would "
-                     "differ from the checkpoint's (use a model that defines them, such as examples/llama3.model)",
-                     o->origin, math_members[k], P->main->path, math_members[k]);
+            sx_error(NULL, "%s sets '%s'%s but %s has no '%s' constant%s: it would be ignored and the model would "
+                     "differ from the checkpoint's (%s)", o->origin, m, math_members[k].flag ? " to true" : "",
+                     P->main->path, m, math_members[k].flag ? "" : "s", math_members[k].hint);
             break;
         }
     }

@@ -317,7 +317,7 @@ static sr_status load_tensors_host(run *r, const char *path, float *arena, const
 {
     sr_st_file f;
     SR_CHECK(sr_st_open(&f, path));
-    sr_status s = prefix ? check_all_used(r, &f, prefix) : SR_OK;
+    sr_status s = SR_OK;
     for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
         const sr_param_desc *d = &r->full[i]; /* files hold whole tensors */
         if (r->poff[i] < 0) continue;         /* another pipeline rank reads it */
@@ -339,6 +339,7 @@ static sr_status load_tensors_host(run *r, const char *path, float *arena, const
                     (long long)rows, path, (long long)d->dims[0]);
         free(name);
     }
+    if (s == SR_OK && prefix) s = check_all_used(r, &f, prefix); /* after the missing ones, more specific */
     sr_st_close(&f);
     return s;
 }
