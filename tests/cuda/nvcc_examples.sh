@@ -10,7 +10,7 @@ bad() { fail=$((fail+1)); echo "FAIL $1"; }
 want="no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); rebuild with --backend host to run on the CPU"
 gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
-for m in tinygpt mlp gpt2 llama llama3; do
+for m in tinygpt mlp gpt2 llama llama3 qwen2; do
   for p in bf16 fp32; do
     b="$dir/${m}_$p"
     if [ ! -x "$b" ]; then bad "$m ($p): $b was not built"; continue; fi

@@ -110,6 +110,14 @@ l3="$l3 --set rope_scaling.original_max_position_embeddings=16"
 losses hl3.jsonl > hl3.txt; losses cl3.jsonl > cl3.txt
 check "Llama 3.2-style model (llama3 rope scaling, tied head), fp32: 5 steps match the host binary to 1e-5" \
   close hl3.txt cl3.txt 1e-5
+# Qwen2-style: biases on the [out, in] q, k and v projections (matmul_t + bias)
+q2="--set hidden_size=64 --set intermediate_size=128 --set num_hidden_layers=2"
+"$gen" "$src/examples/qwen2.model" $q2 --cuda q2.cu --build q2_cuda --emulate &&
+  "$shardc" build "$src/examples/qwen2.model" $q2 -o q2_host
+./q2_host $opts --steps 5 --log hq2.jsonl
+./q2_cuda $opts --steps 5 --log cq2.jsonl
+losses hq2.jsonl > hq2.txt; losses cq2.jsonl > cq2.txt
+check "Qwen2-style model (q/k/v biases, tied head), fp32: 5 steps match the host binary to 1e-5" close hq2.txt cq2.txt 1e-5
 "$gen" "$m" --recompute --cuda rc.cu --build rc_cuda --emulate
 ./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl
 losses rc.jsonl > rc.txt

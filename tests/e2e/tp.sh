@@ -88,6 +88,13 @@ l3="$l3 --set rope_scaling.original_max_position_embeddings=16"
 $mpi -np 4 ./m4 $run --tp 2 --pp 2 --microbatches 2 --log m4.jsonl
 check "Llama 3.2-style (tied head, llama3 rope scaling) at tp=2 x pp=2 gives the single-rank losses" \
   same m1.jsonl m4.jsonl 1e-5
+# examples/qwen2.model (biases on q, k and v, split with their heads) at tp=2
+q2="--set hidden_size=64 --set intermediate_size=128 --set num_hidden_layers=2"
+"$shardc" build "$src/examples/qwen2.model" $q2 -o q1
+"$shardc" build "$src/examples/qwen2.model" $q2 --tp 2 -o q2
+./q1 $run --log q1.jsonl
+$mpi -np 2 ./q2 $run --tp 2 --log q2.jsonl
+check "Qwen2-style (q/k/v biases, tied head) at tp=2 gives the single-rank losses" same q1.jsonl q2.jsonl 1e-5
 # tied and untied weights do not mix silently: the untied model's
 # lm_head.weight has no place in the tied model, which has none to load
 "$shardc" build "$src/examples/llama.model" --set hidden_size=64 --set intermediate_size=128 \

@@ -3,7 +3,8 @@
 rotary position embeddings (RoPE), written from scratch with torch.nn.functional,
 float32, CPU, deterministic. Parameter names and layouts are the .model's, which are
 Hugging Face's Llama ones: projection weights [out, in] (y = x @ W^T); lm_head untied, or
-with "tied": true the output head is embed_tokens (examples/llama3.model, Llama 3.2).
+with "tied": true the output head is embed_tokens (examples/llama3.model, Llama 3.2);
+"qkv_bias": true adds biases to the q, k and v projections (Qwen2, examples/qwen2.model).
 
 RoPE as Hugging Face's LlamaRotaryEmbedding and rotate_half: in each head, channel i <
 hd/2 pairs with channel i + hd/2; position t rotates the pair by t * inv_freq[i], with
@@ -16,9 +17,9 @@ s = (orig / wavelength - low) / (high - low) as (1 - s) * f / factor + s * f.
 Subcommands (see --help of each):
   init    random initial weights -> MODEL.safetensors
   run     K AdamW steps -> LOSSES.json (+ step-0 gradients -> GRADS.safetensors)
-  hf      the loss of one batch under transformers' LlamaForCausalLM from the same
-          weights (the same names); exit 1 if it differs from this reference's loss by
-          more than --rtol
+  hf      the loss of one batch under transformers' LlamaForCausalLM (Qwen2ForCausalLM
+          with qkv_bias) from the same weights (the same names); exit 1 if it differs
+          from this reference's loss by more than --rtol
 """
 import argparse
 import json
@@ -46,6 +47,7 @@ def load_config(path):
         raise SystemExit(f"{path}: missing config keys {missing}")
     cfg.setdefault("n_kv_head", cfg["n_head"])
     cfg.setdefault("tied", False)
+    cfg.setdefault("qkv_bias", False)
     cfg.setdefault("rope_scaling", None)
     if cfg["dim"] % cfg["n_head"] or (cfg["dim"] // cfg["n_head"]) % 2:
         raise SystemExit("dim must split into n_head heads of an even size")
@@ -68,6 +70,9 @@ def param_shapes(cfg):
             p + "mlp.gate_proj.weight": (H, C), p + "mlp.up_proj.weight": (H, C),
             p + "mlp.down_proj.weight": (C, H),
         })
+        if cfg["qkv_bias"]:
+            shapes.update({p + "self_attn.q_proj.bias": (C,), p + "self_attn.k_proj.bias": (Ckv,),
+                           p + "self_attn.v_proj.bias": (Ckv,)})
     shapes["model.norm.weight"] = (C,)
     if not cfg["tied"]:
         shapes["lm_head.weight"] = (V, C)
@@ -105,9 +110,10 @@ def attention(x, p, cfg):
     nh, nkv = cfg["n_head"], cfg["n_kv_head"]
     hd = C // nh
     heads = lambda t, n: t.view(B, T, n, hd).transpose(1, 2)  # noqa: E731
-    q = rope(heads(x @ p["self_attn.q_proj.weight"].t(), nh), cfg["rope_theta"], cfg["rope_scaling"])
-    k = rope(heads(x @ p["self_attn.k_proj.weight"].t(), nkv), cfg["rope_theta"], cfg["rope_scaling"])
-    v = heads(x @ p["self_attn.v_proj.weight"].t(), nkv)
+    proj = lambda n: x @ p[f"self_attn.{n}_proj.weight"].t() + p.get(f"self_attn.{n}_proj.bias", 0)  # noqa: E731
+    q = rope(heads(proj("q"), nh), cfg["rope_theta"], cfg["rope_scaling"])
+    k = rope(heads(proj("k"), nkv), cfg["rope_theta"], cfg["rope_scaling"])
+    v = heads(proj("v"), nkv)
     # grouped-query attention: query head h reads key/value head h // (nh / nkv)
     k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
     att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
@@ -138,13 +144,15 @@ def loss_fn(params, idx, targets, cfg):
 def init_params(cfg, seed):
     """normal(0, 0.02) matrices, but q and k normal(0, 0.25): attention logits of a few
     units, so the attention is far from uniform and the rotation changes the loss at
-    once; RMSNorm weights 1 + N(0, 0.1) so their gradients matter."""
+    once; RMSNorm weights 1 + N(0, 0.1) so their gradients matter; biases N(0, 0.1)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     for name, shape in param_shapes(cfg).items():
         if len(shape) == 2:
             std = 0.25 if name.endswith(("q_proj.weight", "k_proj.weight")) else 0.02
             out[name] = (torch.randn(shape, generator=g) * std).float()
+        elif name.endswith(".bias"):
+            out[name] = (0.1 * torch.randn(shape, generator=g)).float()
         else:
             out[name] = (1.0 + 0.1 * torch.randn(shape, generator=g)).float()
     return out
@@ -172,7 +180,7 @@ def cmd_run(a):
 def cmd_hf(a):
     import warnings
     warnings.filterwarnings("ignore")
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
     cfg = load_config(a.config)
     params = G.load_params(a.init, cfg, param_shapes)
     import transformers
@@ -180,7 +188,8 @@ def cmd_hf(a):
             cfg["rope_scaling"] or cfg["n_kv_head"] != cfg["n_head"] or cfg["rope_theta"] != 10000.0):
         raise SystemExit(f"transformers {transformers.__version__} has no rope_scaling llama3, grouped-query "
                          "attention or rope_theta; the check needs 4.43 or later")
-    hf = LlamaForCausalLM(LlamaConfig(
+    conf, model = (Qwen2Config, Qwen2ForCausalLM) if cfg["qkv_bias"] else (LlamaConfig, LlamaForCausalLM)
+    hf = model(conf(
         vocab_size=cfg["vocab"], hidden_size=cfg["dim"], intermediate_size=cfg["hidden"],
         num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"], num_key_value_heads=cfg["n_kv_head"],
         rms_norm_eps=cfg["eps"], rope_theta=cfg["rope_theta"], max_position_embeddings=max(a.seq, 64),
@@ -196,7 +205,7 @@ def cmd_hf(a):
         logits = hf(x, use_cache=False).logits
         theirs = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
         ours = loss_fn(params, x, y, cfg).item()
-    print(f"   transformers' LlamaForCausalLM loss {theirs:.7f}, this reference's {ours:.7f}")
+    print(f"   transformers' {type(hf).__name__} loss {theirs:.7f}, this reference's {ours:.7f}")
     sys.exit(0 if abs(theirs - ours) <= a.rtol * abs(theirs) else 1)
 
 

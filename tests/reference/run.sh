@@ -106,6 +106,11 @@ l3hf='{"vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden
 # beyond 1e-4, PyTorch's own float32 run included, measured against float64)
 opt=${lopt/--lr 1e-2/--lr 3e-3} llama_cfg llama3 '{"vocab": 96, "dim": 48, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "hidden": 80, "eps": 1e-6, "rope_theta": 500000.0, "tied": true, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}' \
   "$src/examples/llama3.model" "$l3hf"
+# examples/qwen2.model (Qwen2.5: biases on q, k and v, rope_theta 1e6, tied
+# head), the same way
+l2hf='{"model_type": "qwen2", "vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true}'
+opt=${lopt/--lr 1e-2/--lr 3e-3} llama_cfg qwen2 '{"vocab": 96, "dim": 48, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "hidden": 80, "eps": 1e-6, "rope_theta": 1000000.0, "tied": true, "qkv_bias": true}' \
+  "$src/examples/qwen2.model" "$l2hf"
 # the scaling matters: without it (rope_type "default") step 0 has another loss
 "$shardc" build "$src/examples/llama3.model" --config llama3.build.json --set rope_scaling.rope_type=default \
     -o l3plain.bin
@@ -124,10 +129,10 @@ else echo "FAIL the reference's loss does not depend on the llama3 rope scaling"
 # step-0 loss is not the reference's, so the comparison above sees RoPE
 mkdir -p norope
 # (rope's arguments continue on the next line: joined first)
-sed -e '/q = rope(q_proj/{N;s/\n */ /}' -e 's/rope(\(q_proj: ColumnProj(x, C)\), n_head, [^)]*)/\1/' \
+sed -e '/qr = rope(q, n_head/{N;s/\n */ /}' -e 's/qr = rope(q, n_head, [^)]*)/qr = q/' \
     "$src/stdlib/nn.model" > norope/nn.model
 cp "$src/tests/e2e/llama.model" norope/llama.model
-if grep -q 'rope(q_proj' norope/nn.model || ! grep -q 'rope(k_proj' norope/nn.model; then
+if grep -q 'qr = rope(' norope/nn.model || ! grep -q 'kr = rope(k, kv' norope/nn.model; then
   echo "FAIL could not remove the rotation of q from a copy of nn.model"; fail=1
 else
   "$shardc" build norope/llama.model --config llama.json -o norope.bin
@@ -143,11 +148,11 @@ PY
   then echo "ok   rotating q matters: without it the step-0 loss is not the reference's"
   else echo "FAIL the reference's loss does not depend on rotating q"; fail=1; fi
 fi
-nllama=5
+nllama=6
 hf_ref() { # name: the reference's model against transformers' LlamaForCausalLM
   if $py "$ref/llama_ref.py" hf --config "$1.json" --init "$1.init.safetensors" --data llama.tok --batch 4 --seq 24
-  then echo "ok   the reference's $1 model is transformers' LlamaForCausalLM (same loss, 1e-5)"; nllama=$((nllama + 1))
-  else echo "FAIL the reference's $1 model against transformers' LlamaForCausalLM"; fail=1; fi
+  then echo "ok   the reference's $1 model is transformers' (same loss, 1e-5)"; nllama=$((nllama + 1))
+  else echo "FAIL the reference's $1 model against transformers'"; fail=1; fi
 }
 # Hugging Face Llama files both ways, with a model written under Hugging
 # Face's names, layouts and config keys: a random LlamaForCausalLM saved by
@@ -162,14 +167,15 @@ import json, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
 sys.path.insert(0, sys.argv[4]); import gpt2_ref
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 cfg = dict({"max_position_embeddings": 64, "tie_word_embeddings": False}, **json.load(open(sys.argv[1])))
 torch.manual_seed(3)
-m = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
-with torch.no_grad():  # norm weights away from 1, q and k large: every part shows in the loss
+m = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type", "llama"), **cfg)).eval()
+with torch.no_grad():  # norm weights away from 1, q and k large, biases nonzero: every part shows in the loss
     for n, p in m.named_parameters():
         if n.endswith("norm.weight"): p.add_(0.1 * torch.randn_like(p))
         if n.endswith(("q_proj.weight", "k_proj.weight")): p.mul_(12.0)
+        if n.endswith("_proj.bias"): p.add_(0.1 * torch.randn_like(p))
 m.save_pretrained(sys.argv[2], safe_serialization=True)
 x, y = gpt2_ref.get_batch(gpt2_ref.read_tokens(sys.argv[3]), 0, 4, 24)
 with torch.no_grad():
@@ -180,10 +186,10 @@ PY
     "./$n.bin" --init "$n.hf" --data llama.tok --batch 4 --seq 24 --steps 1 --log "$n.0.jsonl" --quiet --threads 1
     theirs=$(cat "$n.hf0.txt"); ours=$(grep -o '"loss":[^,]*' "$n.0.jsonl" | head -1 | cut -d: -f2)
     if $py -c "import sys; a, b = $theirs, $ours; sys.exit(0 if abs(a - b) <= 1e-5 * abs(a) else 1)"; then
-      echo "ok   $n: a Hugging Face LlamaForCausalLM checkpoint loads with --init: loss $ours, transformers' $theirs"
+      echo "ok   $n: a checkpoint saved by transformers loads with --init: loss $ours, transformers' $theirs"
       nllama=$((nllama + 1))
-    else echo "FAIL $n: --init of a Hugging Face Llama checkpoint: loss $ours, transformers' $theirs"; fail=1; fi
-  else echo "FAIL $n: could not make a Hugging Face Llama checkpoint"; fail=1; fi
+    else echo "FAIL $n: --init of a checkpoint saved by transformers: loss $ours, transformers' $theirs"; fail=1; fi
+  else echo "FAIL $n: could not make a checkpoint with transformers"; fail=1; fi
   "./$n.bin" --init "$n.hf" --data llama.tok --batch 4 --seq 24 --steps 3 --lr 1e-3 --save "$n.ck" --quiet --threads 1
   "./$n.bin" --load "$n.ck" --data llama.tok --batch 4 --seq 24 --steps 4 --lr 1e-3 --log "$n.4.jsonl" --quiet \
       --threads 1
@@ -200,11 +206,11 @@ with torch.no_grad():
     lg = m(x, use_cache=False).logits
 loss, ours = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1)).item(), float(sys.argv[3])
 c = m.config
-print(f"   {type(m).__name__} (rope_scaling {getattr(c, 'rope_scaling', None)}, tie_word_embeddings {c.tie_word_embeddings}): "
+print(f"   {type(m).__name__} (model_type {c.model_type}, rope_scaling {getattr(c, 'rope_scaling', None)}, tie_word_embeddings {c.tie_word_embeddings}): "
       f"loss {loss:.7f}, ours {ours:.7f}")
 sys.exit(0 if abs(loss - ours) <= 1e-5 * abs(ours) else 1)
 PY
-  then echo "ok   $n: our checkpoint loads with AutoModelForCausalLM (LlamaForCausalLM) with the same loss"
+  then echo "ok   $n: our checkpoint loads with AutoModelForCausalLM with the same loss"
     nllama=$((nllama + 1))
   else echo "FAIL $n: our checkpoint in transformers"; fail=1; fi
 }
@@ -218,6 +224,8 @@ else
     hf_ref gqa
     hf_ref llama3
     hf_both_ways hfl3 "$src/examples/llama3.model" "$l3hf"
+    hf_ref qwen2
+    hf_both_ways hfq "$src/examples/qwen2.model" "$l2hf"
   else
     echo "skip transformers $($py -c 'import transformers; print(transformers.__version__)') is older than 4.43:" \
          "grouped-query attention, rope_theta and the llama3 scaling are not checked against it (scripts/setup.sh installs 4.44.2)"
