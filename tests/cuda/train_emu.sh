@@ -101,23 +101,20 @@ if command -v mpirun >/dev/null; then
 fi
 # Llama 3.2-style: the llama3 rope scaling (sr_rope_inv_freq on the device),
 # reaching these short sequences, and the output head tied to the embedding
-l3="--set hidden_size=64 --set intermediate_size=128 --set num_hidden_layers=2"
-l3="$l3 --set rope_scaling.original_max_position_embeddings=16"
-"$gen" "$src/examples/llama3.model" $l3 --cuda l3.cu --build l3_cuda --emulate &&
-  "$shardc" build "$src/examples/llama3.model" $l3 -o l3_host
-./l3_host $opts --steps 5 --log hl3.jsonl
-./l3_cuda $opts --steps 5 --log cl3.jsonl
-losses hl3.jsonl > hl3.txt; losses cl3.jsonl > cl3.txt
-check "Llama 3.2-style model (llama3 rope scaling, tied head), fp32: 5 steps match the host binary to 1e-5" \
-  close hl3.txt cl3.txt 1e-5
+small="--set hidden_size=64 --set intermediate_size=128 --set num_hidden_layers=2"
+emu_vs_host() { # name example what [shardc flags...]: 5 fp32 steps of the emulated CUDA build vs the host's
+  local n=$1 ex=$2 what=$3; shift 3
+  "$gen" "$src/examples/$ex.model" $small "$@" --cuda "$n.cu" --build "${n}_cuda" --emulate &&
+    "$shardc" build "$src/examples/$ex.model" $small "$@" -o "${n}_host"
+  "./${n}_host" $opts --steps 5 --log "h$n.jsonl"
+  "./${n}_cuda" $opts --steps 5 --log "c$n.jsonl"
+  losses "h$n.jsonl" > "h$n.txt"; losses "c$n.jsonl" > "c$n.txt"
+  check "$what, fp32: 5 steps match the host binary to 1e-5" close "h$n.txt" "c$n.txt" 1e-5
+}
+emu_vs_host l3 llama3 "Llama 3.2-style model (llama3 rope scaling, tied head)" \
+  --set rope_scaling.original_max_position_embeddings=16
 # Qwen2-style: biases on the [out, in] q, k and v projections (matmul_t + bias)
-q2="--set hidden_size=64 --set intermediate_size=128 --set num_hidden_layers=2"
-"$gen" "$src/examples/qwen2.model" $q2 --cuda q2.cu --build q2_cuda --emulate &&
-  "$shardc" build "$src/examples/qwen2.model" $q2 -o q2_host
-./q2_host $opts --steps 5 --log hq2.jsonl
-./q2_cuda $opts --steps 5 --log cq2.jsonl
-losses hq2.jsonl > hq2.txt; losses cq2.jsonl > cq2.txt
-check "Qwen2-style model (q/k/v biases, tied head), fp32: 5 steps match the host binary to 1e-5" close hq2.txt cq2.txt 1e-5
+emu_vs_host q2 qwen2 "Qwen2-style model (q/k/v biases, tied head)"
 "$gen" "$m" --recompute --cuda rc.cu --build rc_cuda --emulate
 ./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl
 losses rc.jsonl > rc.txt

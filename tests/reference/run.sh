@@ -111,19 +111,25 @@ opt=${lopt/--lr 1e-2/--lr 3e-3} llama_cfg llama3 '{"vocab": 96, "dim": 48, "n_la
 l2hf='{"model_type": "qwen2", "vocab_size": 96, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true}'
 opt=${lopt/--lr 1e-2/--lr 3e-3} llama_cfg qwen2 '{"vocab": 96, "dim": 48, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "hidden": 80, "eps": 1e-6, "rope_theta": 1000000.0, "tied": true, "qkv_bias": true}' \
   "$src/examples/qwen2.model" "$l2hf"
-# the scaling matters: without it (rope_type "default") step 0 has another loss
-"$shardc" build "$src/examples/llama3.model" --config llama3.build.json --set rope_scaling.rope_type=default \
-    -o l3plain.bin
-./l3plain.bin --init llama3.init.safetensors --data llama.tok $lopt --steps 1 --log l3plain.jsonl --quiet --threads 1
-if $py - llama3.ref.json l3plain.jsonl <<'PY'
+# a part of the model matters when the program without it has another step-0
+# loss than the reference: BIN runs one step from NAME's initial weights
+matters() { # what name bin
+  "./$3" --init "$2.init.safetensors" --data llama.tok $lopt --steps 1 --lr-schedule constant --warmup 0 \
+      --log "$3.jsonl" --quiet --threads 1
+  if $py - "$2.ref.json" "$3.jsonl" "$1" <<'PY'
 import json, sys
 ref = json.load(open(sys.argv[1]))["losses"][0]
 ours = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l][0]
-print(f"   step-0 loss without the llama3 scaling: {ours:.7f}, with it (the reference's) {ref:.7f}")
+print(f"   step-0 loss without {sys.argv[3]}: {ours:.7f}, the reference's {ref:.7f}")
 sys.exit(0 if abs(ours - ref) > 1e-4 * abs(ref) else 1)
 PY
-then echo "ok   the llama3 rope scaling matters: without it the step-0 loss is not the reference's"
-else echo "FAIL the reference's loss does not depend on the llama3 rope scaling"; fail=1; fi
+  then echo "ok   $1 matters: without it the step-0 loss is not the reference's"
+  else echo "FAIL the reference's loss does not depend on $1"; fail=1; fi
+}
+# without the llama3 scaling (rope_type "default")
+"$shardc" build "$src/examples/llama3.model" --config llama3.build.json --set rope_scaling.rope_type=default \
+    -o l3plain.bin
+matters "the llama3 rope scaling" llama3 l3plain.bin
 # the same model without rotating q (an edited copy of the stdlib, found
 # next to the model before the real one): its
 # step-0 loss is not the reference's, so the comparison above sees RoPE
@@ -136,17 +142,7 @@ if grep -q 'qr = rope(' norope/nn.model || ! grep -q 'kr = rope(k, kv' norope/nn
   echo "FAIL could not remove the rotation of q from a copy of nn.model"; fail=1
 else
   "$shardc" build norope/llama.model --config llama.json -o norope.bin
-  ./norope.bin --init llama.init.safetensors --data llama.tok $lopt --steps 1 --lr-schedule constant \
-      --warmup 0 --log norope.jsonl --quiet --threads 1
-  if $py - llama.ref.json norope.jsonl <<'PY'
-import json, sys
-ref = json.load(open(sys.argv[1]))["losses"][0]
-ours = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l][0]
-print(f"   step-0 loss without rotating q: {ours:.7f}, the reference's {ref:.7f}")
-sys.exit(0 if abs(ours - ref) > 1e-4 * abs(ref) else 1)
-PY
-  then echo "ok   rotating q matters: without it the step-0 loss is not the reference's"
-  else echo "FAIL the reference's loss does not depend on rotating q"; fail=1; fi
+  matters "rotating q" llama norope.bin
 fi
 nllama=6
 hf_ref() { # name: the reference's model against transformers' LlamaForCausalLM

@@ -45,10 +45,11 @@ static void put32(unsigned char *p, int32_t v)
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
 }
 
-/* An llm.c token file: header words (magic, version, count) then tokens.
- * n_written tokens are actually written (to fake truncation). */
-static void write_bin(const char *path, int32_t magic, int32_t version, int32_t count,
-                      const uint16_t *tok, int n_written)
+/* An llm.c token file: header words (magic, version, count) then tokens of
+ * `width` bytes (2 or 4). n_written tokens are actually written (to fake
+ * truncation). */
+static void write_tokens(const char *path, int32_t magic, int32_t version, int32_t count, int width,
+                         const uint32_t *tok, int n_written)
 {
     unsigned char hdr[1024] = {0};
     put32(hdr, magic);
@@ -57,10 +58,21 @@ static void write_bin(const char *path, int32_t magic, int32_t version, int32_t 
     FILE *f = fopen(path, "wb");
     fwrite(hdr, 1, sizeof hdr, f);
     for (int i = 0; i < n_written; i++) {
-        unsigned char b[2] = {(unsigned char)(tok[i] & 0xFF), (unsigned char)(tok[i] >> 8)};
-        fwrite(b, 1, 2, f);
+        unsigned char b[4];
+        put32(b, (int32_t)tok[i]);
+        fwrite(b, 1, (size_t)width, f);
     }
     fclose(f);
+}
+
+/* GPT-2's: uint16 tokens */
+static void write_bin(const char *path, int32_t magic, int32_t version, int32_t count,
+                      const uint16_t *tok, int n_written)
+{
+    uint32_t *wide = malloc(sizeof *wide * (size_t)(n_written + 1));
+    for (int i = 0; i < n_written; i++) wide[i] = tok[i];
+    write_tokens(path, magic, version, count, 2, wide, n_written);
+    free(wide);
 }
 
 static void write_bytes(const char *path, const void *p, size_t n)
@@ -134,18 +146,7 @@ static void test_bin(void)
 /* llm.c's Llama 3 token files: magic 20240801, version 7, uint32 tokens */
 static void write_bin32(const char *path, int32_t version, int32_t count, const uint32_t *tok, int n_written)
 {
-    unsigned char hdr[1024] = {0};
-    put32(hdr, SR_DATA_MAGIC_U32);
-    put32(hdr + 4, version);
-    put32(hdr + 8, count);
-    FILE *f = fopen(path, "wb");
-    fwrite(hdr, 1, sizeof hdr, f);
-    for (int i = 0; i < n_written; i++) {
-        unsigned char b[4];
-        put32(b, (int32_t)tok[i]);
-        fwrite(b, 1, 4, f);
-    }
-    fclose(f);
+    write_tokens(path, SR_DATA_MAGIC_U32, version, count, 4, tok, n_written);
 }
 
 static void test_bin32(void)
