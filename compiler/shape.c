@@ -221,6 +221,7 @@ typedef struct ShapeCtx {
     Shape out;
     DType out_t;
     Shape aux[2];
+    int rerun; /* shape_rerun: k holds the op's stored constants, not the written arguments */
 } ShapeCtx;
 
 #define IR_ (c->E->ir)
@@ -439,6 +440,23 @@ static int shape_norm(ShapeCtx *c)
     return 0;
 }
 
+/* C, the last dimension of an op's input, must be a constant that splits
+ * into nh heads (attention, rope, repeat_kv) */
+static int split_heads(ShapeCtx *c, Dim C, long long nh)
+{
+    const char *op = ir_ops[c->op->kind].name;
+    if (!dim_is_const(C)) {
+        sx_error(c->loc, "the channel dimension of '%s' must be a constant, got %s", op, dim_str(C, IR_));
+        return -1;
+    }
+    if (nh <= 0 || C.c % nh) {
+        sx_error(c->loc, "'%s': %lld channels do not split into %lld heads (%lld is not divisible by %lld)", op,
+                 (long long)C.c, nh, (long long)C.c, nh);
+        return -1;
+    }
+    return 0;
+}
+
 static int shape_attention(ShapeCtx *c)
 {
     for (int i = 0; i < 3; i++) {
@@ -450,16 +468,7 @@ static int shape_attention(ShapeCtx *c)
     long long nh;
     if (int_arg(c, 0, &nh, "the number of heads")) return -1;
     Dim C = c->in[0]->shape.d[2];
-    if (!dim_is_const(C)) {
-        sx_error(c->loc, "the channel dimension of 'causal_attention' must be a constant, got %s",
-                 dim_str(C, IR_));
-        return -1;
-    }
-    if (nh <= 0 || C.c % nh) {
-        sx_error(c->loc, "'causal_attention': %lld channels do not split into %lld heads "
-                 "(%lld is not divisible by %lld)", (long long)C.c, nh, (long long)C.c, nh);
-        return -1;
-    }
+    if (split_heads(c, C, nh)) return -1;
     c->op->k[0] = (double)nh;
     c->op->nk = 1;
     c->out = c->in[0]->shape;
@@ -486,7 +495,7 @@ static int shape_attention(ShapeCtx *c)
 static int shape_rope(ShapeCtx *c)
 {
     if (need_float(c, 0, "the input") || need_rank(c, 0, 2, SX_MAXDIM, "the input")) return -1;
-    if (c->nk != 1 && c->nk != 2 && c->nk != 7) {
+    if (!c->rerun && c->nk != 1 && c->nk != 2 && c->nk != 7) {
         sx_error(c->loc, "'rope' takes the input, the number of heads, optionally theta (the base of the "
                  "wavelengths, default 10000) and after it optionally the scaling: rope_type (\"default\" or "
                  "\"llama3\"), factor, low_freq_factor, high_freq_factor, original_max_position_embeddings; got %d "
@@ -496,7 +505,9 @@ static int shape_rope(ShapeCtx *c)
     long long nh;
     double theta = 10000.0, factor = 1.0, low = 1.0, high = 4.0, orig = 8192.0;
     if (int_arg(c, 0, &nh, "the number of heads") || (c->nk >= 2 && num_arg(c, 1, &theta, "theta"))) return -1;
-    if (c->nk == 7) {
+    if (c->rerun) { /* stored: heads, theta, factor (1 for "default"), low, high, original max */
+        factor = c->op->k[2], low = c->op->k[3], high = c->op->k[4], orig = c->op->k[5];
+    } else if (c->nk == 7) {
         if (c->k[2].k != V_STR || (strcmp(c->k[2].s, "default") && strcmp(c->k[2].s, "llama3"))) {
             sx_error(c->loc, "rope_type of 'rope' must be \"default\" or \"llama3\" (Llama 3.1's scaling), got %s%s%s",
                      c->k[2].k == V_STR ? "\"" : "", c->k[2].k == V_STR ? c->k[2].s : val_kind_name(c->k[2].k),
@@ -509,15 +520,7 @@ static int shape_rope(ShapeCtx *c)
         if (!strcmp(c->k[2].s, "default")) factor = 1.0; /* the numbers are then unused, as in transformers */
     }
     Dim C = last_dim(c->in[0]);
-    if (!dim_is_const(C)) {
-        sx_error(c->loc, "the channel dimension of 'rope' must be a constant, got %s", dim_str(C, IR_));
-        return -1;
-    }
-    if (nh <= 0 || C.c % nh) {
-        sx_error(c->loc, "'rope': %lld channels do not split into %lld heads (%lld is not divisible by %lld)",
-                 (long long)C.c, nh, (long long)C.c, nh);
-        return -1;
-    }
+    if (split_heads(c, C, nh)) return -1;
     if ((C.c / nh) % 2) {
         sx_error(c->loc, "'rope': %lld channels in %lld heads are heads of %lld, an odd size; rope pairs channel i "
                  "of a head with channel i + size/2", (long long)C.c, nh, (long long)(C.c / nh));
@@ -568,15 +571,7 @@ static int shape_repeat_kv(ShapeCtx *c)
         int_arg(c, 0, &nkv, "the number of key/value heads") || int_arg(c, 1, &rep, "the repetitions"))
         return -1;
     Dim C = last_dim(c->in[0]);
-    if (!dim_is_const(C)) {
-        sx_error(c->loc, "the channel dimension of 'repeat_kv' must be a constant, got %s", dim_str(C, IR_));
-        return -1;
-    }
-    if (nkv <= 0 || C.c % nkv) {
-        sx_error(c->loc, "'repeat_kv': %lld channels do not split into %lld heads (%lld is not divisible by %lld)",
-                 (long long)C.c, nkv, (long long)C.c, nkv);
-        return -1;
-    }
+    if (split_heads(c, C, nkv)) return -1;
     if (rep < 1 || rep > SX_INT_MAX / C.c) {
         sx_error(c->loc, "'repeat_kv': the repetitions must be at least 1, got %lld", rep);
         return -1;
@@ -815,18 +810,12 @@ int shape_rerun(Program *P, IrOp *op, Shape *out, Shape aux[2])
     c.loc = &op->loc;
     c.out_t = DT_F32;
     c.nk = op->nk;
+    c.rerun = 1;
     for (int i = 0; i < op->nin; i++) c.in[i] = ir_value(&P->ir, op->in[i]);
     for (int i = 0; i < op->nk; i++) {
         double x = op->k[i];
         c.k[i] = (x == (double)(long long)x && op->kind != OP_SCALE && op->kind != OP_LAYERNORM &&
                   op->kind != OP_RMSNORM) ? vint((long long)x) : vflt(x);
-    }
-    if (op->kind == OP_ROPE) { /* its written form: rope_type, a string, before the scaling numbers */
-        for (int i = 6; i > 2; i--) c.k[i] = c.k[i - 1];
-        c.k[2] = verr();
-        c.k[2].k = V_STR;
-        c.k[2].s = "llama3"; /* with factor 1 for "default" */
-        c.nk = 7;
     }
     if (shape_rules[op->kind](&c)) return -1;
     *out = c.out;

@@ -605,10 +605,12 @@ void sr_silu_bwd(float *dx, const float *dout, const float *x, long n)
 /* ------------------------------------------------------------------------ */
 /* Rotary position embedding                                                 */
 
-/* One row at position t: each pair (i, i + hd/2) of every head rotated by
- * sign * t * inv_freq[i]; acc adds into out (the backward). The angles of a
- * chunk of pairs are computed once per row and used for all heads. */
-static void rope_row(float *out, const float *x, int t, int C, int hd, const float *inv_freq, float sign, int acc)
+/* The nb rows at position t (rows t, t + T, ...): each pair (i, i + hd/2)
+ * of every head rotated by sign * t * inv_freq[i]; acc adds into out (the
+ * backward). The angles of a chunk of pairs are computed once per position
+ * and used for every head of every row at that position. */
+static void rope_position(float *out, const float *x, int t, int T, long nb, int C, int hd, const float *inv_freq,
+                          float sign, int acc)
 {
     enum { CHUNK = 32 };
     int half = hd / 2;
@@ -620,19 +622,22 @@ static void rope_row(float *out, const float *x, int t, int C, int hd, const flo
             cs[i] = cosf(a);
             sn[i] = sign * sinf(a);
         }
-        for (int h = 0; h < C; h += hd)
-            for (int i = 0; i < m; i++) {
-                int j = h + i0 + i;
-                float a = x[j], b = x[j + half];
-                float ra = a * cs[i] - b * sn[i], rb = b * cs[i] + a * sn[i];
-                if (acc) {
-                    out[j] += ra;
-                    out[j + half] += rb;
-                } else {
-                    out[j] = ra;
-                    out[j + half] = rb;
+        for (long b = 0; b < nb; b++) {
+            long row = (b * T + t) * (long)C;
+            for (int h = 0; h < C; h += hd)
+                for (int i = 0; i < m; i++) {
+                    long j = row + h + i0 + i;
+                    float u = x[j], v = x[j + half];
+                    float ru = u * cs[i] - v * sn[i], rv = v * cs[i] + u * sn[i];
+                    if (acc) {
+                        out[j] += ru;
+                        out[j + half] += rv;
+                    } else {
+                        out[j] = ru;
+                        out[j + half] = rv;
+                    }
                 }
-            }
+        }
     }
 }
 
@@ -640,11 +645,10 @@ static void rope_rows(float *out, const float *x, long N, int T, int C, int n_he
                       float low, float high, float orig, float sign, int acc)
 {
     int hd = C / n_head;
-    float inv_freq[SR_ROPE_MAX_HEAD / 2]; /* once per call, not per row; shardc checks hd */
+    float inv_freq[SR_ROPE_MAX_HEAD / 2]; /* once per call; shardc checks hd */
     for (int i = 0; i < hd / 2; i++) inv_freq[i] = sr_rope_inv_freq(i, hd, theta, factor, low, high, orig);
     OMP(parallel for if(N * C >= PAR_MIN))
-    for (long r = 0; r < N; r++)
-        rope_row(out + r * C, x + r * C, (int)(r % T), C, hd, inv_freq, sign, acc);
+    for (int t = 0; t < T; t++) rope_position(out, x, t, T, N / T, C, hd, inv_freq, sign, acc);
 }
 
 void sr_rope_fwd(float *out, const float *x, long N, int T, int C, int n_head, float theta, float factor,
