@@ -585,7 +585,7 @@ int drv_build_cuda(Program *P, const char *src, const char *out_bin, const char 
     vec_push(&a, (void *)klib);
     vec_push(&a, (void *)rt);
     if (*libdir) vec_push(&a, sx_fmt("-L%s", libdir));
-    if (!emulate) push_words(&a, "-lcublasLt -lcublas -lnccl -lcudart -lgomp");
+    if (!emulate) push_words(&a, "-lcublasLt -lcublas -lcudart -lgomp"); /* NCCL, where configured: in the extra */
     push_words(&a, setting("SHARDC_CUDA_LINK_EXTRA", SHARDC_CUDA_LINK_EXTRA));
     push_words(&a, "-lopenblas -lm");
     vec_push(&a, "-o");

@@ -1,30 +1,39 @@
 #!/bin/bash
-# gpu-check.sh [LOG]: the CUDA backend on a real GPU, in one go (about
-# 5 minutes on one H200; everything printed also goes to LOG, default
-# gpu-check.log in the current directory):
+# gpu-check.sh [LOG]: the CUDA backend on a real GPU, in one go (a few
+# minutes on one H200; everything printed also goes to LOG, default
+# gpu-check.log in the current directory, and the longer outputs go beside
+# it: kernels.txt, gpt2-profile.txt, build logs on failure):
 #   0. where mpicc, bison, flex or OpenBLAS are missing (a CUDA image with no
 #      package registry), unpacks the .deb files of .gpu-deps (made by
 #      scripts/gpu-deps.sh where apt works, and carried) into a private
-#      prefix, /tmp/shardc-deps, and points PATH, the compilers and CMake at it;
-#   1. builds everything (nvcc for the GPU's architecture, SHARDC_CUDA_ARCHS);
+#      prefix, /tmp/shardc-deps; finds NCCL and cuBLAS (the toolkit's, or
+#      the Python packages' of a PyTorch image);
+#   1. builds everything for the GPU's architecture (scripts/gpu-build.sh);
+#      or, given SHARDC_GPU_PREBUILT=DIR (gpu-build.sh's programs, built
+#      where nvcc is and carried), runs those first and builds at the end,
+#      checking that the programs built here give the same results;
 #   2. runs every CUDA kernel against the host kernels on the device;
 #   3. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
 #      from the same data and seed: losses within 1e-4 relative; and the bf16
 #      CUDA binary: within 2e-2;
-#   4. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
+#   4. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
+#      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
+#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); then 4 steps under
+#      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line;
+#   5. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
 #      refuses two ranks on one device (its error must say to use --comm mpi),
 #      over the MPI path (--comm mpi: staged through page-locked host memory);
-#   5. two pipeline stages on the GPU (--pp 2, block recomputation), over
-#      the comm path step 4 found: losses as one rank's;
-#   6. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
-#      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
-#      H200 dense bf16 peak 989 TFLOP/s); target >= 45%.
+#   6. two pipeline stages on the GPU (--pp 2, block recomputation), over
+#      the comm path step 5 found: losses as one rank's.
 # Exit status: 0 when every check passed.
 set -u -o pipefail
 log=$(realpath -m "${1:-gpu-check.log}")
+out=$(dirname "$log")
+mkdir -p "$out"
 exec > >(tee "$log") 2>&1
 src=$(cd "$(dirname "$0")/.." && pwd)
 bld=${SHARDC_GPU_BUILD:-$src/build-gpu}
+pre=${SHARDC_GPU_PREBUILT:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 py=python3
 t0=$(date +%s)
@@ -32,6 +41,9 @@ pass=0; fail=0
 ok()  { pass=$((pass+1)); echo "ok   $*"; }
 bad() { fail=$((fail+1)); echo "FAIL $*"; }
 stage() { echo; echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+# SHARDC_GPU_STAGES: the checks to run, comma-separated, of kernels, tinygpt,
+# gpt2, dp, pp and build (the build at the end, with SHARDC_GPU_PREBUILT); default all
+want() { case ",${SHARDC_GPU_STAGES:-all}," in *,all,* | *",$1,"*) return 0 ;; esac; return 1; }
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 close() { # close A B TOL: the same losses, line by line, to TOL relative
   $py - "$1" "$2" "$3" <<'PY'
@@ -45,13 +57,24 @@ print("   host %s\n   cuda %s" % (" ".join("%.5f" % x for x in a[:5]), " ".join(
 sys.exit(0 if a and len(a) == len(b) and worst <= tol else 1)
 PY
 }
+# why BIN failed, named: the first error line, then one step again with a
+# wait after every launch (SHARDC_CUDA_SYNC=1), which names the kernel
+why() { # why OUTPUT BIN ARGS...
+  local o=$1
+  shift
+  echo "   $(grep -m1 -i error "$o" | head -c 300)"
+  SHARDC_CUDA_SYNC=1 timeout 60 "$@" --steps 1 > "$o.sync" 2>&1
+  echo "   with SHARDC_CUDA_SYNC=1: $(grep -m1 -i error "$o.sync" | head -c 300)"
+}
 
 stage "machine"
 nvidia-smi -L || { bad "no GPU visible (nvidia-smi -L)"; exit 1; }
-nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.max.sm --format=csv,noheader
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
-nvcc --version | tail -1
-echo "GPU architecture sm_$cap; $(nproc) CPU cores"
+cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+echo "GPU architecture sm_$cap; $(nproc) CPU cores; nvcc $(nvcc --version | grep -o 'release [0-9.]*') in $cuda_home"
+echo "$(cmake --version | head -1); $(c++ --version | head -1); make: $(command -v make || echo none); ninja: $(command -v ninja || echo none)"
+echo "CUDA libraries: $(ls "$cuda_home"/lib64 "$cuda_home"/lib 2>/dev/null | grep -E '^lib(cublasLt|cublas|cudart|nccl)\.so' | tr '\n' ' ')"
 
 stage "dependencies"
 cmake_extra=()
@@ -73,95 +96,120 @@ else
     exit 1
   fi
 fi
-
-# NCCL: the toolkit's, or the one PyTorch's image has as a Python package
-# (nvidia-nccl-cu*: include/nccl.h and lib/libnccl.so.2, no libnccl.so)
-nvinc=$(dirname "$(command -v nvcc)")/../include
-if [ ! -f "$nvinc/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
-  nd=$($py -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null ||
-       $py -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-  if [ -n "$nd" ] && [ -f "$nd/include/nccl.h" ] && ls "$nd"/lib/libnccl.so* > /dev/null 2>&1; then
-    ncl=$(ls "$nd"/lib/libnccl.so* | head -1)
-    cmake_extra+=(-DNCCL_INCLUDE_DIR="$nd/include" -DNCCL_LIBRARY="$ncl")
-    export LD_LIBRARY_PATH=$nd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    echo "   NCCL from the Python package: $ncl"
+if ! command -v make > /dev/null && command -v ninja > /dev/null; then cmake_extra+=(-G Ninja); fi
+for d in "$cuda_home/lib64" "$cuda_home/lib"; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+done
+# a PyTorch image's CUDA libraries are Python packages (nvidia-*: include/
+# and lib/libX.so.N, no libX.so): link names for them in /tmp/shardc-links
+links=/tmp/shardc-links
+mkdir -p "$links"
+find /opt /usr/local/lib /usr/lib/python3* -path '*nvidia*' -name 'lib*.so*' > "$links/pylibs.txt" 2>/dev/null
+pylib() { # pylib NAME: the directory of NAME's shared library in the Python packages, if any
+  grep -m1 "/$1\.so" "$links/pylibs.txt" | xargs -r dirname
+}
+for l in libcublasLt libcublas; do
+  ls "$cuda_home"/lib64/$l.so "$cuda_home"/lib/$l.so > /dev/null 2>&1 && continue
+  d=$(pylib $l)
+  [ -n "$d" ] || { echo "   no $l.so next to nvcc nor in a Python package"; continue; }
+  ln -sf "$(ls "$d"/$l.so* | head -1)" "$links/$l.so"
+  export LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH LIBRARY_PATH=$links${LIBRARY_PATH:+:$LIBRARY_PATH}
+  [ -f "$cuda_home/include/cublasLt.h" ] || export CPATH=$d/../include${CPATH:+:$CPATH}
+  echo "   $l from the Python package in $d"
+done
+if [ ! -f "$cuda_home/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+  d=$(pylib libnccl)
+  if [ -n "$d" ] && [ -f "$d/../include/nccl.h" ]; then
+    ncl=$(ls "$d"/libnccl.so* | head -1)
+    cmake_extra+=(-DNCCL_INCLUDE_DIR="$(realpath "$d/../include")" -DNCCL_LIBRARY="$ncl")
+    export LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH
+    echo "   NCCL from the Python package: $ncl ($(grep -m1 -E '^#define NCCL_(VERSION_CODE|SUFFIX)' "$d/../include/nccl.h"))"
   else
     echo "   no nccl.h next to nvcc nor in a Python package: the CUDA binaries will only have --comm mpi"
   fi
 fi
 
-stage "build (cmake, nvcc for sm_$cap)"
-cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DSHARDC_CUDA_ARCHS="$cap" "${cmake_extra[@]}" > "$bld.cmake.txt" 2>&1 ||
-  { cat "$bld.cmake.txt"; bad "cmake configure"; exit 1; }
-grep -E "shardc cuda|shardrt comm" "$bld.cmake.txt"
-if grep -q "NCCL backend NOT compiled in" "$bld.cmake.txt"; then
-  export SHARDC_COMM=mpi # the CUDA programs' default, nccl, would be a usage error
-  bad "NCCL not found: every run below uses --comm mpi (SHARDC_COMM=mpi); NCCL itself is not checked"
+progs="test_kernels_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host"
+loads() { # loads DIR: every program there, with every library it needs found
+  local p
+  for p in $progs; do
+    [ -x "$1/$p" ] || { echo "   $1/$p is missing"; return 1; }
+    if ldd "$1/$p" | grep -q "not found"; then echo "   $p: $(ldd "$1/$p" | grep 'not found' | tr -s ' \t' ' ')"; return 1; fi
+  done
+}
+build_here() { # builds the tree for sm_$cap into $bld and the programs into $bld/bins
+  local s=$(date +%s)
+  if bash "$src/scripts/gpu-build.sh" "$bld" "$bld/bins" "$cap" "${cmake_extra[@]}"; then
+    ok "built everything with nvcc for sm_$cap in $(( $(date +%s) - s ))s"
+  else
+    cp "$bld/build.txt" "$out/build.txt" 2>/dev/null; cp "$bld/cmake.txt" "$out/cmake.txt" 2>/dev/null
+    bad "the build (logs: build.txt, cmake.txt)"
+  fi
+  if grep -q "NCCL backend NOT compiled in" "$bld/cmake.txt" 2>/dev/null; then
+    export SHARDC_COMM=mpi # the CUDA programs' default, nccl, would be a usage error
+    bad "NCCL not found: every run below uses --comm mpi (SHARDC_COMM=mpi); NCCL itself is not checked"
+  fi
+}
+bins=""
+if [ -n "$pre" ]; then
+  stage "programs built elsewhere ($pre)"
+  if loads "$pre"; then bins=$pre; echo "   every program loads its libraries: run first, rebuilt here at the end"
+  else echo "   they do not all load here: building first"; fi
 fi
-if cmake --build "$bld" -j"$(nproc)" > "$bld.build.txt" 2>&1; then ok "build"; else
-  tail -40 "$bld.build.txt"; bad "build"; exit 1; fi
-ex=$bld/cuda_examples
-for b in "$bld/test_kernels_cuda" "$ex/tinygpt_fp32" "$ex/tinygpt_bf16" "$ex/gpt2_bf16"; do
-  [ -x "$b" ] || { bad "missing $b (was nvcc found?)"; exit 1; }
-done
+if [ -z "$bins" ]; then
+  stage "build (cmake, nvcc for sm_$cap)"
+  build_here
+  loads "$bld/bins" || { bad "the programs are not all there or do not load"; exit 1; }
+  bins=$bld/bins
+fi
 
-stage "kernels on the device"
-if timeout 300 "$bld/test_kernels_cuda" > kernels.txt 2>&1; then ok "$(tail -1 kernels.txt)"; else
-  grep -E "FAIL|error" kernels.txt | head -20; bad "kernel tests: $(tail -1 kernels.txt)"; fi
-
-stage "tinygpt: 20 steps, CUDA vs host"
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 for i in $(seq 60); do cat "$src"/stdlib/*.model "$src"/examples/*.model "$src"/docs/*.md 2>/dev/null; done |
   head -c 2000000 > "$w/text.txt"
-"$bld/shardc" build "$src/examples/tinygpt.model" -o "$w/tg_host" || bad "host build of tinygpt"
 opts="--data $w/text.txt --steps 20 --batch 16 --seq 128 --eval-every 0 --quiet"
-timeout 300 "$w/tg_host" $opts --log "$w/host.jsonl" --threads "$(nproc)" || bad "host tinygpt run"
-timeout 120 "$ex/tinygpt_fp32" $opts --log "$w/fp32.jsonl" || bad "fp32 CUDA tinygpt run"
-timeout 120 "$ex/tinygpt_bf16" $opts --log "$w/bf16.jsonl" || bad "bf16 CUDA tinygpt run"
-losses "$w/host.jsonl" > "$w/h.txt"; losses "$w/fp32.jsonl" > "$w/f.txt"; losses "$w/bf16.jsonl" > "$w/b.txt"
-if close "$w/h.txt" "$w/f.txt" 1e-4; then ok "fp32: 20 losses within 1e-4 of the host's"; else bad "fp32 losses vs host"; fi
-if close "$w/h.txt" "$w/b.txt" 2e-2; then ok "bf16: 20 losses within 2e-2 of the host's"; else bad "bf16 losses vs host"; fi
 
-stage "two ranks on one GPU (--dp 2)"
-dpopts="--data $w/text.txt --steps 6 --batch 16 --seq 128 --eval-every 0 --quiet"
-"$w/tg_host" $dpopts --log "$w/h1.jsonl" --threads "$(nproc)"
-if timeout 120 mpirun --oversubscribe -np 2 "$ex/tinygpt_fp32" $dpopts --dp 2 --log "$w/dp.jsonl" > "$w/dp.txt" 2>&1; then
-  how="NCCL"
-else
-  echo "   NCCL: $(grep -m1 -iE "error|duplicate" "$w/dp.txt")"
-  if grep -q -- "--comm mpi" "$w/dp.txt"; then ok "NCCL's refusal says to use --comm mpi"; else
-    bad "NCCL failed without saying to use --comm mpi"; fi
-  how="MPI path (--comm mpi)"
-  rm -f "$w/dp.jsonl"
-  timeout 120 mpirun --oversubscribe -np 2 "$ex/tinygpt_fp32" $dpopts --dp 2 --comm mpi \
-    --log "$w/dp.jsonl" > "$w/dp.txt" 2>&1 || { echo "   MPI path: $(grep -m1 -i error "$w/dp.txt")"; how=""; }
-fi
-if [ -n "$how" ]; then
-  losses "$w/h1.jsonl" > "$w/h1.txt"; losses "$w/dp.jsonl" > "$w/dp2.txt"
-  if close "$w/h1.txt" "$w/dp2.txt" 1e-4; then ok "dp=2 on one GPU over $how matches one rank"; else bad "dp=2 over $how"; fi
-else
-  bad "dp=2 on one GPU: neither NCCL nor the MPI path ran (see above)"
-fi
-
-stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation)"
-# two stages with 4 microbatches: each rank's waiting microbatches keep
-# their own slots while the recomputed blocks run in the shared scratch
-losses "$w/h1.jsonl" > "$w/h1.txt"
-cflag=""; [ "$how" = "MPI path (--comm mpi)" ] && cflag="--comm mpi"
-if "$bld/shardc" build "$src/examples/tinygpt.model" --backend cuda --precision fp32 --cuda-arch "$cap" --pp 2 \
-     --recompute block -o "$w/tg_pp2" > "$w/ppb.txt" 2>&1; then
-  if timeout 120 mpirun --oversubscribe -np 2 "$w/tg_pp2" $dpopts --pp 2 --microbatches 4 $cflag \
-       --log "$w/pp.jsonl" > "$w/pp.txt" 2>&1; then
-    losses "$w/pp.jsonl" > "$w/pp2.txt"
-    if close "$w/h1.txt" "$w/pp2.txt" 1e-4; then ok "pp=2 with recomputation on one GPU (${cflag:-NCCL}) matches one rank"
-    else bad "pp=2 with recomputation: losses differ from one rank"; fi
-  else
-    bad "pp=2 run: $(grep -m1 -i error "$w/pp.txt")"
+kernels() { # kernels BINS OUTPUT: the kernel tests on the device
+  if timeout 180 "$1/test_kernels_cuda" > "$out/$2" 2>&1; then ok "kernels: $(tail -1 "$out/$2")"; else
+    grep -E "FAIL|error" "$out/$2" | head -20; bad "kernel tests: $(tail -1 "$out/$2")"
+    if command -v compute-sanitizer > /dev/null && [ ! -f "$out/sanitizer.txt" ]; then
+      # bad memory accesses and missing barriers, named by kernel and source line
+      timeout 150 compute-sanitizer --tool memcheck --print-limit 10 "$1/test_kernels_cuda" > "$out/sanitizer.txt" 2>&1
+      echo "   compute-sanitizer (memcheck): $(grep -c "^=========.*Invalid" "$out/sanitizer.txt") invalid accesses"
+      grep -m6 -A3 "^=========.*Invalid" "$out/sanitizer.txt"
+    fi
   fi
-else
-  bad "shardc build --backend cuda --pp 2: $(tail -1 "$w/ppb.txt")"
+}
+if want kernels; then
+  stage "kernels on the device"
+  kernels "$bins" kernels.txt
 fi
 
+host_losses() { # the host binary's 20 losses, once
+  [ -s "$w/h.txt" ] && return
+  timeout 300 "$bins/tinygpt_host" $opts --log "$w/host.jsonl" --threads "$(nproc)" || bad "host tinygpt run"
+  losses "$w/host.jsonl" > "$w/h.txt"
+}
+tinygpt() { # tinygpt BINS: fp32 and bf16 against the host's losses
+  local p tol
+  for p in fp32 bf16; do
+    tol=1e-4; [ $p = bf16 ] && tol=2e-2
+    rm -f "$w/$p.jsonl"
+    if timeout 120 "$1/tinygpt_$p" $opts --log "$w/$p.jsonl" > "$w/$p.txt" 2>&1; then
+      losses "$w/$p.jsonl" > "$w/$p.l"
+      if close "$w/h.txt" "$w/$p.l" $tol; then ok "$p: 20 losses within $tol of the host's"; else bad "$p losses vs host"; fi
+    else
+      bad "$p CUDA tinygpt run"; why "$w/$p.txt" "$1/tinygpt_$p" $opts
+    fi
+  done
+}
+if want tinygpt; then
+  stage "tinygpt: 20 steps, CUDA vs host"
+  host_losses
+  tinygpt "$bins"
+fi
+
+# the longer stages' bodies are not indented: their Python must start at column 0
+if want gpt2; then
 stage "GPT-2 124M, seq 1024: the largest batch, 30 steps"
 $py - "$w/tokens.bin" <<'PY'
 import random, struct, sys, array
@@ -172,15 +220,18 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(toks.tobytes())
 PY
+g2=$bins/gpt2_bf16
 bench="--data $w/tokens.bin --seq 1024 --eval-every 0 --lr 6e-4 --warmup 5 --quiet"
 B=0
-for b in 128 96 64 48 32 24 16 8 4; do
-  if timeout 120 "$ex/gpt2_bf16" $bench --batch $b --steps 2 --log "$w/try.jsonl" > "$w/try.txt" 2>&1; then B=$b; break; fi
-  echo "   batch $b: $(grep -m1 -i -E "error|memory" "$w/try.txt" | head -c 160)"
+for b in 128 96 64 48 32 16 8; do
+  if timeout 90 "$g2" $bench --batch $b --steps 2 --log "$w/try.jsonl" > "$w/try.txt" 2>&1; then B=$b; break; fi
+  echo "   batch $b: $(grep -m1 -i -E "error|memory" "$w/try.txt" | head -c 200)"
 done
-if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; else
-  echo "   largest batch that fits: $B x 1024 tokens"
-  timeout 400 "$ex/gpt2_bf16" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" || bad "GPT-2 30 steps"
+if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt" "$g2" $bench --batch 8; else
+  echo "   largest batch that fits (of 128, 96, 64, ...): $B x 1024 tokens"
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader > "$w/smi.txt" 2>&1 &
+  timeout 300 "$g2" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" || bad "GPT-2 30 steps"
+  cp "$w/gpt2.jsonl" "$out/gpt2.jsonl"
   $py - "$w/gpt2.jsonl" "$B" <<'PY' && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
@@ -198,6 +249,66 @@ print("   loss %.4f -> %.4f" % (rows[0]["loss"], rows[-1]["loss"]))
 print("   MFU %.1f%% of 989 TFLOP/s (target 45%%)" % (100 * mfu))
 sys.exit(0 if mfu >= 0.45 else 1)
 PY
+  echo "   clocks, power, temperature at the start: $(cat "$w/smi.txt")"
+  SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
+    bad "GPT-2 under SHARDC_CUDA_PROFILE=1"
+  grep -A 25 "cuda profile" "$out/gpt2-profile.txt"
+fi
+fi # gpt2
+
+if want dp || want pp; then
+  dpopts="--data $w/text.txt --steps 6 --batch 16 --seq 128 --eval-every 0 --quiet"
+  "$bins/tinygpt_host" $dpopts --log "$w/h1.jsonl" --threads "$(nproc)"
+  losses "$w/h1.jsonl" > "$w/h1.txt"
+fi
+how=NCCL
+if want dp; then
+stage "two ranks on one GPU (--dp 2)"
+if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_fp32" $dpopts --dp 2 --log "$w/dp.jsonl" \
+     > "$w/dp.txt" 2>&1; then
+  how="NCCL"
+else
+  echo "   NCCL: $(grep -m1 -iE "error|duplicate" "$w/dp.txt" | head -c 300)"
+  if grep -q -- "--comm mpi" "$w/dp.txt"; then ok "NCCL's refusal says to use --comm mpi"; else
+    bad "NCCL failed without saying to use --comm mpi"; fi
+  how="MPI path (--comm mpi)"
+  rm -f "$w/dp.jsonl"
+  timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_fp32" $dpopts --dp 2 --comm mpi \
+    --log "$w/dp.jsonl" > "$w/dp.txt" 2>&1 || { echo "   MPI path: $(grep -m1 -i error "$w/dp.txt")"; how=""; }
+fi
+if [ -n "$how" ]; then
+  losses "$w/dp.jsonl" > "$w/dp2.txt"
+  if close "$w/h1.txt" "$w/dp2.txt" 1e-4; then ok "dp=2 on one GPU over $how matches one rank"; else bad "dp=2 over $how"; fi
+else
+  bad "dp=2 on one GPU: neither NCCL nor the MPI path ran (see above)"
+fi
+fi # dp
+
+if want pp; then
+stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation)"
+# two stages with 4 microbatches: each rank's waiting microbatches keep
+# their own slots while the recomputed blocks run in the shared scratch
+cflag=""; [ "$how" = "MPI path (--comm mpi)" ] && cflag="--comm mpi"
+if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_pp2_fp32" $dpopts --pp 2 --microbatches 4 \
+     $cflag --log "$w/pp.jsonl" > "$w/pp.txt" 2>&1; then
+  losses "$w/pp.jsonl" > "$w/pp2.txt"
+  if close "$w/h1.txt" "$w/pp2.txt" 1e-4; then ok "pp=2 with recomputation on one GPU (${cflag:-NCCL}) matches one rank"
+  else bad "pp=2 with recomputation: losses differ from one rank"; fi
+else
+  bad "pp=2 run: $(grep -m1 -i error "$w/pp.txt" | head -c 300)"
+fi
+fi # pp
+
+if [ "$bins" = "$pre" ] && want build; then
+  stage "build here (cmake, nvcc for sm_$cap), and its programs again"
+  build_here
+  if loads "$bld/bins"; then
+    kernels "$bld/bins" kernels-built-here.txt
+    host_losses
+    tinygpt "$bld/bins"
+  else
+    bad "the programs built here are not all there or do not load"
+  fi
 fi
 
 stage "done: $pass passed, $fail failed ($(( $(date +%s) - t0 ))s); log in $log"

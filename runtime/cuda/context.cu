@@ -64,6 +64,8 @@ void srk_configure(int use_bf16)
     srk_ctx.bf16 = use_bf16 != 0;
     const char *s = getenv("SHARDC_CUDA_SYNC");
     srk_ctx.sync_each = s && *s && strcmp(s, "0") != 0;
+    s = getenv("SHARDC_CUDA_PROFILE");
+    srk_ctx.profile = s && *s && strcmp(s, "0") != 0;
 }
 
 /* ---- scratch ----------------------------------------------------------------------- */
@@ -113,6 +115,7 @@ void srk_params_written(void) { srk_ctx.param_version++; }
 
 void srk_bind_params(const float *params, int64_t n, uint64_t step)
 {
+    srk_prof_step(step);
     if (!srk_ctx.bf16 || n <= 0) return;
     if (params != srk_ctx.params || n != srk_ctx.nparams) {
         if (srk_ctx.shadow) srk_dev_free(srk_ctx.shadow);

@@ -17,7 +17,7 @@
 
 set(_srk_dir ${CMAKE_CURRENT_LIST_DIR})
 get_filename_component(_srk_root ${_srk_dir}/../.. ABSOLUTE)
-set(_srk_cu ${_srk_dir}/context.cu ${_srk_dir}/gemm.cu ${_srk_dir}/backend.cu)
+set(_srk_cu ${_srk_dir}/context.cu ${_srk_dir}/gemm.cu ${_srk_dir}/backend.cu ${_srk_dir}/profile.cu)
 file(GLOB _srk_headers ${_srk_dir}/*.cuh ${_srk_dir}/emu/*.h ${_srk_dir}/emu/c/*.h ${_srk_root}/runtime/include/*.h)
 
 target_sources(shardc_front PRIVATE ${_srk_root}/compiler/codegen_cuda.c)

@@ -53,6 +53,7 @@ typedef struct srk_context {
     int bf16;               /* 1: bf16 compute (the program's precision) */
     cudaStream_t stream;    /* compute stream */
     int sync_each;          /* SHARDC_CUDA_SYNC=1: wait after every launch */
+    int profile;            /* SHARDC_CUDA_PROFILE=1: time every generated call (profile.cu) */
     int num_sms;
     int cc_major;           /* compute capability of the device (tensor-core paths need 8) */
     /* the generated call being run, for error messages */
@@ -85,8 +86,19 @@ static inline void srk_site(const char *file, int line, const char *what)
 #define SRK_AT(what, ...)                          \
     do {                                           \
         srk_site(__FILE__, __LINE__, what);        \
-        if (!srk_ctx.failed) { __VA_ARGS__; }      \
+        if (!srk_ctx.failed) {                     \
+            if (srk_ctx.profile) srk_prof_begin(what); \
+            __VA_ARGS__;                           \
+            if (srk_ctx.profile) srk_prof_end();   \
+        }                                          \
     } while (0)
+/* the profiler (profile.cu): events around each SRK_AT call; a step begins
+ * (the first one is left out of the report); the report on stderr; free */
+void srk_prof_begin(const char *what);
+void srk_prof_end(void);
+void srk_prof_step(uint64_t step);
+void srk_prof_report(void);
+void srk_prof_free(void);
 
 /* after a launch: a configuration error now, an execution error with
  * SHARDC_CUDA_SYNC=1; both name the kernel and the generated line */

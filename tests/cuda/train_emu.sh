@@ -13,6 +13,7 @@
 #    is MPI underneath);
 #    recomputation;
 #  - a LLaMA-style model (RoPE, RMSNorm, SwiGLU) in fp32, bf16 and at tp=2;
+#  - SHARDC_CUDA_PROFILE=1 reports every generated call site and changes no loss;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
 source "$(dirname "$0")/lib.sh"
 opts="--data text.txt --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet"
@@ -119,6 +120,30 @@ emu_vs_host q2 qwen2 "Qwen2-style model (q/k/v biases, tied head)"
 ./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl
 losses rc.jsonl > rc.txt
 check "recomputation (--recompute block, dropout 0.1): 6 steps match the host binary to 1e-5" close h.txt rc.txt 1e-5
+
+# SHARDC_CUDA_PROFILE=1: the device time of every generated call, by .model site, at exit;
+# the numbers of the emulator are host times, so only the report's shape is checked
+./tg_cuda $opts --steps 3 --log p0.jsonl 2> p0.err
+SHARDC_CUDA_PROFILE=1 ./tg_cuda $opts --steps 3 --log p1.jsonl 2> p1.err
+losses p0.jsonl > p0.txt; losses p1.jsonl > p1.txt
+check "SHARDC_CUDA_PROFILE=1: the same losses" close p0.txt p1.txt 0
+check "no profile without SHARDC_CUDA_PROFILE" bash -c "! grep -q 'cuda profile' p0.err"
+sites=$(grep -o 'SRK_AT("[^"]*"' tg.cu | sort -u | wc -l)
+check "the profile: one row per site of tg.cu ($sites), steps 2 and 3, 4 layers' attention per step, 100%" \
+  $py - p1.err "$sites" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+head = re.search(r"shardc cuda profile \(rank 0; 2 steps, the first left out\): ([0-9.]+) ms of device time in (\d+) call sites", text)
+rows = {m.group(5): (float(m.group(1)), float(m.group(2)), int(m.group(3)))
+        for m in re.finditer(r"^ +([0-9.]+) +([0-9.]+) +(\d+) +([0-9.]+)  (.+)$", text, re.M)}
+print("   ", head.group(0) if head else text[:300], "|", len(rows), "rows")
+ok = head and int(head.group(2)) == int(sys.argv[2]) == len(rows)
+ok = ok and rows.get("nn.model:80 causal_attention", (0, 0, 0))[2] == 4
+ok = ok and rows.get("nn.model:80 d causal_attention", (0, 0, 0))[2] == 4
+ok = ok and abs(sum(r[1] for r in rows.values()) - 100) < 0.5
+ok = ok and abs(sum(r[0] for r in rows.values()) * 2 - float(head.group(1))) < 0.01 * float(head.group(1)) + 0.01
+sys.exit(0 if ok else 1)
+PY
 
 EMU_DEVICES=0 ./tg_cuda $opts --steps 1 2> nogpu.txt; rc=$?
 want="no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); rebuild with --backend host to run on the CPU"

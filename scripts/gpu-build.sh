@@ -1,0 +1,55 @@
+#!/bin/bash
+# gpu-build.sh BUILD BINS ARCHS [CMAKE_OPTION...]: the programs that
+# scripts/gpu-check.sh runs, built for the GPU architectures ARCHS (compute
+# capabilities, comma-separated: 90, or 80,90). Configures and builds the
+# tree in BUILD (targets: SHARDC_GPU_TARGETS, default all, which is every
+# example's CUDA binary too), then writes into BINS:
+#   test_kernels_cuda                 every CUDA kernel against the host kernels
+#   tinygpt_fp32, tinygpt_bf16        examples/tinygpt.model, --backend cuda
+#   tinygpt_pp2_fp32                  the same in two pipeline stages, block recomputation
+#   gpt2_bf16                         examples/gpt2.model (GPT-2 124M), --backend cuda
+#   tinygpt_host                      examples/tinygpt.model, --backend host
+# gpu-check.sh calls it on the GPU machine; run where nvcc is and no GPU,
+# it makes binaries to carry there (SHARDC_GPU_PREBUILT), so that the GPU's
+# minutes go to running them. Exit status 0 when every program was built.
+set -u -o pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+bld=$(realpath -m "$1"); bins=$(realpath -m "$2"); archs=$3
+shift 3
+mkdir -p "$bld" "$bins"
+cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DSHARDC_CUDA_ARCHS="${archs//,/;}" "$@" > "$bld/cmake.txt" 2>&1 ||
+  { tail -30 "$bld/cmake.txt"; echo "gpu-build: cmake could not configure $bld"; exit 1; }
+grep -E "shardc cuda|shardrt comm" "$bld/cmake.txt"
+targets=${SHARDC_GPU_TARGETS:-all}
+# keep going past a failed target: what did build is still worth running
+keep=-k
+grep -q "^CMAKE_GENERATOR:INTERNAL=Ninja" "$bld/CMakeCache.txt" && keep="-k0"
+# shellcheck disable=SC2086
+if ! cmake --build "$bld" -j"$(nproc)" --target $targets -- $keep > "$bld/build.txt" 2>&1; then
+  grep -E -B2 -A6 "error" "$bld/build.txt" | head -60
+  echo "gpu-build: some targets failed (the whole log: $bld/build.txt)"
+fi
+st=0
+sc=$bld/shardc
+[ -x "$sc" ] || { echo "gpu-build: $sc was not built"; exit 1; }
+if [ -x "$bld/test_kernels_cuda" ]; then cp "$bld/test_kernels_cuda" "$bins/"; else
+  echo "gpu-build: test_kernels_cuda was not built"; st=1; fi
+one() { # one NAME MODEL OPTIONS...: shardc build into BINS/NAME (checked below: it runs in the background)
+  local name=$1 model=$2
+  shift 2
+  if ! "$sc" build "$src/examples/$model.model" "$@" -o "$bins/$name" > "$bins/$name.txt" 2>&1; then
+    tail -5 "$bins/$name.txt"
+    echo "gpu-build: shardc build $model.model $* failed"
+  fi
+}
+one tinygpt_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" &
+one tinygpt_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" &
+one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --recompute block &
+one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" &
+one tinygpt_host tinygpt --backend host &
+wait
+for b in tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host; do
+  [ -x "$bins/$b" ] || { echo "gpu-build: $bins/$b is missing"; st=1; }
+done
+[ $st -eq 0 ] && echo "gpu-build: the programs are in $bins"
+exit $st
