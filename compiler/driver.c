@@ -123,6 +123,9 @@ static int parse_pos_int(const char *s, int *out)
 #ifndef SHARDC_CC
 #define SHARDC_CC "mpicc"
 #endif
+#ifndef SHARDC_MPI_LIBS
+#define SHARDC_MPI_LIBS ""
+#endif
 #ifndef SHARDC_RUNTIME_EXTRA_LIBS
 #define SHARDC_RUNTIME_EXTRA_LIBS ""
 #endif
@@ -186,7 +189,9 @@ static int build(Program *P, const Opts *o)
         return 1;
     }
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : SHARDC_CC;
-    char *argv[32];
+    /* a compiler other than the MPI wrapper does not add MPI: libshardrt's */
+    int plain_cc = strcmp(cc, SHARDC_CC) != 0;
+    char *argv[40];
     int n = 0;
     argv[n++] = (char *)cc;
     argv[n++] = "-std=c11";
@@ -201,6 +206,8 @@ static int build(Program *P, const Opts *o)
     /* the runtime's own dependencies (NCCL where it was built with it) */
     char *extra = sx_strdup(SHARDC_RUNTIME_EXTRA_LIBS);
     for (char *tok = strtok(extra, " "); tok && n < 24; tok = strtok(NULL, " ")) argv[n++] = tok;
+    char *mpi = sx_strdup(plain_cc ? SHARDC_MPI_LIBS : "");
+    for (char *tok = strtok(mpi, " "); tok && n < 32; tok = strtok(NULL, " ")) argv[n++] = tok;
     argv[n++] = "-lopenblas";
     argv[n++] = "-lm";
     argv[n++] = "-o";

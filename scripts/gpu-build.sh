@@ -7,7 +7,8 @@
 #   test_kernels_cuda                 every CUDA kernel against the host kernels
 #   tinygpt_fp32, tinygpt_bf16        examples/tinygpt.model, --backend cuda
 #   tinygpt_pp2_fp32                  the same in two pipeline stages, block recomputation
-#   gpt2_bf16                         examples/gpt2.model (GPT-2 124M), --backend cuda
+#   gpt2_bf16                         examples/gpt2.model (GPT-2 124M), --backend cuda,
+#                                     vocabulary padded to a multiple of 128 (50304)
 #   tinygpt_host                      examples/tinygpt.model, --backend host
 # gpu-check.sh calls it on the GPU machine; run where nvcc is and no GPU,
 # it makes binaries to carry there (SHARDC_GPU_PREBUILT), so that the GPU's
@@ -45,7 +46,8 @@ one() { # one NAME MODEL OPTIONS...: shardc build into BINS/NAME (checked below:
 one tinygpt_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" &
 one tinygpt_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" &
 one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --recompute block &
-one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" &
+# the vocabulary padded to 50304 as llm.c and Megatron do (aligned logit rows; the loss ignores the padding)
+one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" --set make_vocab_size_divisible_by=128 &
 one tinygpt_host tinygpt --backend host &
 wait
 for b in tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host; do

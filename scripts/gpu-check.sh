@@ -20,6 +20,7 @@
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
 #      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); then 4 steps under
 #      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line;
+#      and, where Nsight Compute is, one step's kernels by name (ncu.csv);
 #   5. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
 #      refuses two ranks on one device (its error must say to use --comm mpi),
 #      over the MPI path (--comm mpi: staged through page-locked host memory);
@@ -253,6 +254,26 @@ PY
   SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
     bad "GPT-2 under SHARDC_CUDA_PROFILE=1"
   grep -A 25 "cuda profile" "$out/gpt2-profile.txt"
+fi
+if command -v ncu > /dev/null; then
+  # every kernel of one step (batch 8), by name: which kernel of a slow site is the slow one
+  echo "   Nsight Compute: one step of batch 8, every kernel's duration (ncu.csv)"
+  timeout 180 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    "$g2" $bench --batch 8 --steps 1 > "$out/ncu.csv" 2> "$w/ncu.err" || echo "   ncu: $(tail -2 "$w/ncu.err")"
+  $py - "$out/ncu.csv" <<'PY'
+import collections, csv, io, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+tot = collections.defaultdict(lambda: [0.0, 0])
+for r in csv.DictReader(io.StringIO("".join(lines))):
+    if r.get("Metric Name") == "gpu__time_duration.sum":
+        t = tot[r["Kernel Name"].split("(")[0].replace("__nv_bfloat16", "bf16")[:90]]
+        t[0] += float(r["Metric Value"].replace(",", "")) / 1e3
+        t[1] += 1
+all_us = sum(t[0] for t in tot.values())
+print("   %d kernels, %.1f ms in all; the heaviest:" % (sum(t[1] for t in tot.values()), all_us / 1e3))
+for name, (us, n) in sorted(tot.items(), key=lambda kv: -kv[1][0])[:22]:
+    print("   %9.1f us %5.1f%% %5d x %8.1f us  %s" % (us, 100 * us / max(all_us, 1e-9), n, us / n, name))
+PY
 fi
 fi # gpt2
 

@@ -117,7 +117,7 @@ __global__ void axpy_bcast_kernel(TD *da, const TG *dout, const TY *y, float s, 
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float g = srk_ld(dout[i]) * s;
-        if (y) g *= srk_ld(y[i % ny]);
+        if (y) g *= srk_ld(y[ny == n ? i : i % ny]); /* no 64-bit division when y is not broadcast */
         srk_acc(&da[i], g);
     }
 }
@@ -129,13 +129,26 @@ void srk_add_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
     SR_LAUNCH((binary_fwd_kernel<EW_ADD, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
               srk_ctx.stream, out, a, b, n, nb);
 }
+/* db (nb) += s * (the column sums of dout (n/nb, nb) [times y]); with nb == n
+ * (no broadcast, a residual add) that is element-wise: no column sums */
+template <int MODE, class TDB, class TG, class TY>
+void srk_bcast_bwd(TDB *db, const TG *dout, const TY *y, float s, long n, long nb)
+{
+    if (!db || nb <= 0) return;
+    if (nb == n)
+        SR_LAUNCH((axpy_bcast_kernel<TDB, TG, TY>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+                  db, dout, y, s, n, n);
+    else
+        srk_colsum<MODE, TDB, float>(db, (float *)NULL, s, dout, y, NULL, NULL, n / nb, nb);
+}
+
 template <class TDA, class TDB, class TG>
 void srk_add_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
 {
     if (n <= 0) return;
     if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
                       srk_ctx.stream, da, dout, (const float *)NULL, 1.0f, n, 1L);
-    if (db && nb > 0) srk_colsum<CS_MODE_X, TDB, float>(db, (float *)NULL, 1.0f, dout, (const float *)NULL, NULL, NULL, n / nb, nb);
+    srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, 1.0f, n, nb);
 }
 template <class TO, class TA, class TB>
 void srk_sub_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
@@ -150,7 +163,7 @@ void srk_sub_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
     if (n <= 0) return;
     if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
                       srk_ctx.stream, da, dout, (const float *)NULL, 1.0f, n, 1L);
-    if (db && nb > 0) srk_colsum<CS_MODE_X, TDB, float>(db, (float *)NULL, -1.0f, dout, (const float *)NULL, NULL, NULL, n / nb, nb);
+    srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, -1.0f, n, nb);
 }
 template <class TO, class TA, class TB>
 void srk_mul_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
@@ -166,7 +179,7 @@ void srk_mul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, lon
     if (n <= 0 || nb <= 0) return;
     if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
                       srk_ctx.stream, da, dout, b, 1.0f, n, nb);
-    if (db) srk_colsum<CS_MODE_XY, TDB, float>(db, (float *)NULL, 1.0f, dout, a, NULL, NULL, n / nb, nb);
+    srk_bcast_bwd<CS_MODE_XY>(db, dout, a, 1.0f, n, nb);
 }
 
 template <class TO, class TX>

@@ -21,6 +21,9 @@ for m in tinygpt mlp gpt2 llama; do
   check "build examples/$m.model (C compiles with -Werror)" \
     "$shardc" build "$src/examples/$m.model" -o "$m" --emit-src "src-$m"
 done
+# CC set to the plain compiler (as some CUDA images do): the MPI libraries are added
+check "CC=cc: the program links (MPI added) and trains a step" bash -c \
+  "CC=cc '$shardc' build '$src/examples/tinygpt.model' -o tg_cc && ./tg_cc --data text.txt --steps 1 --batch 2 --seq 16 --quiet"
 check "generated C names the .model lines" grep -q "tinygpt.model:" src-tinygpt/tinygpt.c
 check "generated C has shapes on buffers" grep -q "f32\[B, T, 128\]" src-tinygpt/tinygpt.c
 
