@@ -133,6 +133,13 @@ void srk_set_scalar(float *dev, float v);
 void srk_f32_to_bf16(bf16 *out, const float *x, int64_t n);
 void srk_bf16_to_f32(float *out, const bf16 *x, int64_t n);
 
+/* unrolled under nvcc (register arrays indexed by the loop stay in registers) */
+#ifdef __CUDACC__
+#define SRK_UNROLL _Pragma("unroll")
+#else
+#define SRK_UNROLL
+#endif
+
 #ifdef __CUDACC__
 #define SR_LAUNCH(kern, grid, block, smem, stream, ...)                      \
     do {                                                                     \

@@ -43,9 +43,15 @@ __global__ void layernorm_fwd_kernel(TO *out, float *mean, float *rstd, const TX
     }
 }
 
-template <class TD, class TG, class TX, class TW>
-__global__ void layernorm_bwd_dx_kernel(TD *dx, const TG *dout, const TX *x, const TW *w, const float *mean,
-                                        const float *rstd, long N, int C)
+/* NV > 0: a row of at most 32*NV elements is read once and kept in registers
+ * (NV values per lane, loops unrolled; up to 93 registers, hence the launch
+ * bound); NV = 0: any width, read twice. The sums run in the same order
+ * either way. Measured on an H200 before this (two passes, no __restrict__):
+ * 203 us for 8192 x 768 bf16 rows, 14 times the forward's 14 us. */
+template <int NV, class TD, class TG, class TX, class TW>
+__global__ void __launch_bounds__(32 * NORM_WARPS) layernorm_bwd_dx_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x,
+                                        const TW *__restrict__ w, const float *__restrict__ mean,
+                                        const float *__restrict__ rstd, long N, int C)
 {
     // dx (N,C) += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w
     long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
@@ -53,15 +59,36 @@ __global__ void layernorm_bwd_dx_kernel(TD *dx, const TG *dout, const TX *x, con
     if (row >= N) return;
     const TX *xr = x + row * C;
     const TG *gr = dout + row * C;
+    TD *dr = dx + row * C;
     float m = mean[row], rs = rstd[row];
     float sd = 0.0f, sdn = 0.0f;
+    if (NV > 0) {
+        float nv[NV > 0 ? NV : 1], dv[NV > 0 ? NV : 1];
+        SRK_UNROLL
+        for (int k = 0; k < NV; k++) {
+            int j = lane + 32 * k;
+            nv[k] = dv[k] = 0.0f;
+            if (j < C) {
+                nv[k] = (srk_ld(xr[j]) - m) * rs;
+                dv[k] = srk_ld(gr[j]) * srk_ld(w[j]);
+                sd += dv[k];
+                sdn += dv[k] * nv[k];
+            }
+        }
+        float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
+        SRK_UNROLL
+        for (int k = 0; k < NV; k++) {
+            int j = lane + 32 * k;
+            if (j < C) srk_acc(&dr[j], (dv[k] - md - nv[k] * mdn) * rs);
+        }
+        return;
+    }
     for (int j = lane; j < C; j += 32) {
         float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
         sd += dn;
         sdn += dn * norm;
     }
     float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
-    TD *dr = dx + row * C;
     for (int j = lane; j < C; j += 32) {
         float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
         srk_acc(&dr[j], (dn - md - norm * mdn) * rs);
@@ -84,8 +111,16 @@ void srk_layernorm_bwd(TD *dx, TDW *dw, TDB *db, const TG *dout, const TX *x, co
     if (N <= 0 || C <= 0) return;
     if (dx) {
         unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
-        SR_LAUNCH((layernorm_bwd_dx_kernel<TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x, w,
-                  mean, rstd, N, (int)C);
+        long nv = (C + 31) / 32; /* values per lane */
+#define SRK_LN_DX(NV)                                                                                                \
+    SR_LAUNCH((layernorm_bwd_dx_kernel<NV, TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x, w, \
+              mean, rstd, N, (int)C)
+        if (nv <= 8) SRK_LN_DX(8);
+        else if (nv <= 16) SRK_LN_DX(16);
+        else if (nv <= 24) SRK_LN_DX(24);
+        else if (nv <= 32) SRK_LN_DX(32);
+        else SRK_LN_DX(0);
+#undef SRK_LN_DX
     }
     srk_colsum<CS_MODE_LN, TDW, TDB>(dw, db, 1.0f, dout, x, mean, rstd, N, C);
 }
@@ -111,8 +146,8 @@ __global__ void rmsnorm_fwd_kernel(TO *out, float *rstd, const TX *x, const TW *
 }
 
 template <class TD, class TG, class TX, class TW>
-__global__ void rmsnorm_bwd_dx_kernel(TD *dx, const TG *dout, const TX *x, const TW *w, const float *rstd, long N,
-                                      int C)
+__global__ void rmsnorm_bwd_dx_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x,
+                                      const TW *__restrict__ w, const float *__restrict__ rstd, long N, int C)
 {
     // dx += rstd * (dout*w - x * rstd^2 * mean(dout*w*x))
     long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);

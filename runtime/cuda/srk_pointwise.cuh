@@ -122,6 +122,69 @@ __global__ void axpy_bcast_kernel(TD *da, const TG *dout, const TY *y, float s, 
     }
 }
 
+/* eight elements as floats through 16-byte accesses (p 16-byte aligned) */
+__device__ __forceinline__ void srk_ld8(const float *p, float v[8])
+{
+    float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+/* bf16 pairs packed in 32-bit words by bits (no bf16 view of a word: that
+ * breaks C++'s aliasing rules, and the emulator's compiler acts on it);
+ * element 2k is the low half of word k, a bf16 is a float's high half */
+__device__ __forceinline__ void srk_ld8(const bf16 *p, float v[8])
+{
+    uint4 u = *(const uint4 *)p;
+    unsigned w[4] = {u.x, u.y, u.z, u.w};
+    SRK_UNROLL
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void srk_st8(float *p, const float v[8])
+{
+    ((float4 *)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    ((float4 *)p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void srk_st8(bf16 *p, const float v[8])
+{
+    unsigned w[4];
+    SRK_UNROLL
+    for (int k = 0; k < 4; k++)
+        w[k] = (unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * k])) |
+               (unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * k + 1])) << 16;
+    uint4 u;
+    u.x = w[0], u.y = w[1], u.z = w[2], u.w = w[3];
+    *(uint4 *)p = u;
+}
+static inline int srk_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* da (8 n8) += s * dout: axpy_bcast_kernel's arithmetic, eight elements a thread */
+template <class TD, class TG>
+__global__ void axpy8_kernel(TD *__restrict__ da, const TG *__restrict__ dout, float s, long n8)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        float g[8], d[8];
+        srk_ld8(dout + 8 * i, g);
+        srk_ld8(da + 8 * i, d);
+        SRK_UNROLL
+        for (int k = 0; k < 8; k++) d[k] = d[k] + g[k] * s;
+        srk_st8(da + 8 * i, d);
+    }
+}
+
+/* da (n) += s * dout (n): vectorized when the sizes and addresses allow */
+template <class TD, class TG>
+void srk_axpy(TD *da, const TG *dout, float s, long n)
+{
+    if (n % 8 == 0 && srk_aligned16(da) && srk_aligned16(dout))
+        SR_LAUNCH((axpy8_kernel<TD, TG>), srk_blocks(n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, da,
+                  dout, s, n / 8);
+    else
+        SR_LAUNCH((axpy_bcast_kernel<TD, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+                  da, dout, (const float *)NULL, s, n, 1L);
+}
+
 template <class TO, class TA, class TB>
 void srk_add_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
 {
@@ -135,7 +198,9 @@ template <int MODE, class TDB, class TG, class TY>
 void srk_bcast_bwd(TDB *db, const TG *dout, const TY *y, float s, long n, long nb)
 {
     if (!db || nb <= 0) return;
-    if (nb == n)
+    if (nb == n && !y)
+        srk_axpy(db, dout, s, n);
+    else if (nb == n)
         SR_LAUNCH((axpy_bcast_kernel<TDB, TG, TY>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
                   db, dout, y, s, n, n);
     else
@@ -146,8 +211,7 @@ template <class TDA, class TDB, class TG>
 void srk_add_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
 {
     if (n <= 0) return;
-    if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-                      srk_ctx.stream, da, dout, (const float *)NULL, 1.0f, n, 1L);
+    if (da) srk_axpy(da, dout, 1.0f, n);
     srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, 1.0f, n, nb);
 }
 template <class TO, class TA, class TB>
@@ -161,8 +225,7 @@ template <class TDA, class TDB, class TG>
 void srk_sub_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
 {
     if (n <= 0) return;
-    if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-                      srk_ctx.stream, da, dout, (const float *)NULL, 1.0f, n, 1L);
+    if (da) srk_axpy(da, dout, 1.0f, n);
     srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, -1.0f, n, nb);
 }
 template <class TO, class TA, class TB>

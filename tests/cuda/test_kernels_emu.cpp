@@ -846,6 +846,8 @@ int main(void)
             test_matmul_epilogues<bf16>(37, 24, 40);
             test_matmul_epilogues<bf16>(19, 16, 13);
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 37 * 13, 13), test_binary<bf16>(op, 301, 301);
+            /* sizes divisible by 8: the 16-byte (vectorized) accumulation */
+            for (int op = 0; op < 3; op++) test_binary<bf16>(op, 40 * 24, 24), test_binary<bf16>(op, 1000, 1000);
             test_scale<bf16>(1001);
             test_activations<bf16>(777);
             test_rope<bf16>(2, 37, 48, 3, 10000.0f), test_rope<bf16>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f);
@@ -853,7 +855,7 @@ int main(void)
             test_dropout<bf16>(1000, 0.1f);
             test_embedding<bf16>(53, 37, 29);
             test_slice_transpose<bf16>();
-            test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768);
+            test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
             test_rmsnorm<bf16>(45, 37);
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
             /* hd 8: SIMT; hd 32, 64, 128: tensor cores (wmma), one and several 64-row tiles */
@@ -864,6 +866,7 @@ int main(void)
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);
             test_matmul_epilogues<float>(37, 24, 40);
             for (int op = 0; op < 3; op++) test_binary<float>(op, 37 * 13, 13), test_binary<float>(op, 301, 301);
+            for (int op = 0; op < 3; op++) test_binary<float>(op, 40 * 24, 24), test_binary<float>(op, 1000, 1000);
             test_binary<float>(0, 70000 * 3, 3); /* many rows: multi-chunk column sums */
             test_scale<float>(1001);
             test_activations<float>(777);
@@ -875,6 +878,8 @@ int main(void)
             test_embedding<float>(53, 37, 29);
             test_slice_transpose<float>();
             test_layernorm<float>(45, 37), test_layernorm<float>(16, 768), test_layernorm<float>(1000, 5);
+            /* the backward's row widths: in registers (300: 10 a lane, of 16) and not (1100 > 1024) */
+            test_layernorm<float>(7, 300), test_layernorm<float>(5, 1100);
             test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
             test_crossentropy(37, 101), test_crossentropy(4, 50257), test_crossentropy(37, 101, 90),

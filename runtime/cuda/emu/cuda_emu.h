@@ -411,6 +411,7 @@ inline __nv_bfloat16 __float2bfloat16(float f)
     return r;
 }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 inline float __bfloat162float(__nv_bfloat16 h)
 {
     uint32_t u = (uint32_t)h.__x << 16;
