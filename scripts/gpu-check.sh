@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu-check.sh [LOG]: the CUDA backend on a real GPU, in one go (a few
+# gpu-check.sh [LOG]: the CUDA backend on a real GPU, in one go (3 to 4
 # minutes on one H200; everything printed also goes to LOG, default
 # gpu-check.log in the current directory, and the longer outputs go beside
 # it: kernels.txt, gpt2-profile.txt, build logs on failure):
