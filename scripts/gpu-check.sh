@@ -110,7 +110,7 @@ pylib() { # pylib NAME: the directory of NAME's shared library in the Python pac
   grep -m1 "/$1\.so" "$links/pylibs.txt" | xargs -r dirname
 }
 for l in libcublasLt libcublas; do
-  ls "$cuda_home"/lib64/$l.so "$cuda_home"/lib/$l.so > /dev/null 2>&1 && continue
+  [ -e "$cuda_home/lib64/$l.so" ] || [ -e "$cuda_home/lib/$l.so" ] && continue
   d=$(pylib $l)
   [ -n "$d" ] || { echo "   no $l.so next to nvcc nor in a Python package"; continue; }
   ln -sf "$(ls "$d"/$l.so* | head -1)" "$links/$l.so"

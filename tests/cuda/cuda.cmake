@@ -177,6 +177,7 @@ if(SHARDC_CUDA_LIBRARY)
           COMMAND gen_cuda ${_root}/examples/${_m}.model ${_flag} --cuda ${_ex}/${_m}_${_p}.cu
             --build ${_ex}/${_m}_${_p} --arch "$<JOIN:${SHARDC_CUDA_ARCHS},$<COMMA>>"
           DEPENDS gen_cuda shardrt shardrt_cuda ${_root}/examples/${_m}.model ${_root}/stdlib/nn.model
+            ${SHARDC_CUDA_LIBRARY} ${_srk_headers} # the kernels it compiles in
           COMMENT "nvcc: examples/${_m}.model (${_p})"
           VERBATIM)
         list(APPEND _bins ${_ex}/${_m}_${_p})
