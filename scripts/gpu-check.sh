@@ -167,7 +167,9 @@ fi
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 for i in $(seq 60); do cat "$src"/stdlib/*.model "$src"/examples/*.model "$src"/docs/*.md 2>/dev/null; done |
   head -c 2000000 > "$w/text.txt"
-opts="--data $w/text.txt --steps 20 --batch 16 --seq 128 --eval-every 0 --quiet"
+# tinygpt's batch and sequence (SHARDC_GPU_TINYGPT: smaller for the emulated dry run)
+shape=${SHARDC_GPU_TINYGPT:---batch 16 --seq 128}
+opts="--data $w/text.txt --steps 20 $shape --eval-every 0 --quiet"
 
 kernels() { # kernels BINS OUTPUT: the kernel tests on the device
   if timeout 180 "$1/test_kernels_cuda" > "$out/$2" 2>&1; then ok "kernels: $(tail -1 "$out/$2")"; else
@@ -190,9 +192,9 @@ host_losses() { # the host binary's 20 losses, once
   timeout 300 "$bins/tinygpt_host" $opts --log "$w/host.jsonl" --threads "$(nproc)" || bad "host tinygpt run"
   losses "$w/host.jsonl" > "$w/h.txt"
 }
-tinygpt() { # tinygpt BINS: fp32 and bf16 against the host's losses
+tinygpt() { # tinygpt BINS: fp32 and bf16 (SHARDC_GPU_PRECISIONS) against the host's losses
   local p tol
-  for p in fp32 bf16; do
+  for p in ${SHARDC_GPU_PRECISIONS:-fp32 bf16}; do
     tol=1e-4; [ $p = bf16 ] && tol=2e-2
     rm -f "$w/$p.jsonl"
     if timeout 120 "$1/tinygpt_$p" $opts --log "$w/$p.jsonl" > "$w/$p.txt" 2>&1; then
@@ -278,7 +280,7 @@ fi
 fi # gpt2
 
 if want dp || want pp; then
-  dpopts="--data $w/text.txt --steps 6 --batch 16 --seq 128 --eval-every 0 --quiet"
+  dpopts="--data $w/text.txt --steps 6 $shape --eval-every 0 --quiet"
   "$bins/tinygpt_host" $dpopts --log "$w/h1.jsonl" --threads "$(nproc)"
   losses "$w/h1.jsonl" > "$w/h1.txt"
 fi

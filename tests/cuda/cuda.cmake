@@ -34,6 +34,8 @@
 #                              tp=2, pp=2 matches the host binary's losses; --comm nccl is a
 #                              usage error on host builds; dp=2 --comm nccl on the emulator;
 #                              ranks sharing a GPU told to use --comm mpi (tests/cuda/comm_mpi.sh)
+#   cuda_gpu_check_dry         scripts/gpu-check.sh with a stand-in nvidia-smi, the emulated
+#                              programs and a stand-in GPT-2: its checks, fallbacks and MFU sum
 #   cuda_nvcc_examples         (nvcc only) every example's CUDA binary was built and, on a
 #                              machine without a GPU, says so in one line and exits non-zero
 #   cuda_nvcc_resources        (nvcc only) every kernel of GPT-2's bf16 and fp32 programs, per
@@ -153,6 +155,10 @@ if(TARGET shardrt_cuda_emu)
   add_test(NAME cuda_pipeline_nccl_emu COMMAND bash ${_tc}/pipeline_nccl.sh $<TARGET_FILE:gen_cuda>
     $<TARGET_FILE:shardc> ${_root})
   set_tests_properties(cuda_pipeline_nccl_emu PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 600)
+  # scripts/gpu-check.sh on a stand-in nvidia-smi and the emulated programs
+  add_test(NAME cuda_gpu_check_dry COMMAND bash ${_tc}/gpu_check_dry.sh $<TARGET_FILE:gen_cuda>
+    $<TARGET_FILE:shardc> ${_root} $<TARGET_FILE:test_kernels_emu>)
+  set_tests_properties(cuda_gpu_check_dry PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 600)
   # --comm mpi / SHARDC_COMM (the nvcc examples' --help too, where they are built)
   add_test(NAME cuda_comm_mpi COMMAND bash ${_tc}/comm_mpi.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>
     ${_root} ${CMAKE_BINARY_DIR}/cuda_examples)

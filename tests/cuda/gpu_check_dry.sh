@@ -1,0 +1,79 @@
+#!/bin/bash
+# gpu_check_dry.sh GEN_CUDA SHARDC SRCDIR TEST_KERNELS_EMU: scripts/gpu-check.sh,
+# the one script a GPU machine runs (device time is short and rare), run
+# here so that it cannot rot: nvidia-smi is a stand-in that reports an
+# H200, the programs are the emulated CUDA builds (SHARDC_GPU_PREBUILT) on
+# one pretend device (EMU_SHARED_GPU=1: NCCL refuses two ranks as on the
+# one-GPU machine), and gpt2_bf16 is a stand-in that logs a known
+# throughput and a profile (GPT-2 itself is far too slow to emulate). The
+# script's own checks must pass (kernels, fp32 losses vs the host, the
+# --comm mpi fallback at dp=2 and pp=2) and its MFU must be the one
+# worked out by hand from the stand-in's tokens/s. (SHARDC_GPU_BUILD is a
+# path that cannot be made: refused programs fail at once instead of building.)
+tk=$(realpath "$4") # before lib.sh enters its scratch directory
+source "$(dirname "$0")/lib.sh"
+mkdir -p fake bins
+cat > fake/nvidia-smi <<'SH'
+#!/bin/bash
+case "$*" in
+  -L) echo "GPU 0: NVIDIA H200 (stand-in for gpu_check_dry.sh)" ;;
+  *name,memory*) echo "NVIDIA H200, 143771 MiB, 0.0, 9.0, 1980 MHz" ;;
+  *compute_cap*) echo "9.0" ;;
+  *clocks.sm*) echo "1980 MHz, 3201 MHz, 120 W, 35" ;;
+esac
+SH
+# the stand-in GPT-2: 30 steps at TPS tokens/s; a profile under SHARDC_CUDA_PROFILE=1
+cat > bins/gpt2_bf16 <<'SH'
+#!/bin/bash
+log=/dev/null; steps=1
+while [ $# -gt 0 ]; do
+  case $1 in --log) log=$2; shift ;; --steps) steps=$2; shift ;; esac
+  shift
+done
+: > "$log"
+for i in $(seq 0 $((steps - 1))); do
+  echo "{\"step\":$i,\"loss\":10.9,\"tokens_per_s\":${TPS:-400000},\"ms\":327.68}" >> "$log"
+done
+if [ -n "${SHARDC_CUDA_PROFILE:-}" ]; then
+  echo "shardc cuda profile (rank 0; 3 steps, the first left out): 1.000 ms of device time in 1 call sites" >&2
+  echo "       1.000 100.00        1     1000.0  nn.model:80 causal_attention" >&2
+fi
+SH
+chmod +x fake/nvidia-smi bins/gpt2_bf16
+cp "$tk" bins/test_kernels_cuda
+check "emulated programs for gpu-check" bash -c "
+  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate -o bins/tinygpt_fp32 &&
+  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
+  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
+  '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
+PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS=fp32 \
+  SHARDC_GPU_TINYGPT="--batch 4 --seq 32" \
+  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
+  > run.txt 2>&1
+rc=$?
+grep -E "^(==|ok|FAIL)|MFU|tokens/s" run.txt | sed 's/^/   | /'
+# 400000 tokens/s x (6 x 124439808 + 6 x 12 x 768 x 1024) FLOPs / 989e12 = 32.5%
+check "it ran the programs given (SHARDC_GPU_PREBUILT), building nothing" \
+  bash -c "grep -q 'every program loads its libraries' run.txt && ! grep -q '^== .*build' run.txt"
+check "kernel tests on the (pretend) device pass" grep -q "^ok   kernels: [0-9]* passed, 0 failed" run.txt
+check "tinygpt fp32: 20 losses as the host's" grep -q "^ok   fp32: 20 losses within 1e-4" run.txt
+check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bash -c \
+  "grep -q 'largest batch that fits .*: 128 x 1024' run.txt && grep -q 'MFU 32.5% of 989 TFLOP/s' run.txt &&
+   grep -q '^FAIL GPT-2 MFU below the 45% target' run.txt"
+check "the profile is printed and kept (gpt2-profile.txt)" bash -c \
+  "grep -q 'nn.model:80 causal_attention' run.txt && grep -q 'cuda profile' out/gpt2-profile.txt"
+check "dp=2 on one device: NCCL's refusal names --comm mpi, and the MPI path matches one rank" bash -c \
+  "grep -q \"^ok   NCCL's refusal says to use --comm mpi\" run.txt &&
+   grep -q '^ok   dp=2 on one GPU over MPI path (--comm mpi) matches one rank' run.txt"
+check "pp=2 with recomputation over --comm mpi matches one rank" \
+  grep -q "^ok   pp=2 with recomputation on one GPU (--comm mpi) matches one rank" run.txt
+check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '^FAIL' run.txt))" \
+  bash -c "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run.txt) -eq 1 ]"
+# 600000 tokens/s: 48.7%, the target met, and the script's exit status 0
+PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=600000 \
+  bash "$src/scripts/gpu-check.sh" "$w/out2/gpu-check.log" > run2.txt 2>&1
+rc=$?
+check "600000 tokens/s is 48.7% MFU: the target met, exit status 0 (got $rc)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'MFU 48.7% of 989 TFLOP/s' run2.txt && grep -q '^ok   GPT-2 MFU >= 45%' run2.txt"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
