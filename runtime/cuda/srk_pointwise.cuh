@@ -325,6 +325,22 @@ __global__ void act_bwd_kernel(TD *dx, const TG *dout, const TX *x, long n)
     }
 }
 
+/* act_bwd_kernel's arithmetic, eight elements a thread through 16-byte accesses */
+template <int ACT, class TD, class TG, class TX>
+__global__ void act_bwd8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x, long n8)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        float g[8], xv[8], d[8];
+        srk_ld8(dout + 8 * i, g);
+        srk_ld8(x + 8 * i, xv);
+        srk_ld8(dx + 8 * i, d);
+        SRK_UNROLL
+        for (int k = 0; k < 8; k++)
+            d[k] = d[k] + (ACT == ACT_RELU ? (xv[k] > 0.0f ? g[k] : 0.0f) : srk_act_grad(ACT, xv[k]) * g[k]);
+        srk_st8(dx + 8 * i, d);
+    }
+}
+
 #define SRK_ACT_PAIR(name, ACT)                                                                          \
     template <class TO, class TX>                                                                        \
     void srk_##name##_fwd(TO *out, const TX *x, long n)                                                  \
@@ -337,8 +353,12 @@ __global__ void act_bwd_kernel(TD *dx, const TG *dout, const TX *x, long n)
     void srk_##name##_bwd(TD *dx, const TG *dout, const TX *x, long n)                                   \
     {                                                                                                    \
         if (!dx || n <= 0) return;                                                                       \
-        SR_LAUNCH((act_bwd_kernel<ACT, TD, TG, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,   \
-                  srk_ctx.stream, dx, dout, x, n);                                                       \
+        if (n % 8 == 0 && srk_aligned16(dx) && srk_aligned16(dout) && srk_aligned16(x))                  \
+            SR_LAUNCH((act_bwd8_kernel<ACT, TD, TG, TX>), srk_blocks(n / 8, SRK_EW_THREADS), SRK_EW_THREADS, \
+                      0, srk_ctx.stream, dx, dout, x, n / 8);                                            \
+        else                                                                                             \
+            SR_LAUNCH((act_bwd_kernel<ACT, TD, TG, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS,  \
+                      0, srk_ctx.stream, dx, dout, x, n);                                                \
     }
 SRK_ACT_PAIR(gelu, ACT_GELU)
 SRK_ACT_PAIR(gelu_exact, ACT_GELU_EXACT)
@@ -572,19 +592,55 @@ __global__ void slice_kernel(TO *out, const TX *x, long M, int K, int n, int par
         else out[e] = srk_to<TO>(srk_ld(x[wide]));
     }
 }
+/* slice_kernel with n % 8 == 0: eight elements of one row a thread (one
+ * division per eight), 16-byte accesses */
+template <int BWD, class TO, class TX>
+__global__ void slice8_kernel(TO *__restrict__ out, const TX *__restrict__ x, long M, int K, int n, int part)
+{
+    int n8 = n / 8;
+    for (long e8 = (long)blockIdx.x * blockDim.x + threadIdx.x; e8 < M * n8; e8 += (long)gridDim.x * blockDim.x) {
+        long r = e8 / n8;
+        long j = (e8 - r * n8) * 8;
+        long wide = r * (long)K * n + (long)part * n + j, e = r * n + j;
+        float v[8], o[8];
+        if (BWD) {
+            srk_ld8(x + e, v);
+            srk_ld8(out + wide, o);
+            SRK_UNROLL
+            for (int k = 0; k < 8; k++) o[k] = o[k] + v[k];
+            srk_st8(out + wide, o);
+        } else {
+            srk_ld8(x + wide, v);
+            srk_st8(out + e, v);
+        }
+    }
+}
+/* the 16-byte form when rows split into eights and both tensors are aligned */
+static inline int srk_slice8(long n, const void *a, const void *b)
+{
+    return n % 8 == 0 && srk_aligned16(a) && srk_aligned16(b);
+}
 template <class TO, class TX>
 void srk_slice_fwd(TO *out, const TX *x, long M, long K, long n, long i)
 {
     if (M <= 0 || n <= 0) return;
-    SR_LAUNCH((slice_kernel<0, TO, TX>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out,
-              x, M, (int)K, (int)n, (int)i);
+    if (srk_slice8(n, out, x))
+        SR_LAUNCH((slice8_kernel<0, TO, TX>), srk_blocks(M * n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                  srk_ctx.stream, out, x, M, (int)K, (int)n, (int)i);
+    else
+        SR_LAUNCH((slice_kernel<0, TO, TX>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+                  out, x, M, (int)K, (int)n, (int)i);
 }
 template <class TD, class TG>
 void srk_slice_bwd(TD *dx, const TG *dout, long M, long K, long n, long i)
 {
     if (!dx || M <= 0 || n <= 0) return;
-    SR_LAUNCH((slice_kernel<1, TD, TG>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
-              dout, M, (int)K, (int)n, (int)i);
+    if (srk_slice8(n, dx, dout))
+        SR_LAUNCH((slice8_kernel<1, TD, TG>), srk_blocks(M * n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                  srk_ctx.stream, dx, dout, M, (int)K, (int)n, (int)i);
+    else
+        SR_LAUNCH((slice_kernel<1, TD, TG>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+                  dx, dout, M, (int)K, (int)n, (int)i);
 }
 
 /* ---- transpose: x viewed as (outer, A, mid, Bd, inner) -> (outer, Bd, mid, A, inner) ------------ */

@@ -389,10 +389,10 @@ static void test_embedding(long N, long D, long V)
 }
 
 template <class T>
-static void test_slice_transpose(void)
+static void test_slice_transpose(long n = 7)
 {
     float tol = tol_for<T>(1e-6f);
-    long M = 13, K = 3, n = 7;
+    long M = 13, K = 3;
     vec x = rounded<T>(rnd(M * K * n)), g = rounded<T>(rnd(M * n)), dx0 = rounded<T>(rnd(M * K * n));
     T *d_x = up<T>(x), *d_g = up<T>(g);
     for (int i = 0; i < 3; i++) {
@@ -402,8 +402,8 @@ static void test_slice_transpose(void)
         T *d_o = up<T>(vec((size_t)(M * n))), *d_dx = up<T>(dx0);
         srk_slice_fwd(d_o, d_x, M, K, n, i);
         srk_slice_bwd(d_dx, d_g, M, K, n, i);
-        expect(fmt("slice %s fwd part %d", tname<T>(), i).c_str(), down(d_o, M * n), out, tol);
-        expect(fmt("slice %s bwd part %d", tname<T>(), i).c_str(), down(d_dx, M * K * n), dx, tol);
+        expect(fmt("slice %s fwd n=%ld part %d", tname<T>(), n, i).c_str(), down(d_o, M * n), out, tol);
+        expect(fmt("slice %s bwd n=%ld part %d", tname<T>(), n, i).c_str(), down(d_dx, M * K * n), dx, tol);
         dfree(d_o);
         dfree(d_dx);
     }
@@ -849,12 +849,12 @@ int main(void)
             /* sizes divisible by 8: the 16-byte (vectorized) accumulation */
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 40 * 24, 24), test_binary<bf16>(op, 1000, 1000);
             test_scale<bf16>(1001);
-            test_activations<bf16>(777);
+            test_activations<bf16>(777), test_activations<bf16>(776); /* 776 = 8 x 97: the 16-byte form */
             test_rope<bf16>(2, 37, 48, 3, 10000.0f), test_rope<bf16>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f);
             test_repeat_kv<bf16>(37, 2, 24, 3);
             test_dropout<bf16>(1000, 0.1f);
             test_embedding<bf16>(53, 37, 29);
-            test_slice_transpose<bf16>();
+            test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
             test_rmsnorm<bf16>(45, 37);
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
@@ -869,14 +869,14 @@ int main(void)
             for (int op = 0; op < 3; op++) test_binary<float>(op, 40 * 24, 24), test_binary<float>(op, 1000, 1000);
             test_binary<float>(0, 70000 * 3, 3); /* many rows: multi-chunk column sums */
             test_scale<float>(1001);
-            test_activations<float>(777);
+            test_activations<float>(777), test_activations<float>(776); /* 776 = 8 x 97: the 16-byte form */
             test_rope<float>(2, 37, 48, 3, 10000.0f), test_rope<float>(3, 5, 6, 3, 500000.0f);
             test_rope<float>(1, 40, 256, 2, 10000.0f); /* hd 128: several chunks of the host's angles */
             test_rope<float>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f); /* llama3 scaling within 33 positions */
             test_repeat_kv<float>(37, 2, 24, 3), test_repeat_kv<float>(5, 1, 64, 4);
             test_dropout<float>(1000, 0.1f), test_dropout<float>(100, 0.0f), test_dropout<float>(100, 1.0f);
             test_embedding<float>(53, 37, 29);
-            test_slice_transpose<float>();
+            test_slice_transpose<float>(), test_slice_transpose<float>(24); /* rows of eights: the 16-byte form */
             test_layernorm<float>(45, 37), test_layernorm<float>(16, 768), test_layernorm<float>(1000, 5);
             /* the backward's row widths: in registers (300: 10 a lane, of 16) and not (1100 > 1024) */
             test_layernorm<float>(7, 300), test_layernorm<float>(5, 1100);
