@@ -615,32 +615,27 @@ __global__ void slice8_kernel(TO *__restrict__ out, const TX *__restrict__ x, lo
         }
     }
 }
-/* the 16-byte form when rows split into eights and both tensors are aligned */
-static inline int srk_slice8(long n, const void *a, const void *b)
+/* either slice kernel: the 16-byte form when rows split into eights and both
+ * tensors are aligned */
+template <int BWD, class TO, class TX>
+static inline void srk_slice_run(TO *out, const TX *x, long M, long K, long n, long i)
 {
-    return n % 8 == 0 && srk_aligned16(a) && srk_aligned16(b);
+    if (n % 8 == 0 && srk_aligned16(out) && srk_aligned16(x))
+        SR_LAUNCH((slice8_kernel<BWD, TO, TX>), srk_blocks(M * n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                  srk_ctx.stream, out, x, M, (int)K, (int)n, (int)i);
+    else
+        SR_LAUNCH((slice_kernel<BWD, TO, TX>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+                  out, x, M, (int)K, (int)n, (int)i);
 }
 template <class TO, class TX>
 void srk_slice_fwd(TO *out, const TX *x, long M, long K, long n, long i)
 {
-    if (M <= 0 || n <= 0) return;
-    if (srk_slice8(n, out, x))
-        SR_LAUNCH((slice8_kernel<0, TO, TX>), srk_blocks(M * n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-                  srk_ctx.stream, out, x, M, (int)K, (int)n, (int)i);
-    else
-        SR_LAUNCH((slice_kernel<0, TO, TX>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-                  out, x, M, (int)K, (int)n, (int)i);
+    if (M > 0 && n > 0) srk_slice_run<0>(out, x, M, K, n, i);
 }
 template <class TD, class TG>
 void srk_slice_bwd(TD *dx, const TG *dout, long M, long K, long n, long i)
 {
-    if (!dx || M <= 0 || n <= 0) return;
-    if (srk_slice8(n, dx, dout))
-        SR_LAUNCH((slice8_kernel<1, TD, TG>), srk_blocks(M * n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-                  srk_ctx.stream, dx, dout, M, (int)K, (int)n, (int)i);
-    else
-        SR_LAUNCH((slice_kernel<1, TD, TG>), srk_blocks(M * n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-                  dx, dout, M, (int)K, (int)n, (int)i);
+    if (dx && M > 0 && n > 0) srk_slice_run<1>(dx, dout, M, K, n, i);
 }
 
 /* ---- transpose: x viewed as (outer, A, mid, Bd, inner) -> (outer, Bd, mid, A, inner) ------------ */
