@@ -218,8 +218,6 @@ static void cuda_shutdown(void)
 {
     if (!dev_ready) return;
     cudaStreamSynchronize(srk_ctx.stream);
-    if (srk_ctx.profile) srk_prof_report();
-    srk_prof_free();
     if (arena.outside)
         for (auto &kv : *arena.outside) cudaFree(kv.first);
     if (arena.base) cudaFree(arena.base);

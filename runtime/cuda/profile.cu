@@ -84,15 +84,7 @@ void flush(void)
 }
 } // namespace
 
-/* the backend's shutdown is not called on every way out: the report comes
- * from exit, registered once CUDA is up (after the CUDA runtime's own
- * handler, so that it runs before that one) */
-static void at_exit(void)
-{
-    if (srk_ctx.stream) cudaStreamSynchronize(srk_ctx.stream);
-    srk_prof_report();
-    srk_prof_free();
-}
+static void at_exit(void);
 
 void srk_prof_begin(const char *what)
 {
@@ -137,7 +129,7 @@ void srk_prof_step(uint64_t step)
     prof->steps++;
 }
 
-void srk_prof_report(void)
+static void report(void)
 {
     if (!prof || srk_ctx.failed) return;
     flush();
@@ -166,7 +158,7 @@ void srk_prof_report(void)
                 kv.second.calls ? 1000.0 * kv.second.ms / (double)kv.second.calls : 0.0, kv.first.c_str());
 }
 
-void srk_prof_free(void)
+static void release(void)
 {
     if (!prof) return;
     for (pending &p : prof->queued) {
@@ -179,4 +171,14 @@ void srk_prof_free(void)
     if (prof->cur.b) cudaEventDestroy(prof->cur.b);
     delete prof;
     prof = NULL;
+}
+
+/* the report comes from exit (the backend's shutdown is not called on every
+ * way out), registered once CUDA is up: after the CUDA runtime's own
+ * handler, so that it runs before that one */
+static void at_exit(void)
+{
+    if (srk_ctx.stream) cudaStreamSynchronize(srk_ctx.stream);
+    report();
+    release();
 }

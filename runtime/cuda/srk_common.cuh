@@ -93,12 +93,10 @@ static inline void srk_site(const char *file, int line, const char *what)
         }                                          \
     } while (0)
 /* the profiler (profile.cu): events around each SRK_AT call; a step begins
- * (the first one is left out of the report); the report on stderr; free */
+ * (the first one is left out of the report, printed on stderr at exit) */
 void srk_prof_begin(const char *what);
 void srk_prof_end(void);
 void srk_prof_step(uint64_t step);
-void srk_prof_report(void);
-void srk_prof_free(void);
 
 /* after a launch: a configuration error now, an execution error with
  * SHARDC_CUDA_SYNC=1; both name the kernel and the generated line */

@@ -157,7 +157,12 @@ __device__ __forceinline__ void srk_st8(bf16 *p, const float v[8])
     u.x = w[0], u.y = w[1], u.z = w[2], u.w = w[3];
     *(uint4 *)p = u;
 }
-static inline int srk_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+/* the 16-byte kernels' condition: n splits into eights and every tensor is
+ * 16-byte aligned (c may be NULL: two tensors) */
+static inline int srk_by8(long n, const void *a, const void *b, const void *c = NULL)
+{
+    return n % 8 == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
 
 /* da (8 n8) += s * dout: axpy_bcast_kernel's arithmetic, eight elements a thread */
 template <class TD, class TG>
@@ -177,7 +182,7 @@ __global__ void axpy8_kernel(TD *__restrict__ da, const TG *__restrict__ dout, f
 template <class TD, class TG>
 void srk_axpy(TD *da, const TG *dout, float s, long n)
 {
-    if (n % 8 == 0 && srk_aligned16(da) && srk_aligned16(dout))
+    if (srk_by8(n, da, dout))
         SR_LAUNCH((axpy8_kernel<TD, TG>), srk_blocks(n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, da,
                   dout, s, n / 8);
     else
@@ -353,7 +358,7 @@ __global__ void act_bwd8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout
     void srk_##name##_bwd(TD *dx, const TG *dout, const TX *x, long n)                                   \
     {                                                                                                    \
         if (!dx || n <= 0) return;                                                                       \
-        if (n % 8 == 0 && srk_aligned16(dx) && srk_aligned16(dout) && srk_aligned16(x))                  \
+        if (srk_by8(n, dx, dout, x))                                                                     \
             SR_LAUNCH((act_bwd8_kernel<ACT, TD, TG, TX>), srk_blocks(n / 8, SRK_EW_THREADS), SRK_EW_THREADS, \
                       0, srk_ctx.stream, dx, dout, x, n / 8);                                            \
         else                                                                                             \
@@ -620,7 +625,7 @@ __global__ void slice8_kernel(TO *__restrict__ out, const TX *__restrict__ x, lo
 template <int BWD, class TO, class TX>
 static inline void srk_slice_run(TO *out, const TX *x, long M, long K, long n, long i)
 {
-    if (n % 8 == 0 && srk_aligned16(out) && srk_aligned16(x))
+    if (srk_by8(n, out, x))
         SR_LAUNCH((slice8_kernel<BWD, TO, TX>), srk_blocks(M * n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0,
                   srk_ctx.stream, out, x, M, (int)K, (int)n, (int)i);
     else
