@@ -35,22 +35,24 @@ sc=$bld/shardc
 [ -x "$sc" ] || { echo "gpu-build: $sc was not built"; exit 1; }
 if [ -x "$bld/test_kernels_cuda" ]; then cp "$bld/test_kernels_cuda" "$bins/"; else
   echo "gpu-build: test_kernels_cuda was not built"; st=1; fi
-one() { # one NAME MODEL OPTIONS...: shardc build into BINS/NAME (checked below: it runs in the background)
+names=""
+one() { # one NAME MODEL OPTIONS...: shardc build into BINS/NAME, in the background (checked after the wait)
   local name=$1 model=$2
   shift 2
-  if ! "$sc" build "$src/examples/$model.model" "$@" -o "$bins/$name" > "$bins/$name.txt" 2>&1; then
-    tail -5 "$bins/$name.txt"
-    echo "gpu-build: shardc build $model.model $* failed"
-  fi
+  names+=" $name"
+  (if ! "$sc" build "$src/examples/$model.model" "$@" -o "$bins/$name" > "$bins/$name.txt" 2>&1; then
+     tail -5 "$bins/$name.txt"
+     echo "gpu-build: shardc build $model.model $* failed"
+   fi) &
 }
-one tinygpt_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" &
-one tinygpt_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" &
-one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --recompute block &
+one tinygpt_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs"
+one tinygpt_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs"
+one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --recompute block
 # the vocabulary padded to 50304 as llm.c and Megatron do (aligned logit rows; the loss ignores the padding)
-one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" --set make_vocab_size_divisible_by=128 &
-one tinygpt_host tinygpt --backend host &
+one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" --set make_vocab_size_divisible_by=128
+one tinygpt_host tinygpt --backend host
 wait
-for b in tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host; do
+for b in $names; do
   [ -x "$bins/$b" ] || { echo "gpu-build: $bins/$b is missing"; st=1; }
 done
 [ $st -eq 0 ] && echo "gpu-build: the programs are in $bins"
