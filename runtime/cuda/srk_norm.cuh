@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(32 * NORM_WARPS) layernorm_bwd_dx_kernel(TD *_
     TD *dr = dx + row * C;
     float m = mean[row], rs = rstd[row];
     float sd = 0.0f, sdn = 0.0f;
-    if (NV > 0) {
-        float nv[NV > 0 ? NV : 1], dv[NV > 0 ? NV : 1];
+    if constexpr (NV > 0) { /* constexpr: the other form is not compiled (nvcc: "loop is not reachable") */
+        float nv[NV], dv[NV];
         SRK_UNROLL
         for (int k = 0; k < NV; k++) {
             int j = lane + 32 * k;
@@ -81,17 +81,17 @@ __global__ void __launch_bounds__(32 * NORM_WARPS) layernorm_bwd_dx_kernel(TD *_
             int j = lane + 32 * k;
             if (j < C) srk_acc(&dr[j], (dv[k] - md - nv[k] * mdn) * rs);
         }
-        return;
-    }
-    for (int j = lane; j < C; j += 32) {
-        float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
-        sd += dn;
-        sdn += dn * norm;
-    }
-    float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
-    for (int j = lane; j < C; j += 32) {
-        float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
-        srk_acc(&dr[j], (dn - md - norm * mdn) * rs);
+    } else {
+        for (int j = lane; j < C; j += 32) {
+            float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
+            sd += dn;
+            sdn += dn * norm;
+        }
+        float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
+        for (int j = lane; j < C; j += 32) {
+            float norm = (srk_ld(xr[j]) - m) * rs, dn = srk_ld(gr[j]) * srk_ld(w[j]);
+            srk_acc(&dr[j], (dn - md - norm * mdn) * rs);
+        }
     }
 }
 

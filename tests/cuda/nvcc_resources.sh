@@ -12,7 +12,7 @@
 #    launch the runtime makes;
 #  - static shared memory <= 48 KiB (more needs dynamic shared memory and
 #    cudaFuncSetAttribute, which the emulator checks).
-# Spills are printed (speed, not correctness).
+# Spills are printed (speed, not correctness). nvcc must print no warnings.
 set -u
 nvcc=$1; archs=$2; src=$3; ex=$4
 source "$src/tests/check.sh"
@@ -65,6 +65,9 @@ PY
 )
     rc=$?
     if [ $rc -eq 0 ]; then ok "gpt2_$p sm_$a: $out"; else bad "gpt2_$p sm_$a: $out"; fi
+    # a user's `shardc build --backend cuda` shows what nvcc prints: no warnings
+    check "gpt2_$p sm_$a: nvcc prints no warnings ($(grep -m1 -i 'warning' "$w/res.txt" | head -c 120))" \
+      bash -c "! grep -qi warning '$w/res.txt'"
   done
 done
 echo "$pass passed, $fail failed"
