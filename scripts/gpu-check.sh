@@ -83,7 +83,13 @@ missing=""
 command -v mpicc > /dev/null || missing+=" mpi"
 command -v bison > /dev/null || missing+=" bison"
 command -v flex > /dev/null || missing+=" flex"
-ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so' || missing+=" openblas"
+# OpenBLAS is looked for as the build will: by the linker. (`ldconfig -p | grep -q`
+# failed at random under pipefail: grep quits at the first match and ldconfig,
+# 70 KB of output, dies of SIGPIPE.)
+blas_probe=$(mktemp -d)
+echo 'int main(void) { return 0; }' > "$blas_probe/p.c"
+"${CC:-cc}" "$blas_probe/p.c" -lopenblas -o "$blas_probe/p" 2>/dev/null || missing+=" openblas"
+rm -rf "$blas_probe"
 if [ -z "$missing" ] && [ -z "${SHARDC_GPU_DEPS_FORCE:-}" ]; then
   echo "   mpicc, bison, flex and OpenBLAS are installed"
 else
@@ -135,7 +141,7 @@ loads() { # loads DIR: every program there, with every library it needs found
   local p
   for p in $progs; do
     [ -x "$1/$p" ] || { echo "   $1/$p is missing"; return 1; }
-    if ldd "$1/$p" | grep -q "not found"; then echo "   $p: $(ldd "$1/$p" | grep 'not found' | tr -s ' \t' ' ')"; return 1; fi
+    if ldd "$1/$p" | grep "not found" > /dev/null; then echo "   $p: $(ldd "$1/$p" | grep 'not found' | tr -s ' \t' ' ')"; return 1; fi
   done
 }
 build_here() { # builds the tree for sm_$cap into $bld and the programs into $bld/bins
