@@ -15,10 +15,12 @@
 #   2. runs every CUDA kernel against the host kernels on the device;
 #   3. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
 #      from the same data and seed: losses within 1e-4 relative; and the bf16
-#      CUDA binary: within 2e-2;
+#      CUDA binary, with the default attention kernels and with mma.sync's
+#      (SHARDC_CUDA_ATTN=mma): within 2e-2;
 #   4. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
-#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); then 4 steps under
+#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); 14 steps with the
+#      mma.sync attention kernels: their MFU, losses as the default's; 4 steps under
 #      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line;
 #      and, where Nsight Compute is, one step's kernels by name (ncu.csv);
 #   5. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
@@ -198,16 +200,17 @@ host_losses() { # the host binary's 20 losses, once
   timeout 300 "$bins/tinygpt_host" $opts --log "$w/host.jsonl" --threads "$(nproc)" || bad "host tinygpt run"
   losses "$w/host.jsonl" > "$w/h.txt"
 }
-tinygpt() { # tinygpt BINS: fp32 and bf16 (SHARDC_GPU_PRECISIONS) against the host's losses
-  local p tol
-  for p in ${SHARDC_GPU_PRECISIONS:-fp32 bf16}; do
-    tol=1e-4; [ $p = bf16 ] && tol=2e-2
+tinygpt() { # tinygpt BINS: fp32, bf16 and bf16 with mma.sync attention (SHARDC_GPU_PRECISIONS) against the host
+  local p tol prog attn
+  for p in ${SHARDC_GPU_PRECISIONS:-fp32 bf16 bf16-mma}; do
+    tol=1e-4; [ $p != fp32 ] && tol=2e-2
+    prog=tinygpt_${p%-mma}; attn=wmma; [ $p = bf16-mma ] && attn=mma
     rm -f "$w/$p.jsonl"
-    if timeout 120 "$1/tinygpt_$p" $opts --log "$w/$p.jsonl" > "$w/$p.txt" 2>&1; then
+    if SHARDC_CUDA_ATTN=$attn timeout 120 "$1/$prog" $opts --log "$w/$p.jsonl" > "$w/$p.txt" 2>&1; then
       losses "$w/$p.jsonl" > "$w/$p.l"
       if close "$w/h.txt" "$w/$p.l" $tol; then ok "$p: 20 losses within $tol of the host's"; else bad "$p losses vs host"; fi
     else
-      bad "$p CUDA tinygpt run"; why "$w/$p.txt" "$1/tinygpt_$p" $opts
+      bad "$p CUDA tinygpt run"; SHARDC_CUDA_ATTN=$attn why "$w/$p.txt" "$1/$prog" $opts
     fi
   done
 }
@@ -218,6 +221,25 @@ if want tinygpt; then
 fi
 
 # the longer stages' bodies are not indented: their Python must start at column 0
+mfu() { # mfu JSONL BATCH: tokens/s and MFU of the steady steps; status 0 at 45% or more
+$py - "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+B = int(sys.argv[2])
+V, C, L, Tmax, T = 50257, 768, 12, 1024, 1024
+N = V * C + Tmax * C + L * (12 * C * C + 13 * C) + 2 * C   # 124,439,808 with the tied head
+flops_tok = 6 * N + 6 * L * C * T                            # llm.c's count
+steady = rows[10:] if len(rows) > 12 else rows[1:]
+tps = sum(r["tokens_per_s"] for r in steady) / max(1, len(steady))
+mfu = tps * flops_tok / 989e12
+print("   %d parameters; %.1f GFLOP/token; steps %d..%d: %.0f tokens/s, %.1f ms/step" % (
+    N, flops_tok / 1e9, len(rows) - len(steady), len(rows) - 1, tps,
+    sum(r["ms"] for r in steady) / max(1, len(steady))))
+print("   loss %.4f -> %.4f" % (rows[0]["loss"], rows[-1]["loss"]))
+print("   MFU %.1f%% of 989 TFLOP/s (target 45%%)" % (100 * mfu))
+sys.exit(0 if mfu >= 0.45 else 1)
+PY
+}
 if want gpt2; then
 stage "GPT-2 124M, seq 1024: the largest batch, 30 steps"
 $py - "$w/tokens.bin" <<'PY'
@@ -241,23 +263,18 @@ if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader > "$w/smi.txt" 2>&1 &
   timeout 300 "$g2" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" || bad "GPT-2 30 steps"
   cp "$w/gpt2.jsonl" "$out/gpt2.jsonl"
-  $py - "$w/gpt2.jsonl" "$B" <<'PY' && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-B = int(sys.argv[2])
-V, C, L, Tmax, T = 50257, 768, 12, 1024, 1024
-N = V * C + Tmax * C + L * (12 * C * C + 13 * C) + 2 * C   # 124,439,808 with the tied head
-flops_tok = 6 * N + 6 * L * C * T                            # llm.c's count
-steady = rows[10:] if len(rows) > 12 else rows[1:]
-tps = sum(r["tokens_per_s"] for r in steady) / max(1, len(steady))
-mfu = tps * flops_tok / 989e12
-print("   %d parameters; %.1f GFLOP/token; steps %d..%d: %.0f tokens/s, %.1f ms/step" % (
-    N, flops_tok / 1e9, len(rows) - len(steady), len(rows) - 1, tps,
-    sum(r["ms"] for r in steady) / max(1, len(steady))))
-print("   loss %.4f -> %.4f" % (rows[0]["loss"], rows[-1]["loss"]))
-print("   MFU %.1f%% of 989 TFLOP/s (target 45%%)" % (100 * mfu))
-sys.exit(0 if mfu >= 0.45 else 1)
-PY
+  mfu "$w/gpt2.jsonl" $B && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
+  # the mma.sync attention kernels (SHARDC_CUDA_ATTN=mma): not the default until measured here
+  echo "   attention on mma.sync (SHARDC_CUDA_ATTN=mma), 14 steps:"
+  if SHARDC_CUDA_ATTN=mma timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/mma.jsonl" > "$w/mma.txt" 2>&1; then
+    cp "$w/mma.jsonl" "$out/gpt2-mma.jsonl"
+    mfu "$w/mma.jsonl" $B
+    losses "$w/gpt2.jsonl" | head -14 > "$w/wmma.l"; losses "$w/mma.jsonl" > "$w/mma.l"
+    close "$w/wmma.l" "$w/mma.l" 1e-2 && ok "mma.sync attention: GPT-2's 14 losses within 1e-2 of the default's" ||
+      bad "mma.sync attention: GPT-2's losses differ from the default's"
+  else
+    bad "GPT-2 with SHARDC_CUDA_ATTN=mma"; why "$w/mma.txt" "$g2" $bench --batch $B
+  fi
   echo "   clocks, power, temperature at the start: $(cat "$w/smi.txt")"
   SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
     bad "GPT-2 under SHARDC_CUDA_PROFILE=1"

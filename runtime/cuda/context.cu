@@ -66,6 +66,12 @@ void srk_configure(int use_bf16)
     srk_ctx.sync_each = s && *s && strcmp(s, "0") != 0;
     s = getenv("SHARDC_CUDA_PROFILE");
     srk_ctx.profile = s && *s && strcmp(s, "0") != 0;
+    s = getenv("SHARDC_CUDA_ATTN");
+    srk_ctx.attn_mode = SRK_ATTN_WMMA;
+    if (s && !strcmp(s, "simt")) srk_ctx.attn_mode = SRK_ATTN_SIMT;
+    else if (s && !strcmp(s, "mma")) srk_ctx.attn_mode = SRK_ATTN_MMA;
+    else if (s && *s && strcmp(s, "wmma") != 0)
+        srk_fail("SHARDC_CUDA_ATTN=%s: expected wmma (the default), mma or simt", s);
 }
 
 /* ---- scratch ----------------------------------------------------------------------- */

@@ -3,7 +3,9 @@
  * FlashAttention-2 algorithm of srk_attention.cuh with the products of every
  * tile on tensor cores. Used in bf16 programs when q, k, v are bf16 and the
  * head size is 32, 64 or 128; everything else takes the SIMT kernels.
- * SHARDC_CUDA_ATTN=simt forces the SIMT kernels (for comparisons).
+ * SHARDC_CUDA_ATTN=simt forces the SIMT kernels (for comparisons);
+ * SHARDC_CUDA_ATTN=mma takes srk_attention_mma.cuh's kernels for head sizes
+ * 32 and 64.
  *
  * Blocks of 4 warps: 64 query rows (forward, dq) or 64 key rows (dk, dv),
  * 16 per warp; tiles of 64 keys (or queries) staged in shared memory as
@@ -307,12 +309,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
 
 static inline int enabled(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *s = getenv("SHARDC_CUDA_ATTN");
-        on = !(s && !strcmp(s, "simt"));
-    }
-    return on && srk_ctx.bf16 && srk_ctx.cc_major >= 8;
+    return srk_ctx.attn_mode != SRK_ATTN_SIMT && srk_ctx.bf16 && srk_ctx.cc_major >= 8;
 }
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
@@ -349,6 +346,8 @@ static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, 
 }
 } /* namespace srk_tc */
 
+#include "srk_attention_mma.cuh"
+
 /* 1 when the tensor-core path ran the forward (aux as srk_attention.cuh lays it out) */
 template <class TO, class TQ, class TK, class TV>
 static inline int srk_attn_tc_fwd(TO *out, TO *copy, float *aux, const TQ *q, const TK *k, const TV *v, int B, int T,
@@ -356,6 +355,11 @@ static inline int srk_attn_tc_fwd(TO *out, TO *copy, float *aux, const TQ *q, co
 {
     if constexpr (srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 && srk_dt<TV>::value == SRK_BF16) {
         if (!srk_tc::enabled()) return 0;
+        if (srk_ctx.attn_mode == SRK_ATTN_MMA) switch (C / NH) {
+            case 32: srk_mma::launch_fwd<32>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
+            case 64: srk_mma::launch_fwd<64>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
+            default: break; /* hd 128 would spill registers: wmma */
+            }
         switch (C / NH) {
         case 32: srk_tc::launch_fwd<32>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
         case 64: srk_tc::launch_fwd<64>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
@@ -373,6 +377,11 @@ static inline int srk_attn_tc_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *g, const 
     if constexpr (srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 && srk_dt<TV>::value == SRK_BF16 &&
                   srk_dt<TG>::value == SRK_BF16) {
         if (!srk_tc::enabled()) return 0;
+        if (srk_ctx.attn_mode == SRK_ATTN_MMA) switch (C / NH) {
+            case 32: srk_mma::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
+            case 64: srk_mma::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
+            default: break;
+            }
         switch (C / NH) {
         case 32: srk_tc::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
         case 64: srk_tc::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;

@@ -49,6 +49,9 @@ enum srk_scratch_id {
     SRK_SCR__COUNT
 };
 
+/* causal attention kernels in bf16 programs (fp32 programs always take SIMT) */
+enum { SRK_ATTN_WMMA = 0, SRK_ATTN_SIMT, SRK_ATTN_MMA };
+
 typedef struct srk_context {
     int bf16;               /* 1: bf16 compute (the program's precision) */
     cudaStream_t stream;    /* compute stream */
@@ -70,7 +73,9 @@ typedef struct srk_context {
     uint64_t param_version;  /* bumped by everything that writes parameters */
     uint64_t shadow_version; /* the version the shadow was made from */
     uint64_t shadow_step;
+    int attn_mode;           /* SRK_ATTN_*: SHARDC_CUDA_ATTN, read by srk_configure */
     long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */
+    long attn_mma_launches;  /* of those, the mma.sync ones */
 } srk_context;
 
 extern srk_context srk_ctx;

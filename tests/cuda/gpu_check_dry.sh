@@ -6,8 +6,9 @@
 # one pretend device (EMU_SHARED_GPU=1: NCCL refuses two ranks as on the
 # one-GPU machine), and gpt2_bf16 is a stand-in that logs a known
 # throughput and a profile (GPT-2 itself is far too slow to emulate). The
-# script's own checks must pass (kernels, fp32 losses vs the host, the
-# --comm mpi fallback at dp=2 and pp=2) and its MFU must be the one
+# script's own checks must pass (kernels, fp32 losses vs the host, bf16
+# with the mma.sync attention vs the host, the --comm mpi fallback at dp=2
+# and pp=2) and its MFU must be the one
 # worked out by hand from the stand-in's tokens/s. (SHARDC_GPU_BUILD is a
 # path that cannot be made: refused programs fail at once instead of building.)
 tk=$(realpath "$4") # before lib.sh enters its scratch directory
@@ -46,7 +47,7 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
-PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS=fp32 \
+PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16-mma" \
   SHARDC_GPU_TINYGPT="--batch 4 --seq 32" \
   SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
   > run.txt 2>&1
@@ -60,6 +61,11 @@ check "tinygpt fp32: 20 losses as the host's" grep -q "^ok   fp32: 20 losses wit
 check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bash -c \
   "grep -q 'largest batch that fits .*: 128 x 1024' run.txt && grep -q 'MFU 32.5% of 989 TFLOP/s' run.txt &&
    grep -q '^FAIL GPT-2 MFU below the 45% target' run.txt"
+check "tinygpt bf16 with the mma.sync attention (SHARDC_CUDA_ATTN=mma): losses as the host's" \
+  grep -q "^ok   bf16-mma: 20 losses within 2e-2" run.txt
+check "GPT-2 with the mma.sync attention: 14 steps, its MFU, losses compared with the default's" bash -c \
+  "grep -A4 'attention on mma.sync' run.txt | grep -q 'MFU 32.5% of 989' &&
+   grep -q \"^ok   mma.sync attention: GPT-2's 14 losses within 1e-2\" run.txt"
 check "the profile is printed and kept (gpt2-profile.txt)" bash -c \
   "grep -q 'nn.model:80 causal_attention' run.txt && grep -q 'cuda profile' out/gpt2-profile.txt"
 check "dp=2 on one device: NCCL's refusal names --comm mpi, and the MPI path matches one rank" bash -c \

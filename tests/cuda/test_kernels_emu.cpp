@@ -557,13 +557,18 @@ static void test_attention(long B, long T_, long C, long NH)
     T *d_dq = up<T>(dq0), *d_dk = up<T>(dk0), *d_dv = up<T>(dv0);
     float *d_aux = NULL;
     cudaMalloc((void **)&d_aux, srk_attention_aux_bytes(B, T_, C, NH, sizeof(T)));
-    long tc0 = srk_ctx.attn_tc_launches;
+    long tc0 = srk_ctx.attn_tc_launches, mma0 = srk_ctx.attn_mma_launches;
     srk_attention_fwd(d_o, d_aux, d_q, d_k, d_v, B, T_, C, NH);
     long hd = C / NH;
-    bool want_tc = srk_dt<T>::value == SRK_BF16 && (hd == 32 || hd == 64 || hd == 128) && !getenv("SHARDC_CUDA_ATTN");
-    check((srk_ctx.attn_tc_launches > tc0) == want_tc, "attention %s hd %ld runs on %s", tname<T>(), hd,
-          srk_ctx.attn_tc_launches > tc0 ? "tensor cores (wmma)" : "the SIMT kernels");
-    expect(fmt("attention %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld)", tname<T>(), B, T_, C, NH, C / NH).c_str(),
+    bool want_tc = srk_dt<T>::value == SRK_BF16 && (hd == 32 || hd == 64 || hd == 128) &&
+                   srk_ctx.attn_mode != SRK_ATTN_SIMT;
+    bool want_mma = want_tc && hd <= 64 && srk_ctx.attn_mode == SRK_ATTN_MMA;
+    const char *path = srk_ctx.attn_mma_launches > mma0 ? "tensor cores (mma.sync)"
+                       : srk_ctx.attn_tc_launches > tc0 ? "tensor cores (wmma)"
+                                                        : "the SIMT kernels";
+    check((srk_ctx.attn_tc_launches > tc0) == want_tc && (srk_ctx.attn_mma_launches > mma0) == want_mma,
+          "attention %s hd %ld runs on %s", tname<T>(), hd, path);
+    expect(fmt("attention %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld, %s)", tname<T>(), B, T_, C, NH, C / NH, path).c_str(),
            down(d_o, n), out, tol);
     srk_attention_bwd(d_dq, d_dk, d_dv, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH);
     expect(fmt("attention %s bwd dq", tname<T>()).c_str(), down(d_dq, n), dq, tol);
@@ -858,9 +863,18 @@ int main(void)
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
             test_rmsnorm<bf16>(45, 37);
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
-            /* hd 8: SIMT; hd 32, 64, 128: tensor cores (wmma), one and several 64-row tiles */
-            test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 70, 128, 2), test_attention<bf16>(2, 19, 64, 1);
-            test_attention<bf16>(2, 65, 64, 2), test_attention<bf16>(1, 130, 256, 2);
+            /* hd 8: SIMT; hd 32, 64, 128: tensor cores, one and several 64-row tiles; with wmma (the
+             * default) and with mma.sync (hd 32, 64), or only the one SHARDC_CUDA_ATTN names */
+            int env_mode = srk_ctx.attn_mode;
+            std::vector<int> modes = {SRK_ATTN_WMMA, SRK_ATTN_MMA};
+            if (getenv("SHARDC_CUDA_ATTN")) modes = {env_mode};
+            for (int mode : modes) {
+                srk_ctx.attn_mode = mode;
+                test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 70, 128, 2);
+                test_attention<bf16>(2, 19, 64, 1), test_attention<bf16>(2, 65, 64, 2);
+                test_attention<bf16>(1, 130, 256, 2), test_attention<bf16>(1, 150, 96, 3);
+            }
+            srk_ctx.attn_mode = env_mode;
         } else {
             test_matmul<float>(37, 19, 23, false), test_matmul<float>(64, 96, 48, false);
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);

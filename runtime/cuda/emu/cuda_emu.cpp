@@ -68,6 +68,7 @@ struct Block {
     int warp_done[NWARPS];
     int warp_arrived[NWARPS];
     uint64_t xchg[NWARPS][32];
+    uint32_t gather[NWARPS][32][EMU_GATHER_MAX];
     int32_t vote[NWARPS][32];
     body_fn fn;
     void *arg;
@@ -271,6 +272,25 @@ uint64_t warp_exchange(uint64_t mine, int src)
     uint64_t r = (src >= 0 && src < 32 && (live >> src & 1u)) ? b->xchg[w][src] : mine;
     sync_warp(); /* everybody has read before the slots are reused */
     return r;
+}
+
+void warp_gather(uint32_t *all, const uint32_t *mine, int n)
+{
+    if (n < 0 || n > EMU_GATHER_MAX) {
+        fprintf(stderr, "emu: warp_gather of %d words (at most %d)\n", n, (int)EMU_GATHER_MAX);
+        abort();
+    }
+    Block *b = cur_block;
+    Thread *t = self();
+    int w = t->lin / 32, lane = t->lin & 31;
+    unsigned live = warp_active_mask();
+    memcpy(b->gather[w][lane], mine, sizeof(uint32_t) * (size_t)n);
+    sync_warp(); /* everybody's words are in */
+    for (int i = 0; i < 32; i++) {
+        if (live >> i & 1u) memcpy(all + i * n, b->gather[w][i], sizeof(uint32_t) * (size_t)n);
+        else memset(all + i * n, 0, sizeof(uint32_t) * (size_t)n);
+    }
+    sync_warp(); /* everybody has read before the slots are reused */
 }
 
 unsigned warp_ballot(int pred)

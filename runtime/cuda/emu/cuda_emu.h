@@ -167,6 +167,12 @@ void sync_warp();
 /* warp exchange: every lane of the warp puts 8 bytes, then reads lane `src`'s
  * (its own when src is not a live lane of the warp) */
 uint64_t warp_exchange(uint64_t mine, int src);
+/* every lane puts n <= EMU_GATHER_MAX words; all[32 * n] gets every lane's
+ * (lane i's at all + i * n; zeros for lanes that are not live). Two warp
+ * barriers, where n shuffles would take 2n: the emulation of mma.sync's and
+ * ldmatrix's fragment exchanges (srk_attention_mma.cuh) */
+enum { EMU_GATHER_MAX = 8 };
+void warp_gather(uint32_t *all, const uint32_t *mine, int n);
 /* bit i: lane i of the warp is live and passed pred != 0 */
 unsigned warp_ballot(int pred);
 unsigned warp_active_mask();
