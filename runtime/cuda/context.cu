@@ -59,7 +59,7 @@ int srk_check_cuda(cudaError_t e, const char *what)
     return 0;
 }
 
-void srk_configure(int use_bf16)
+int srk_configure(int use_bf16)
 {
     srk_ctx.bf16 = use_bf16 != 0;
     const char *s = getenv("SHARDC_CUDA_SYNC");
@@ -72,6 +72,7 @@ void srk_configure(int use_bf16)
     else if (s && !strcmp(s, "mma")) srk_ctx.attn_mode = SRK_ATTN_MMA;
     else if (s && *s && strcmp(s, "wmma") != 0)
         srk_fail("SHARDC_CUDA_ATTN=%s: expected wmma (the default), mma or simt", s);
+    return srk_ctx.failed;
 }
 
 /* ---- scratch ----------------------------------------------------------------------- */

@@ -127,8 +127,9 @@ const bf16 *srk_bf16_view(const float *p, int64_t n, int scratch_id);
 /* the generated forward/backward tell the context where the parameters are */
 void srk_bind_params(const float *params, int64_t n, uint64_t step);
 void srk_params_written(void);
-/* program set-up (generated main): precision */
-void srk_configure(int use_bf16);
+/* program set-up (generated main): precision, and the SHARDC_CUDA_* settings;
+ * nonzero (the error printed) when one of those is bad */
+int srk_configure(int use_bf16);
 /* a device scalar to the host / from the host */
 float srk_get_scalar(const float *dev);
 void srk_set_scalar(float *dev, float v);

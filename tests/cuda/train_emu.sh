@@ -33,6 +33,10 @@ check "a checkpoint saved by the CUDA binary continues on the host binary" close
 ./tgb_cuda $opts --steps 6 --dropout 0.1 --log bf16.jsonl
 losses bf16.jsonl > b.txt
 check "bf16: 6 steps within 2e-2 of the host binary" close h.txt b.txt 2e-2
+SHARDC_CUDA_ATTN=mma ./tgb_cuda $opts --steps 6 --dropout 0.1 --log bf16mma.jsonl
+losses bf16mma.jsonl > bm.txt
+check "bf16 with the mma.sync attention (SHARDC_CUDA_ATTN=mma, hd 32): 6 steps within 2e-2 of the host binary" \
+  close h.txt bm.txt 2e-2
 
 if command -v mpirun >/dev/null; then
   ./tg_host $opts --batch 8 --steps 4 --log h1.jsonl
@@ -149,6 +153,10 @@ EMU_DEVICES=0 ./tg_cuda $opts --steps 1 2> nogpu.txt; rc=$?
 want="no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); rebuild with --backend host to run on the CPU"
 check "no GPU: exit 1 (got $rc)" [ $rc -eq 1 ]
 check "no GPU: one line saying so ($(head -c 200 nogpu.txt))" bash -c "[ \$(wc -l < nogpu.txt) -eq 1 ] && grep -qF '$want' nogpu.txt"
+
+SHARDC_CUDA_ATTN=flash ./tgb_cuda $opts --steps 1 2> badattn.txt; rc=$?
+check "SHARDC_CUDA_ATTN=flash: exit 2, one line naming the choices (got $rc: $(head -c 200 badattn.txt))" bash -c \
+  "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected wmma (the default), mma or simt' badattn.txt"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
