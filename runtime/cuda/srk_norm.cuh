@@ -226,20 +226,43 @@ void srk_softmax_bwd(TD *dx, const TG *dout, const TY *out, long N, long C)
 }
 
 /* ---- fused softmax + cross-entropy ----------------------------------------------------------- */
+/* online softmax statistics: after srk_ce_see of every x, s = sum exp(x - m), m = max x */
+__device__ __forceinline__ void srk_ce_see(float &m, float &s, float x)
+{
+    if (x > m) {
+        s = s * expf(m - x) + 1.0f; /* m = -inf the first time: expf(-inf) = 0 */
+        m = x;
+    } else if (x > -INFINITY || x != x) {
+        s += expf(x - m); /* NaN stays NaN, as the host's; -inf adds nothing */
+    }
+}
+/* float rows 16-byte aligned: the 16-byte loop, else the scalar one (block-uniform) */
+template <class TL>
+__device__ __forceinline__ bool srk_ce_vec(const TL *row)
+{
+    return std::is_same<TL, float>::value && ((uintptr_t)row & 15u) == 0;
+}
 template <class TL>
 __global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *logits, const int32_t *targets, int V,
                                          int ld)
 {
-    // one block per row of ld columns, the first V classes: lse = max + log(sum exp(l - max));
-    // rowloss = lse - l[target] (0 if the target is out of range)
+    // one block per row of ld columns, the first V classes, read once (an online softmax):
+    // lse = max + log(sum exp(l - max)); rowloss = lse - l[target] (0 if the target is out of range)
     long row = blockIdx.x;
     const TL *lr = logits + row * ld;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, srk_ld(lr[j]));
-    mx = srk_block_max(mx);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(srk_ld(lr[j]) - mx);
-    s = srk_block_sum(s);
+    float m = -INFINITY, s = 0.0f;
+    int j0 = 0;
+    if (srk_ce_vec(lr)) {
+        const float4 *l4 = (const float4 *)(const void *)lr;
+        for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
+            float4 x = l4[q];
+            srk_ce_see(m, s, x.x), srk_ce_see(m, s, x.y), srk_ce_see(m, s, x.z), srk_ce_see(m, s, x.w);
+        }
+        j0 = V / 4 * 4;
+    }
+    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_ce_see(m, s, srk_ld(lr[j]));
+    float mx = srk_block_max(m);
+    s = srk_block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
     if (threadIdx.x == 0) {
         float l = mx + logf(s);
         if (lse) lse[row] = l;
@@ -267,7 +290,22 @@ __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const flo
     float sc = dloss[0] / (float)N, l = lse[row];
     const TL *lr = logits + row * ld;
     TD *dr = dlogits + row * ld;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    int j0 = 0;
+    if (std::is_same<TD, float>::value && srk_ce_vec(lr) && ((uintptr_t)dr & 15u) == 0) {
+        const float4 *l4 = (const float4 *)(const void *)lr;
+        float4 *d4 = (float4 *)(void *)dr;
+        for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
+            float4 x = l4[q], d = d4[q];
+            int j = 4 * q;
+            d.x += sc * expf(x.x - l) - (j == t ? sc : 0.0f);
+            d.y += sc * expf(x.y - l) - (j + 1 == t ? sc : 0.0f);
+            d.z += sc * expf(x.z - l) - (j + 2 == t ? sc : 0.0f);
+            d.w += sc * expf(x.w - l) - (j + 3 == t ? sc : 0.0f);
+            d4[q] = d;
+        }
+        j0 = V / 4 * 4;
+    }
+    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) {
         float p = sc * expf(srk_ld(lr[j]) - l);
         srk_acc(&dr[j], j == t ? p - sc : p);
     }
