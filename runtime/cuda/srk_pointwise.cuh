@@ -15,10 +15,53 @@
 
 enum { SRK_EW_THREADS = 256 };
 
+/* eight elements as floats through 16-byte accesses (p 16-byte aligned) */
+__device__ __forceinline__ void srk_ld8(const float *p, float v[8])
+{
+    float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+/* bf16 pairs packed in 32-bit words by bits (no bf16 view of a word: that
+ * breaks C++'s aliasing rules, and the emulator's compiler acts on it);
+ * element 2k is the low half of word k, a bf16 is a float's high half */
+__device__ __forceinline__ void srk_ld8(const bf16 *p, float v[8])
+{
+    uint4 u = *(const uint4 *)p;
+    unsigned w[4] = {u.x, u.y, u.z, u.w};
+    SRK_UNROLL
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void srk_st8(float *p, const float v[8])
+{
+    ((float4 *)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    ((float4 *)p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void srk_st8(bf16 *p, const float v[8])
+{
+    unsigned w[4];
+    SRK_UNROLL
+    for (int k = 0; k < 4; k++)
+        w[k] = (unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * k])) |
+               (unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * k + 1])) << 16;
+    uint4 u;
+    u.x = w[0], u.y = w[1], u.z = w[2], u.w = w[3];
+    *(uint4 *)p = u;
+}
+/* the 16-byte kernels' condition: n splits into eights and every tensor is
+ * 16-byte aligned (c may be NULL: two tensors) */
+static inline int srk_by8(long n, const void *a, const void *b, const void *c = NULL)
+{
+    return n % 8 == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
+
 /* ---- column sums: db[j] += s * sum_r f(r, j) ----------------------------------- */
 /* Two phases, both in an order fixed by the shape: phase 1 cuts the rows into
- * `chunks` ranges and sums each (one block per 32 columns x chunk, 8 row
- * lanes per column added in a tree); phase 2 adds the chunks in order. */
+ * `chunks` ranges and sums each (one block per 32 columns x chunk, or 256
+ * columns read 16 bytes at a time, 8 row lanes per column added in order);
+ * phase 2 adds the chunks (8 lanes of every 8th chunk, added in order). */
 enum { CS_MODE_X = 0, CS_MODE_XY = 1, CS_MODE_LN = 2, CS_MODE_RMS = 3 };
 
 /* mode X: x; XY: x*y; LN: x*(y-mean)*rstd and x (two sums); RMS: x*y*rstd */
@@ -61,14 +104,73 @@ __global__ void colsum_part_kernel(float *part, float *part2, const TX *x, const
     }
 }
 
+/* colsum_part_kernel's sums, 8 columns a thread through 16-byte loads (nb % 8 == 0, x and y
+ * 16-byte aligned): each column adds the same rows in the same order, so the same bits */
+template <int MODE, class TX, class TY>
+__global__ void colsum_part8_kernel(float *part, float *part2, const TX *x, const TY *y, const float *mean,
+                                    const float *rstd, long rows, long nb, int chunks)
+{
+    // part, part2 (chunks, nb); x, y (rows, nb); a block: 256 columns x 8 row lanes
+    __shared__ float s1[8][257], s2[MODE == CS_MODE_LN ? 8 : 1][257];
+    long j = ((long)blockIdx.x * 32 + threadIdx.x) * 8;
+    int c = blockIdx.y;
+    long r0 = rows * c / chunks, r1 = rows * (c + 1) / chunks;
+    float a1[8], a2[8];
+    for (int k = 0; k < 8; k++) a1[k] = a2[k] = 0.0f;
+    if (j < nb) {
+        for (long r = r0 + threadIdx.y; r < r1; r += 8) {
+            float xv[8], yv[8];
+            srk_ld8(x + r * nb + j, xv);
+            if constexpr (MODE != CS_MODE_X) srk_ld8(y + r * nb + j, yv);
+            SRK_UNROLL
+            for (int k = 0; k < 8; k++) {
+                if constexpr (MODE == CS_MODE_X) {
+                    a1[k] += xv[k];
+                } else if constexpr (MODE == CS_MODE_XY) {
+                    a1[k] += xv[k] * yv[k];
+                } else if constexpr (MODE == CS_MODE_LN) {
+                    a1[k] += xv[k] * ((yv[k] - mean[r]) * rstd[r]);
+                    a2[k] += xv[k];
+                } else {
+                    a1[k] += xv[k] * (yv[k] * rstd[r]);
+                }
+            }
+        }
+    }
+    for (int k = 0; k < 8; k++) {
+        s1[threadIdx.y][threadIdx.x * 8 + k] = a1[k];
+        if constexpr (MODE == CS_MODE_LN) s2[threadIdx.y][threadIdx.x * 8 + k] = a2[k];
+    }
+    __syncthreads();
+    int col = threadIdx.y * 32 + threadIdx.x; /* the block's columns, one a thread */
+    long jc = (long)blockIdx.x * 256 + col;
+    if (jc < nb) {
+        float t1 = 0.0f, t2 = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            t1 += s1[k][col];
+            if constexpr (MODE == CS_MODE_LN) t2 += s2[k][col];
+        }
+        part[(long)c * nb + jc] = t1;
+        if (part2) part2[(long)c * nb + jc] = t2;
+    }
+}
+
 template <class TD>
 __global__ void colsum_finish_kernel(TD *db, const float *part, long nb, int chunks, float s)
 {
-    // db (nb) += s * sum over chunks of part (chunks, nb)
-    for (long j = (long)blockIdx.x * blockDim.x + threadIdx.x; j < nb; j += (long)gridDim.x * blockDim.x) {
-        float t = 0.0f;
-        for (int c = 0; c < chunks; c++) t += part[(long)c * nb + j];
-        srk_acc(&db[j], s * t);
+    // db (nb) += s * sum over chunks of part (chunks, nb): a block of 32 columns x 8 chunk lanes,
+    // the lanes' sums added in order (the order is the shape's)
+    __shared__ float red[8][33];
+    long j = (long)blockIdx.x * 32 + threadIdx.x;
+    float t = 0.0f;
+    if (j < nb)
+        for (int c = threadIdx.y; c < chunks; c += 8) t += part[(long)c * nb + j];
+    red[threadIdx.y][threadIdx.x] = t;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < nb) {
+        float u = 0.0f;
+        for (int k = 0; k < 8; k++) u += red[k][threadIdx.x];
+        srk_acc(&db[j], s * u);
     }
 }
 
@@ -88,14 +190,20 @@ void srk_colsum(TD *db, TD2 *db2, float s, const TX *x, const TY *y, const float
     float *part = (float *)srk_scratch(SRK_SCR_PART, sizeof(float) * (size_t)chunks * (size_t)nb);
     float *part2 = MODE == CS_MODE_LN ? (float *)srk_scratch(SRK_SCR_PART2, sizeof(float) * (size_t)chunks * (size_t)nb) : NULL;
     if (!part || (MODE == CS_MODE_LN && !part2)) return;
-    dim3 grid((unsigned)((nb + 31) / 32), (unsigned)chunks);
-    SR_LAUNCH((colsum_part_kernel<MODE, TX, TY>), grid, dim3(32, 8), 0, srk_ctx.stream, part, part2, x, y, mean, rstd,
-              rows, nb, chunks);
-    if (db) SR_LAUNCH(colsum_finish_kernel<TD>, srk_blocks(nb, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, db,
-                      (const float *)part, nb, chunks, s);
+    if (srk_by8(nb, x, MODE == CS_MODE_X ? (const void *)x : (const void *)y)) {
+        dim3 grid((unsigned)((nb / 8 + 31) / 32), (unsigned)chunks);
+        SR_LAUNCH((colsum_part8_kernel<MODE, TX, TY>), grid, dim3(32, 8), 0, srk_ctx.stream, part, part2, x, y, mean,
+                  rstd, rows, nb, chunks);
+    } else {
+        dim3 grid((unsigned)((nb + 31) / 32), (unsigned)chunks);
+        SR_LAUNCH((colsum_part_kernel<MODE, TX, TY>), grid, dim3(32, 8), 0, srk_ctx.stream, part, part2, x, y, mean,
+                  rstd, rows, nb, chunks);
+    }
+    unsigned fb = (unsigned)((nb + 31) / 32);
+    if (db) SR_LAUNCH(colsum_finish_kernel<TD>, fb, dim3(32, 8), 0, srk_ctx.stream, db, (const float *)part, nb, chunks, s);
     if (MODE == CS_MODE_LN && db2)
-        SR_LAUNCH(colsum_finish_kernel<TD2>, srk_blocks(nb, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, db2,
-                  (const float *)part2, nb, chunks, 1.0f);
+        SR_LAUNCH(colsum_finish_kernel<TD2>, fb, dim3(32, 8), 0, srk_ctx.stream, db2, (const float *)part2, nb, chunks,
+                  1.0f);
 }
 
 /* ---- broadcasting add / sub / mul -------------------------------------------------- */
@@ -120,48 +228,6 @@ __global__ void axpy_bcast_kernel(TD *da, const TG *dout, const TY *y, float s, 
         if (y) g *= srk_ld(y[ny == n ? i : i % ny]); /* no 64-bit division when y is not broadcast */
         srk_acc(&da[i], g);
     }
-}
-
-/* eight elements as floats through 16-byte accesses (p 16-byte aligned) */
-__device__ __forceinline__ void srk_ld8(const float *p, float v[8])
-{
-    float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-/* bf16 pairs packed in 32-bit words by bits (no bf16 view of a word: that
- * breaks C++'s aliasing rules, and the emulator's compiler acts on it);
- * element 2k is the low half of word k, a bf16 is a float's high half */
-__device__ __forceinline__ void srk_ld8(const bf16 *p, float v[8])
-{
-    uint4 u = *(const uint4 *)p;
-    unsigned w[4] = {u.x, u.y, u.z, u.w};
-    SRK_UNROLL
-    for (int k = 0; k < 4; k++) {
-        v[2 * k] = __uint_as_float(w[k] << 16);
-        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ void srk_st8(float *p, const float v[8])
-{
-    ((float4 *)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    ((float4 *)p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-}
-__device__ __forceinline__ void srk_st8(bf16 *p, const float v[8])
-{
-    unsigned w[4];
-    SRK_UNROLL
-    for (int k = 0; k < 4; k++)
-        w[k] = (unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * k])) |
-               (unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * k + 1])) << 16;
-    uint4 u;
-    u.x = w[0], u.y = w[1], u.z = w[2], u.w = w[3];
-    *(uint4 *)p = u;
-}
-/* the 16-byte kernels' condition: n splits into eights and every tensor is
- * 16-byte aligned (c may be NULL: two tensors) */
-static inline int srk_by8(long n, const void *a, const void *b, const void *c = NULL)
-{
-    return n % 8 == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
 
 /* da (8 n8) += s * dout: axpy_bcast_kernel's arithmetic, eight elements a thread */

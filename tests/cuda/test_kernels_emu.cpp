@@ -853,6 +853,7 @@ int main(void)
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 37 * 13, 13), test_binary<bf16>(op, 301, 301);
             /* sizes divisible by 8: the 16-byte (vectorized) accumulation */
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 40 * 24, 24), test_binary<bf16>(op, 1000, 1000);
+            test_binary<bf16>(2, 5000 * 16, 16); /* multi-chunk 16-byte column sums of dout * a */
             test_scale<bf16>(1001);
             test_activations<bf16>(777), test_activations<bf16>(776); /* 776 = 8 x 97: the 16-byte form */
             test_rope<bf16>(2, 37, 48, 3, 10000.0f), test_rope<bf16>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f);
@@ -882,6 +883,8 @@ int main(void)
             for (int op = 0; op < 3; op++) test_binary<float>(op, 37 * 13, 13), test_binary<float>(op, 301, 301);
             for (int op = 0; op < 3; op++) test_binary<float>(op, 40 * 24, 24), test_binary<float>(op, 1000, 1000);
             test_binary<float>(0, 70000 * 3, 3); /* many rows: multi-chunk column sums */
+            test_binary<float>(0, 9001 * 24, 24); /* the same, 16-byte column sums */
+            test_layernorm<float>(300, 64);       /* 5 chunks of 16-byte column sums (LN's two) */
             test_scale<float>(1001);
             test_activations<float>(777), test_activations<float>(776); /* 776 = 8 x 97: the 16-byte form */
             test_rope<float>(2, 37, 48, 3, 10000.0f), test_rope<float>(3, 5, 6, 3, 500000.0f);
