@@ -21,7 +21,8 @@
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
 #      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); 14 steps with the
 #      mma.sync attention kernels: their MFU, losses as the default's; 4 steps under
-#      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line;
+#      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line (and the
+#      attention's with mma.sync);
 #      and, where Nsight Compute is, one step's kernels by name (ncu.csv);
 #   5. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
 #      refuses two ranks on one device (its error must say to use --comm mpi),
@@ -279,6 +280,11 @@ if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt
   SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
     bad "GPT-2 under SHARDC_CUDA_PROFILE=1"
   grep -A 25 "cuda profile" "$out/gpt2-profile.txt"
+  # where the mma.sync kernels leave the time: the attention rows, against the profile above
+  SHARDC_CUDA_ATTN=mma SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile-mma.txt" 2>&1 ||
+    bad "GPT-2 under SHARDC_CUDA_ATTN=mma SHARDC_CUDA_PROFILE=1"
+  echo "   with SHARDC_CUDA_ATTN=mma:"
+  grep -E "cuda profile|causal_attention" "$out/gpt2-profile-mma.txt"
 fi
 if command -v ncu > /dev/null; then
   # every kernel of one step (batch 8), by name: which kernel of a slow site is the slow one
