@@ -224,6 +224,9 @@ char *cg_expand(const CgExpander *g, const char *t, IrOp *op, const IrBwd *b)
             }
             x = cg_cdim(ir, rows);
             p++;
+        } else if (p[0] == 'z') {
+            x = sx_fmt("%u", g->fresh);
+            p++;
         } else if (!strncmp(p, "id", 2)) {
             x = sx_fmt("%du", op->uid); /* the same in every layout */
             p += 2;
@@ -454,8 +457,11 @@ int cg_step_runs(Ir *ir, const IrBwd *b, int mode)
  * forward: steps the runtime sums once per step are left out, zb-h1's
  * halves (mode BW_INPUT, BW_WEIGHT) keep the steps with activation or
  * parameter gradients; each activation gradient is cleared before the first
- * step that adds to it (not a received one, not in the weight half); the
- * grad_ready hook follows the step that completes a parameter's gradient */
+ * step that adds to it (not a received one, not in the weight half), unless
+ * that step's template takes $z: then the call is told to overwrite it
+ * instead (not for a tensor-parallel rank-0-only gradient, which the other
+ * ranks never write, nor for one the step writes twice); the grad_ready hook
+ * follows the step that completes a parameter's gradient */
 void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls)
 {
     char *cur = NULL;
@@ -482,6 +488,9 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
             x->allreduce(x->g, op, b);
         } else {
             x->begin_step(x->g, op, b);
+            const char *t = cg_bwd_template(b, op, x->cuda);
+            int can = mode == BW_FULL && t && strstr(t, "$z");
+            unsigned fresh = 0;
             for (int k = 0; k < op->nin; k++) {
                 int d = b->din[k];
                 if (d < 0 || zeroed[d]) continue;
@@ -490,9 +499,15 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
                 zeroed[d] = 1;
                 if (pv->kind == VK_PARAM || mode == BW_WEIGHT) continue;
                 if (ir->nstages > 1 && pv->id == ir->stages[stage].act_out) continue; /* received */
+                int twice = 0;
+                for (int i = 0; i < op->nin; i++) twice |= i != k && b->din[i] == d;
+                if (can && !twice && !((b->gate >> k) & 1)) {
+                    fresh |= 1u << k;
+                    continue;
+                }
                 x->zero(x->g, op, d);
             }
-            x->step(x->g, op, b);
+            x->step(x->g, op, b, fresh);
         }
         /* no device sync before the hook: the comm layer orders its
          * collectives after the kernels queued so far */

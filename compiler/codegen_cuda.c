@@ -41,6 +41,7 @@ typedef struct CGen {
     ParamLayout L;      /* where the parameters live */
     int64_t *param_off; /* float offset of each parameter in the arena of the stage being emitted */
     char *zeroed;       /* activation gradients already zeroed in this backward */
+    unsigned fresh;     /* the step being emitted: $z (cg_emit_backward) */
     char *store;        /* ST_* of every value */
     int *aux_of_attn;   /* value -> the attention op whose aux it is, -1 */
     int logits;
@@ -91,7 +92,7 @@ static char *buf_cb(void *g, int id) { return buf(g, id); }
 /* expands a template of ops.def (compiler/codegen.c) */
 static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b)
 {
-    CgExpander x = {g->ir, g, buf_cb, "srk_dims6{{", "}}", 6, "(float *)0", "nullptr", g->mode};
+    CgExpander x = {g->ir, g, buf_cb, "srk_dims6{{", "}}", 6, "(float *)0", "nullptr", g->mode, g->fresh};
     return cg_expand(&x, t, op, b);
 }
 
@@ -282,16 +283,18 @@ static void c_zero(void *gp, IrOp *op, int d)
             cg_cdim(g->ir, shape_numel(&dv->shape)), dv->primal, shape_str(&dv->shape, g->ir));
 }
 
-static void c_step(void *gp, IrOp *op, IrBwd *b)
+static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
 {
     CGen *g = gp;
+    g->fresh = fresh;
     fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
             expand(g, cg_bwd_template(b, op, 1), op, b));
+    g->fresh = 0;
 }
 
 static CgEmit cuda_emit(CGen *g)
 {
-    CgEmit x = {g, g->f, c_open_fn, c_op, c_recompute, c_allreduce, c_begin_step, c_zero, c_step};
+    CgEmit x = {g, g->f, c_open_fn, c_op, c_recompute, c_allreduce, c_begin_step, c_zero, c_step, 1};
     return x;
 }
 

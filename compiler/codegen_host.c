@@ -70,7 +70,7 @@ static char *buf_cb(void *g, int id) { return buf(g, id); }
 /* expands a template of ops.def (compiler/codegen.c) */
 static char *expand(Gen *g, const char *t, IrOp *op, const IrBwd *b)
 {
-    CgExpander x = {g->ir, g, buf_cb, "(const long[]){", "}", 0, "NULL", "NULL", g->mode};
+    CgExpander x = {g->ir, g, buf_cb, "(const long[]){", "}", 0, "NULL", "NULL", g->mode, 0};
     return cg_expand(&x, t, op, b);
 }
 
@@ -133,15 +133,16 @@ static void h_zero(void *gp, IrOp *op, int d)
             dv->primal, shape_comment(g, dv));
 }
 
-static void h_step(void *gp, IrOp *op, IrBwd *b)
+static void h_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
 {
+    (void)fresh; /* the host templates take no $z */
     Gen *g = gp;
     fprintf(g->f, "    %s;\n", expand(g, cg_bwd_template(b, op, 0), op, b));
 }
 
 static CgEmit host_emit(Gen *g)
 {
-    CgEmit x = {g, g->f, h_open_fn, h_op, h_recompute, h_allreduce, h_begin_step, h_zero, h_step};
+    CgEmit x = {g, g->f, h_open_fn, h_op, h_recompute, h_allreduce, h_begin_step, h_zero, h_step, 0};
     return x;
 }
 

@@ -456,6 +456,7 @@ typedef struct CgExpander {
     const char *null_grad;              /* a gradient nobody needs */
     const char *null_rank;              /* the other ranks' side of a rank-0-only gradient */
     int mode;                           /* BW_* */
+    unsigned fresh;                     /* $z: bit k when $dK starts at zero, uncleared */
 } CgExpander;
 char *cg_expand(const CgExpander *x, const char *t, IrOp *op, const IrBwd *b);
 int cg_is_param_grad(Ir *ir, int gv);
@@ -485,7 +486,9 @@ typedef struct CgEmit {
     void (*allreduce)(void *g, IrOp *op, IrBwd *b); /* b->dout summed over the tensor group */
     void (*begin_step)(void *g, IrOp *op, IrBwd *b); /* before a rule's zeros and call */
     void (*zero)(void *g, IrOp *op, int d);      /* clear gradient value d */
-    void (*step)(void *g, IrOp *op, IrBwd *b);   /* the backward rule's call */
+    /* the backward rule's call; fresh: bit k when $dK's clearing was left out ($z) */
+    void (*step)(void *g, IrOp *op, IrBwd *b, unsigned fresh);
+    int cuda; /* which templates of ops.def (the $z ones can overwrite) */
 } CgEmit;
 int cg_training_head(Program *P, int *vocab, int *classes, int *max_seq, int *logits); /* inputs and loss head, checked */
 int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets); /* params[], stageS_params[] */

@@ -187,6 +187,12 @@ __device__ __forceinline__ void srk_acc(T *p, float v)
 {
     *p = srk_to<T>(srk_ld(*p) + v);
 }
+/* fresh: *p = v without reading p (a gradient whose clearing was left out); else srk_acc */
+template <class T>
+__device__ __forceinline__ void srk_put(T *p, float v, int fresh)
+{
+    *p = srk_to<T>(fresh ? v : srk_ld(*p) + v);
+}
 
 /* atomic p += v for float and bf16 (a CAS on the containing 32-bit word) */
 __device__ __forceinline__ void srk_atomic_add(float *p, float v) { atomicAdd(p, v); }

@@ -51,15 +51,31 @@ void srk_matmul_fwd(TO *out, const TA *a, const TB *b, long M, long K, long N)
     srk_gemm(0, 0, M, N, K, 1.0f, a, SRK_DT(TA), K, b, SRK_DT(TB), N, 0.0f, out, SRK_DT(TO), N, NULL, 0, SRK_EPI_NONE,
              NULL);
 }
-/* da (M,K) += dout @ b^T ; db (K,N) += a^T @ dout */
-template <class TDA, class TDB, class TG, class TA, class TB>
-void srk_matmul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N)
+/* the gradients of an empty product (a zero-length sum) where they must be written */
+template <class TDA, class TDB>
+static inline void srk_matmul_bwd_empty(TDA *da, long na, TDB *db, long nb, int fresh)
 {
-    if (M <= 0 || N <= 0 || K <= 0 || (!da && !db)) return;
+    if (da && (fresh & 1) && na > 0) srk_zero(da, na);
+    if (db && (fresh & 2) && nb > 0) srk_zero(db, nb);
+}
+/* da (M,K) += dout @ b^T ; db (K,N) += a^T @ dout; fresh (the code generator's $z): bit 0 da,
+ * bit 1 db start at zero, uncleared: the GEMM overwrites them (beta 0) */
+template <class TDA, class TDB, class TG, class TA, class TB>
+void srk_matmul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N,
+                    int fresh = 0)
+{
+    if (M <= 0 || N <= 0 || K <= 0 || (!da && !db)) {
+        srk_matmul_bwd_empty(da, M * K, db, K * N, fresh);
+        return;
+    }
     int gdt;
     const void *g = srk_grad_operand(dout, M * N, &gdt);
-    if (da) srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, 1.0f, da, SRK_DT(TDA), K, NULL, 0, 0, NULL);
-    if (db) srk_gemm(1, 0, K, N, M, 1.0f, a, SRK_DT(TA), K, g, gdt, N, 1.0f, db, SRK_DT(TDB), N, NULL, 0, 0, NULL);
+    if (da)
+        srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, fresh & 1 ? 0.0f : 1.0f, da, SRK_DT(TDA), K, NULL, 0,
+                 0, NULL);
+    if (db)
+        srk_gemm(1, 0, K, N, M, 1.0f, a, SRK_DT(TA), K, g, gdt, N, fresh & 2 ? 0.0f : 1.0f, db, SRK_DT(TDB), N, NULL, 0,
+                 0, NULL);
 }
 
 /* out (M,N) = a (M,K) @ b (N,K)^T   (tied output head) */
@@ -74,15 +90,23 @@ void srk_matmul_t_fwd(TO *out, const TA *a, const TB *b, long M, long K, long N)
     srk_gemm(0, 1, M, N, K, 1.0f, a, SRK_DT(TA), K, b, SRK_DT(TB), K, 0.0f, out, SRK_DT(TO), N, NULL, 0, SRK_EPI_NONE,
              NULL);
 }
-/* da (M,K) += dout @ b ; db (N,K) += dout^T @ a */
+/* da (M,K) += dout @ b ; db (N,K) += dout^T @ a; fresh as srk_matmul_bwd's */
 template <class TDA, class TDB, class TG, class TA, class TB>
-void srk_matmul_t_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N)
+void srk_matmul_t_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N,
+                      int fresh = 0)
 {
-    if (M <= 0 || N <= 0 || K <= 0 || (!da && !db)) return;
+    if (M <= 0 || N <= 0 || K <= 0 || (!da && !db)) {
+        srk_matmul_bwd_empty(da, M * K, db, N * K, fresh);
+        return;
+    }
     int gdt;
     const void *g = srk_grad_operand(dout, M * N, &gdt);
-    if (da) srk_gemm(0, 0, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), K, 1.0f, da, SRK_DT(TDA), K, NULL, 0, 0, NULL);
-    if (db) srk_gemm(1, 0, N, K, M, 1.0f, g, gdt, N, a, SRK_DT(TA), K, 1.0f, db, SRK_DT(TDB), K, NULL, 0, 0, NULL);
+    if (da)
+        srk_gemm(0, 0, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), K, fresh & 1 ? 0.0f : 1.0f, da, SRK_DT(TDA), K, NULL, 0,
+                 0, NULL);
+    if (db)
+        srk_gemm(1, 0, N, K, M, 1.0f, g, gdt, N, a, SRK_DT(TA), K, fresh & 2 ? 0.0f : 1.0f, db, SRK_DT(TDB), K, NULL, 0,
+                 0, NULL);
 }
 
 /* out (M,N) = a (M,K) @ w (K,N) + bias (N): matmul and add in one GEMM */

@@ -280,22 +280,24 @@ static __global__ void mean_rows_kernel(float *out, const float *rowloss, long N
 }
 template <class TD, class TL>
 __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                                        const float *dloss, long N, int V, int ld)
+                                        const float *dloss, long N, int V, int ld, int fresh)
 {
     // dlogits (N,ld) += dloss/N * (softmax(logits) - onehot(target)) in the first V columns (the
-    // rest pad); ignored rows get nothing
+    // rest pad); ignored rows get nothing. fresh: dlogits = that, and 0 where nothing is added
     long row = blockIdx.x;
     int t = targets[row];
-    if (t < 0 || t >= V) return; /* the whole block leaves */
+    TD *dr = dlogits + row * ld;
+    bool ignored = t < 0 || t >= V;
+    for (int j = (ignored ? 0 : V) + threadIdx.x; fresh && j < ld; j += blockDim.x) dr[j] = srk_to<TD>(0.0f);
+    if (ignored) return; /* the whole block leaves */
     float sc = dloss[0] / (float)N, l = lse[row];
     const TL *lr = logits + row * ld;
-    TD *dr = dlogits + row * ld;
     int j0 = 0;
     if (std::is_same<TD, float>::value && srk_ce_vec(lr) && ((uintptr_t)dr & 15u) == 0) {
         const float4 *l4 = (const float4 *)(const void *)lr;
         float4 *d4 = (float4 *)(void *)dr;
         for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
-            float4 x = l4[q], d = d4[q];
+            float4 x = l4[q], d = fresh ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : d4[q];
             int j = 4 * q;
             d.x += sc * expf(x.x - l) - (j == t ? sc : 0.0f);
             d.y += sc * expf(x.y - l) - (j + 1 == t ? sc : 0.0f);
@@ -307,7 +309,7 @@ __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const flo
     }
     for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) {
         float p = sc * expf(srk_ld(lr[j]) - l);
-        srk_acc(&dr[j], j == t ? p - sc : p);
+        srk_put(&dr[j], j == t ? p - sc : p, fresh);
     }
 }
 
@@ -326,14 +328,15 @@ void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32
               sr_ce_classes(0, (int)V, (int)nv), (int)V);
     SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
 }
-/* dloss is a device pointer to the scalar seed (the backward's d loss) */
+/* dloss is a device pointer to the scalar seed (the backward's d loss); fresh (the code
+ * generator's $z) bit 0: dlogits starts at zero, uncleared, and is overwritten */
 template <class TD, class TL>
 void srk_crossentropy_bwd(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                          const float *dloss, long N, long V, long nv)
+                          const float *dloss, long N, long V, long nv, int fresh = 0)
 {
     if (!dlogits || N <= 0) return;
     SR_LAUNCH((crossentropy_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse,
-              targets, dloss, N, sr_ce_classes(0, (int)V, (int)nv), (int)V);
+              targets, dloss, N, sr_ce_classes(0, (int)V, (int)nv), (int)V, fresh & 1);
 }
 
 #endif /* SRK_NORM_CUH */

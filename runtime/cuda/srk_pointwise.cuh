@@ -15,6 +15,9 @@
 
 enum { SRK_EW_THREADS = 256 };
 
+template <class T>
+void srk_zero(T *x, long n); /* x (n) = 0, below */
+
 /* eight elements as floats through 16-byte accesses (p 16-byte aligned) */
 __device__ __forceinline__ void srk_ld8(const float *p, float v[8])
 {
@@ -156,7 +159,7 @@ __global__ void colsum_part8_kernel(float *part, float *part2, const TX *x, cons
 }
 
 template <class TD>
-__global__ void colsum_finish_kernel(TD *db, const float *part, long nb, int chunks, float s)
+__global__ void colsum_finish_kernel(TD *db, const float *part, long nb, int chunks, float s, int fresh)
 {
     // db (nb) += s * sum over chunks of part (chunks, nb): a block of 32 columns x 8 chunk lanes,
     // the lanes' sums added in order (the order is the shape's)
@@ -170,7 +173,7 @@ __global__ void colsum_finish_kernel(TD *db, const float *part, long nb, int chu
     if (threadIdx.y == 0 && j < nb) {
         float u = 0.0f;
         for (int k = 0; k < 8; k++) u += red[k][threadIdx.x];
-        srk_acc(&db[j], s * u);
+        srk_put(&db[j], s * u, fresh);
     }
 }
 
@@ -180,10 +183,10 @@ static inline int srk_colsum_chunks(long rows)
     return (int)(c < 1 ? 1 : c > 256 ? 256 : c);
 }
 
-/* db (nb) += s * colsum(f(x, y)); for LN also db2 (nb) += colsum(x) */
+/* db (nb) += s * colsum(f(x, y)) (fresh: db =); for LN also db2 (nb) += colsum(x) */
 template <int MODE, class TD, class TD2, class TX, class TY>
 void srk_colsum(TD *db, TD2 *db2, float s, const TX *x, const TY *y, const float *mean, const float *rstd,
-                long rows, long nb)
+                long rows, long nb, int fresh = 0)
 {
     if ((!db && !db2) || rows <= 0 || nb <= 0) return;
     int chunks = srk_colsum_chunks(rows);
@@ -200,10 +203,12 @@ void srk_colsum(TD *db, TD2 *db2, float s, const TX *x, const TY *y, const float
                   rstd, rows, nb, chunks);
     }
     unsigned fb = (unsigned)((nb + 31) / 32);
-    if (db) SR_LAUNCH(colsum_finish_kernel<TD>, fb, dim3(32, 8), 0, srk_ctx.stream, db, (const float *)part, nb, chunks, s);
+    if (db)
+        SR_LAUNCH(colsum_finish_kernel<TD>, fb, dim3(32, 8), 0, srk_ctx.stream, db, (const float *)part, nb, chunks, s,
+                  fresh);
     if (MODE == CS_MODE_LN && db2)
         SR_LAUNCH(colsum_finish_kernel<TD2>, fb, dim3(32, 8), 0, srk_ctx.stream, db2, (const float *)part2, nb, chunks,
-                  1.0f);
+                  1.0f, 0);
 }
 
 /* ---- broadcasting add / sub / mul -------------------------------------------------- */
@@ -219,41 +224,41 @@ __global__ void binary_fwd_kernel(TO *out, const TA *a, const TB *b, long n, lon
     }
 }
 
-/* da (n) += s * dout (n) * (y ? y[i % ny] : 1) */
+/* da (n) += s * dout (n) * (y ? y[i % ny] : 1); fresh: da = (da's old values are not read) */
 template <class TD, class TG, class TY>
-__global__ void axpy_bcast_kernel(TD *da, const TG *dout, const TY *y, float s, long n, long ny)
+__global__ void axpy_bcast_kernel(TD *da, const TG *dout, const TY *y, float s, long n, long ny, int fresh)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float g = srk_ld(dout[i]) * s;
         if (y) g *= srk_ld(y[ny == n ? i : i % ny]); /* no 64-bit division when y is not broadcast */
-        srk_acc(&da[i], g);
+        srk_put(&da[i], g, fresh);
     }
 }
 
 /* da (8 n8) += s * dout: axpy_bcast_kernel's arithmetic, eight elements a thread */
 template <class TD, class TG>
-__global__ void axpy8_kernel(TD *__restrict__ da, const TG *__restrict__ dout, float s, long n8)
+__global__ void axpy8_kernel(TD *__restrict__ da, const TG *__restrict__ dout, float s, long n8, int fresh)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
-        float g[8], d[8];
+        float g[8], d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         srk_ld8(dout + 8 * i, g);
-        srk_ld8(da + 8 * i, d);
+        if (!fresh) srk_ld8(da + 8 * i, d);
         SRK_UNROLL
         for (int k = 0; k < 8; k++) d[k] = d[k] + g[k] * s;
         srk_st8(da + 8 * i, d);
     }
 }
 
-/* da (n) += s * dout (n): vectorized when the sizes and addresses allow */
+/* da (n) += s * dout (n) (fresh: da =): vectorized when the sizes and addresses allow */
 template <class TD, class TG>
-void srk_axpy(TD *da, const TG *dout, float s, long n)
+void srk_axpy(TD *da, const TG *dout, float s, long n, int fresh = 0)
 {
     if (srk_by8(n, da, dout))
         SR_LAUNCH((axpy8_kernel<TD, TG>), srk_blocks(n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, da,
-                  dout, s, n / 8);
+                  dout, s, n / 8, fresh);
     else
         SR_LAUNCH((axpy_bcast_kernel<TD, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-                  da, dout, (const float *)NULL, s, n, 1L);
+                  da, dout, (const float *)NULL, s, n, 1L, fresh);
 }
 
 template <class TO, class TA, class TB>
@@ -264,26 +269,32 @@ void srk_add_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
               srk_ctx.stream, out, a, b, n, nb);
 }
 /* db (nb) += s * (the column sums of dout (n/nb, nb) [times y]); with nb == n
- * (no broadcast, a residual add) that is element-wise: no column sums */
+ * (no broadcast, a residual add) that is element-wise: no column sums.
+ * fresh: db = (its old values are not read) */
 template <int MODE, class TDB, class TG, class TY>
-void srk_bcast_bwd(TDB *db, const TG *dout, const TY *y, float s, long n, long nb)
+void srk_bcast_bwd(TDB *db, const TG *dout, const TY *y, float s, long n, long nb, int fresh = 0)
 {
     if (!db || nb <= 0) return;
+    if (n <= 0) {
+        if (fresh) srk_zero(db, nb); /* column sums of no rows */
+        return;
+    }
     if (nb == n && !y)
-        srk_axpy(db, dout, s, n);
+        srk_axpy(db, dout, s, n, fresh);
     else if (nb == n)
         SR_LAUNCH((axpy_bcast_kernel<TDB, TG, TY>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-                  db, dout, y, s, n, n);
+                  db, dout, y, s, n, n, fresh);
     else
-        srk_colsum<MODE, TDB, float>(db, (float *)NULL, s, dout, y, NULL, NULL, n / nb, nb);
+        srk_colsum<MODE, TDB, float>(db, (float *)NULL, s, dout, y, NULL, NULL, n / nb, nb, fresh);
 }
 
+/* fresh (the code generator's $z): bit 0 da, bit 1 db start at zero and are
+ * overwritten (their clearing was left out) */
 template <class TDA, class TDB, class TG>
-void srk_add_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
+void srk_add_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb, int fresh = 0)
 {
-    if (n <= 0) return;
-    if (da) srk_axpy(da, dout, 1.0f, n);
-    srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, 1.0f, n, nb);
+    if (da && n > 0) srk_axpy(da, dout, 1.0f, n, fresh & 1);
+    srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, 1.0f, n, nb, fresh >> 1 & 1);
 }
 template <class TO, class TA, class TB>
 void srk_sub_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
@@ -293,11 +304,10 @@ void srk_sub_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
               srk_ctx.stream, out, a, b, n, nb);
 }
 template <class TDA, class TDB, class TG>
-void srk_sub_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb)
+void srk_sub_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb, int fresh = 0)
 {
-    if (n <= 0) return;
-    if (da) srk_axpy(da, dout, 1.0f, n);
-    srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, -1.0f, n, nb);
+    if (da && n > 0) srk_axpy(da, dout, 1.0f, n, fresh & 1);
+    srk_bcast_bwd<CS_MODE_X>(db, dout, (const float *)NULL, -1.0f, n, nb, fresh >> 1 & 1);
 }
 template <class TO, class TA, class TB>
 void srk_mul_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
@@ -307,13 +317,14 @@ void srk_mul_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
               srk_ctx.stream, out, a, b, n, nb);
 }
 template <class TDA, class TDB, class TG, class TA, class TB>
-void srk_mul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long n, long nb)
+void srk_mul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long n, long nb, int fresh = 0)
 {
-    // da += dout * b (broadcast); db += colsum(dout * a)
-    if (n <= 0 || nb <= 0) return;
-    if (da) SR_LAUNCH((axpy_bcast_kernel<TDA, TG, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-                      srk_ctx.stream, da, dout, b, 1.0f, n, nb);
-    srk_bcast_bwd<CS_MODE_XY>(db, dout, a, 1.0f, n, nb);
+    // da += dout * b (broadcast); db += colsum(dout * a); fresh as srk_add_bwd's
+    if (nb <= 0) return;
+    if (da && n > 0)
+        SR_LAUNCH((axpy_bcast_kernel<TDA, TG, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
+                  da, dout, b, 1.0f, n, nb, fresh & 1);
+    srk_bcast_bwd<CS_MODE_XY>(db, dout, a, 1.0f, n, nb, fresh >> 1 & 1);
 }
 
 template <class TO, class TX>
@@ -329,11 +340,11 @@ void srk_scale_fwd(TO *out, const TX *x, float s, long n)
     SR_LAUNCH((scale_kernel<TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x, s, n);
 }
 template <class TD, class TG>
-void srk_scale_bwd(TD *dx, const TG *dout, float s, long n)
+void srk_scale_bwd(TD *dx, const TG *dout, float s, long n, int fresh = 0)
 {
     if (!dx || n <= 0) return;
     SR_LAUNCH((axpy_bcast_kernel<TD, TG, float>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-              dx, dout, (const float *)NULL, s, n, 1L);
+              dx, dout, (const float *)NULL, s, n, 1L, fresh & 1);
 }
 
 /* ---- activations ---------------------------------------------------------------------- */
@@ -386,25 +397,26 @@ __global__ void act_fwd_kernel(TO *out, const TX *x, long n)
         out[i] = srk_to<TO>(srk_act(ACT, srk_ld(x[i])));
 }
 template <int ACT, class TD, class TG, class TX>
-__global__ void act_bwd_kernel(TD *dx, const TG *dout, const TX *x, long n)
+__global__ void act_bwd_kernel(TD *dx, const TG *dout, const TX *x, long n, int fresh)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float g = srk_ld(dout[i]);
         // relu: the gradient is exactly dout or 0 (no 0 * inf)
         float d = ACT == ACT_RELU ? (srk_ld(x[i]) > 0.0f ? g : 0.0f) : srk_act_grad(ACT, srk_ld(x[i])) * g;
-        srk_acc(&dx[i], d);
+        srk_put(&dx[i], d, fresh);
     }
 }
 
 /* act_bwd_kernel's arithmetic, eight elements a thread through 16-byte accesses */
 template <int ACT, class TD, class TG, class TX>
-__global__ void act_bwd8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x, long n8)
+__global__ void act_bwd8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x, long n8,
+                                int fresh)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
-        float g[8], xv[8], d[8];
+        float g[8], xv[8], d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         srk_ld8(dout + 8 * i, g);
         srk_ld8(x + 8 * i, xv);
-        srk_ld8(dx + 8 * i, d);
+        if (!fresh) srk_ld8(dx + 8 * i, d);
         SRK_UNROLL
         for (int k = 0; k < 8; k++)
             d[k] = d[k] + (ACT == ACT_RELU ? (xv[k] > 0.0f ? g[k] : 0.0f) : srk_act_grad(ACT, xv[k]) * g[k]);
@@ -421,15 +433,15 @@ __global__ void act_bwd8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout
                   srk_ctx.stream, out, x, n);                                                            \
     }                                                                                                    \
     template <class TD, class TG, class TX>                                                              \
-    void srk_##name##_bwd(TD *dx, const TG *dout, const TX *x, long n)                                   \
+    void srk_##name##_bwd(TD *dx, const TG *dout, const TX *x, long n, int fresh = 0)                    \
     {                                                                                                    \
         if (!dx || n <= 0) return;                                                                       \
         if (srk_by8(n, dx, dout, x))                                                                     \
             SR_LAUNCH((act_bwd8_kernel<ACT, TD, TG, TX>), srk_blocks(n / 8, SRK_EW_THREADS), SRK_EW_THREADS, \
-                      0, srk_ctx.stream, dx, dout, x, n / 8);                                            \
+                      0, srk_ctx.stream, dx, dout, x, n / 8, fresh & 1);                                 \
         else                                                                                             \
             SR_LAUNCH((act_bwd_kernel<ACT, TD, TG, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS,  \
-                      0, srk_ctx.stream, dx, dout, x, n);                                                \
+                      0, srk_ctx.stream, dx, dout, x, n, fresh & 1);                                     \
     }
 SRK_ACT_PAIR(gelu, ACT_GELU)
 SRK_ACT_PAIR(gelu_exact, ACT_GELU_EXACT)
@@ -562,14 +574,14 @@ __device__ __forceinline__ float srk_rng_at(uint64_t key, uint64_t counter)
     return (float)(sr_mix64(key + counter * SRK_RNG_GOLDEN) >> 40) * (1.0f / 16777216.0f);
 }
 
-/* BWD = 0: out = keep ? x * scale : 0; BWD = 1: out += keep ? x * scale : 0 */
+/* BWD = 0 (or fresh): out = keep ? x * scale : 0; BWD = 1: out += keep ? x * scale : 0 */
 template <int BWD, class TO, class TX>
-__global__ void dropout_kernel(TO *out, const TX *x, long n, float p, float scale, uint64_t key, uint64_t base)
+__global__ void dropout_kernel(TO *out, const TX *x, long n, float p, float scale, uint64_t key, uint64_t base,
+                               int fresh)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float v = srk_rng_at(key, base + (uint64_t)i) >= p ? srk_ld(x[i]) * scale : 0.0f;
-        if (BWD) srk_acc(&out[i], v);
-        else out[i] = srk_to<TO>(v);
+        srk_put(&out[i], v, !BWD || fresh);
     }
 }
 
@@ -587,20 +599,24 @@ void srk_dropout_fwd(TO *out, const TX *x, long n, float p, uint64_t seed, uint6
     }
     uint64_t key = srk_rng_key(seed, (step << 20) ^ (uint64_t)op);
     SR_LAUNCH((dropout_kernel<0, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x,
-              n, p, 1.0f / (1.0f - p), key, base);
+              n, p, 1.0f / (1.0f - p), key, base, 1);
 }
 template <class TD, class TG>
 void srk_dropout_bwd(TD *dx, const TG *dout, long n, float p, uint64_t seed, uint64_t step, uint32_t op,
-                     uint64_t base)
+                     uint64_t base, int fresh = 0)
 {
-    if (!dx || n <= 0 || p >= 1.0f) return;
+    if (!dx || n <= 0) return;
+    if (p >= 1.0f) {
+        if (fresh & 1) srk_zero(dx, n); /* nothing passes */
+        return;
+    }
     if (!(p > 0.0f)) {
-        srk_add_bwd(dx, (float *)NULL, dout, n, n);
+        srk_add_bwd(dx, (float *)NULL, dout, n, n, fresh & 1);
         return;
     }
     uint64_t key = srk_rng_key(seed, (step << 20) ^ (uint64_t)op);
     SR_LAUNCH((dropout_kernel<1, TD, TG>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dx,
-              dout, n, p, 1.0f / (1.0f - p), key, base);
+              dout, n, p, 1.0f / (1.0f - p), key, base, fresh & 1);
 }
 
 /* ---- embedding and arange --------------------------------------------------------------------- */

@@ -589,6 +589,108 @@ static void test_attention(long B, long T_, long C, long NH)
         dfree(p);
 }
 
+/* ---- fresh gradients ($z): the call overwrites, never reads ------------------------------------ */
+/* The gradients start as NaN on the device (as memory nobody cleared) and at 0 on the host:
+ * a kernel that reads one it was told to overwrite, or leaves an element unwritten, shows NaN */
+template <class T>
+static void test_fresh(void)
+{
+    float tol = tol_for<T>(2e-5f);
+    auto nans = [](long n) { return vec((size_t)n, NAN); };
+    for (int tr = 0; tr < 2; tr++) { /* matmul, matmul_t: da and db fresh; then db accumulating */
+        long M = 37, K = 19, N = 24;
+        vec a = rounded<T>(rnd(M * K)), b = rnd(K * N), g = rounded<T>(rnd(M * N)), db0 = rnd(K * N);
+        vec da((size_t)(M * K)), db((size_t)(K * N)), db2 = db0;
+        T *d_a = up<T>(a), *d_g = up<T>(g), *d_da = up<T>(nans(M * K));
+        float *d_b = up<float>(b), *d_db = up<float>(nans(K * N)), *d_db2 = up<float>(db0);
+        T *d_da2 = up<T>(nans(M * K));
+        if (tr) {
+            sr_matmul_t_bwd(da.data(), db.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+            sr_matmul_t_bwd(NULL, db2.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+            srk_matmul_t_bwd(d_da, d_db, d_g, d_a, d_b, M, K, N, 3);
+            srk_matmul_t_bwd(d_da2, d_db2, d_g, d_a, d_b, M, K, N, 1);
+        } else {
+            sr_matmul_bwd(da.data(), db.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+            sr_matmul_bwd(NULL, db2.data(), g.data(), a.data(), b.data(), (int)M, (int)K, (int)N);
+            srk_matmul_bwd(d_da, d_db, d_g, d_a, d_b, M, K, N, 3);
+            srk_matmul_bwd(d_da2, d_db2, d_g, d_a, d_b, M, K, N, 1);
+        }
+        const char *nm = tr ? "matmul_t" : "matmul";
+        expect(fmt("fresh %s %s bwd: da overwritten", nm, tname<T>()).c_str(), down(d_da, M * K), da, tol);
+        expect(fmt("fresh %s %s bwd: db overwritten", nm, tname<T>()).c_str(), down(d_db, K * N), db, tol);
+        expect(fmt("fresh %s %s bwd, bit 0 only: da overwritten", nm, tname<T>()).c_str(), down(d_da2, M * K), da, tol);
+        expect(fmt("fresh %s %s bwd, bit 0 only: db accumulates", nm, tname<T>()).c_str(), down(d_db2, K * N), db2, tol);
+        for (const void *q : {(const void *)d_a, (const void *)d_g, (const void *)d_da, (const void *)d_b,
+                              (const void *)d_db, (const void *)d_db2, (const void *)d_da2})
+            dfree(q);
+    }
+    { /* an empty product (N = 0): gradients of zeros */
+        T *d_da = up<T>(nans(20));
+        float *d_db = up<float>(nans(4 * 3));
+        srk_matmul_bwd(d_da, d_db, (const T *)NULL, (const T *)NULL, (const float *)NULL, 5L, 4L, 0L, 3);
+        expect(fmt("fresh matmul %s bwd of an empty product: zeros", tname<T>()).c_str(), down(d_da, 20), vec(20), 0);
+        dfree(d_da), dfree(d_db);
+    }
+    /* add, sub, mul: element-wise (8 at a time and not) and broadcast (column sums) */
+    for (long nb : {13L, 40L * 24, 301L})
+        for (int op = 0; op < 3; op++) {
+            long n = nb == 13 ? 37 * 13 : nb;
+            vec a = rounded<T>(rnd(n)), b = rounded<T>(rnd(nb)), g = rounded<T>(rnd(n));
+            vec da((size_t)n), db((size_t)nb);
+            if (op == 0) sr_add_bwd(da.data(), db.data(), g.data(), n, nb);
+            else if (op == 1) sr_sub_bwd(da.data(), db.data(), g.data(), n, nb);
+            else sr_mul_bwd(da.data(), db.data(), g.data(), a.data(), b.data(), n, nb);
+            T *d_a = up<T>(a), *d_b = up<T>(b), *d_g = up<T>(g), *d_da = up<T>(nans(n)), *d_db = up<T>(nans(nb));
+            if (op == 0) srk_add_bwd(d_da, d_db, d_g, n, nb, 3);
+            else if (op == 1) srk_sub_bwd(d_da, d_db, d_g, n, nb, 3);
+            else srk_mul_bwd(d_da, d_db, d_g, d_a, d_b, n, nb, 3);
+            static const char *names[] = {"add", "sub", "mul"};
+            expect(fmt("fresh %s %s bwd n=%ld nb=%ld: da", names[op], tname<T>(), n, nb).c_str(), down(d_da, n), da, tol);
+            expect(fmt("fresh %s %s bwd: db", names[op], tname<T>()).c_str(), down(d_db, nb), db, tol);
+            for (const void *q : {(const void *)d_a, (const void *)d_b, (const void *)d_g, (const void *)d_da,
+                                  (const void *)d_db})
+                dfree(q);
+        }
+    for (long n : {777L, 776L}) { /* scale, the activations (776: 8 at a time), dropout */
+        vec x = rounded<T>(rnd(n, -4.0f, 4.0f)), g = rounded<T>(rnd(n));
+        T *d_x = up<T>(x), *d_g = up<T>(g);
+        for (int k = 0; k < 7; k++) {
+            vec dx((size_t)n);
+            T *d_dx = up<T>(nans(n));
+            const char *nm[] = {"scale", "gelu", "relu", "silu", "dropout p=0", "dropout p=0.1", "dropout p=1"};
+            float p = k == 5 ? 0.1f : k == 6 ? 1.0f : 0.0f;
+            if (k == 0) sr_scale_bwd(dx.data(), g.data(), 0.37f, n), srk_scale_bwd(d_dx, d_g, 0.37f, n, 1);
+            if (k == 1) sr_gelu_bwd(dx.data(), g.data(), x.data(), n), srk_gelu_bwd(d_dx, d_g, d_x, n, 1);
+            if (k == 2) sr_relu_bwd(dx.data(), g.data(), x.data(), n), srk_relu_bwd(d_dx, d_g, d_x, n, 1);
+            if (k == 3) sr_silu_bwd(dx.data(), g.data(), x.data(), n), srk_silu_bwd(d_dx, d_g, d_x, n, 1);
+            if (k >= 4) {
+                sr_dropout_bwd(dx.data(), g.data(), n, p, 1337, 5, 17, 1000);
+                srk_dropout_bwd(d_dx, d_g, n, p, 1337, 5, 17, 1000, 1);
+            }
+            expect(fmt("fresh %s %s bwd n=%ld", nm[k], tname<T>(), n).c_str(), down(d_dx, n), dx, tol);
+            dfree(d_dx);
+        }
+        dfree(d_x), dfree(d_g);
+    }
+    if (srk_dt<T>::value == SRK_F32) { /* cross-entropy (float logits): ignored rows and padding written 0 */
+        long N = 37, V = 101, nv = 90;
+        vec l = rnd(N * V, -4.0f, 4.0f), lse((size_t)N), dl((size_t)(N * V));
+        std::vector<int32_t> t((size_t)N);
+        for (long i = 0; i < N; i++) t[(size_t)i] = (int32_t)((i * 13 + 5) % nv);
+        t[1] = -100, t[5] = (int32_t)nv;
+        sr_crossentropy_fwd(lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv);
+        sr_crossentropy_bwd(dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
+        float *d_l = up<float>(l), *d_lse = up<float>(lse), *d_dl = up<float>(nans(N * V)), *d_seed = up<float>(vec(1, 0.7f));
+        int32_t *d_t = up_i(t);
+        srk_crossentropy_bwd(d_dl, d_l, d_lse, d_t, d_seed, N, V, nv, 1);
+        expect("fresh crossentropy bwd (ignored rows, padded classes)", down(d_dl, N * V), dl, 1e-5f);
+        for (const void *q : {(const void *)d_l, (const void *)d_lse, (const void *)d_dl, (const void *)d_seed,
+                              (const void *)d_t})
+            dfree(q);
+    }
+    no_error("fresh gradients");
+}
+
 /* ---- the backend: memory, optimizer, norms ------------------------------------------------------- */
 static void test_backend(void)
 {
@@ -863,6 +965,7 @@ int main(void)
             test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
             test_rmsnorm<bf16>(45, 37);
+            test_fresh<bf16>();
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
             /* hd 8: SIMT; hd 32, 64, 128: tensor cores, one and several 64-row tiles; with wmma (the
              * default) and with mma.sync (hd 32, 64), or only the one SHARDC_CUDA_ATTN names */
@@ -899,6 +1002,7 @@ int main(void)
             test_layernorm<float>(7, 300), test_layernorm<float>(5, 1100);
             test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
+            test_fresh<float>();
             test_crossentropy(37, 101), test_crossentropy(4, 50257), test_crossentropy(37, 101, 90),
             test_crossentropy(4, 50304, 50257);
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
