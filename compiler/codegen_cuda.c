@@ -122,6 +122,7 @@ static void plan_storage(CGen *g)
             if ((v->kind == VK_GRAD) != pass) continue;
             int s = ST_F32;
             if (v->dtype == DT_I32 || v->kind == VK_INPUT) s = ST_I32;
+            else if (v->kind == VK_GRAD && g->bf16 && v->primal == g->logits) s = ST_ACT; /* read as bf16 by its GEMMs */
             else if (v->kind == VK_GRAD) s = ir_value(ir, v->primal)->kind == VK_PARAM ? ST_F32 : g->store[v->primal];
             else if (v->kind == VK_OP && g->bf16 && i != ir->output && i != g->logits && !boundary(ir, i)) s = ST_ACT;
             g->store[i] = (char)s;
