@@ -139,9 +139,9 @@ __global__ void attn_delta_kernel(float *delta, const TG *dout, const TO *o, int
 template <class TDK, class TDV, class TG, class TQ, class TK, class TV>
 __global__ void attn_bwd_kv_simt_kernel(TDK *dk, TDV *dv, const TG *dout, const TQ *q, const TK *k, const TV *v,
                                         const float *lse, const float *delta, int T, int C, int NH, int hd,
-                                        float scale)
+                                        float scale, int fresh)
 {
-    // grid (ceil(T/AB_BK), NH, B); block AB_BK threads, thread = one key row j:
+    // grid (ceil(T/AB_BK), NH, B); block AB_BK threads, thread = one key row j (fresh: bit 1 dk, bit 2 dv):
     // dv_j += sum_i p_ij dout_i ; dk_j += scale * sum_i p_ij (dout_i . v_j - delta_i) q_i, over i >= j
     SR_EXTERN_SHARED(float, sm);
     const int ld = hd + 1;
@@ -197,16 +197,17 @@ __global__ void attn_bwd_kv_simt_kernel(TDK *dk, TDV *dv, const TG *dout, const 
     }
     if (j < T)
         for (int d = 0; d < hd; d++) {
-            if (dk) srk_acc(&dk[base + (size_t)j * C + d], dks[tid * ld + d]);
-            if (dv) srk_acc(&dv[base + (size_t)j * C + d], dvs[tid * ld + d]);
+            if (dk) srk_put(&dk[base + (size_t)j * C + d], dks[tid * ld + d], fresh >> 1 & 1);
+            if (dv) srk_put(&dv[base + (size_t)j * C + d], dvs[tid * ld + d], fresh >> 2 & 1);
         }
 }
 
 template <class TDQ, class TG, class TQ, class TK, class TV>
 __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, const TK *k, const TV *v,
-                                       const float *lse, const float *delta, int T, int C, int NH, int hd, float scale)
+                                       const float *lse, const float *delta, int T, int C, int NH, int hd, float scale,
+                                       int fresh)
 {
-    // grid (ceil(T/AQ_BR), NH, B); block AQ_BR threads, thread = one query row i:
+    // grid (ceil(T/AQ_BR), NH, B); block AQ_BR threads, thread = one query row i (fresh: bit 0 dq):
     // dq_i += scale * sum_{j <= i} p_ij (dout_i . v_j - delta_i) k_j
     SR_EXTERN_SHARED(float, sm);
     const int ld = hd + 1;
@@ -250,7 +251,7 @@ __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, con
         }
     }
     if (i < T)
-        for (int d = 0; d < hd; d++) srk_acc(&dq[base + (size_t)i * C + d], dqs[tid * ld + d]);
+        for (int d = 0; d < hd; d++) srk_put(&dq[base + (size_t)i * C + d], dqs[tid * ld + d], fresh & 1);
 }
 
 #include "srk_attention_tc.cuh"
@@ -276,10 +277,11 @@ void srk_attention_fwd(TO *out, float *aux, const TQ *q, const TK *k, const TV *
               (int)T, (int)C, (int)NH, hd, scale);
 }
 
-/* dq, dk, dv (B,T,C) += the gradients; dout (B,T,C); aux as the forward left it */
+/* dq, dk, dv (B,T,C) += the gradients; dout (B,T,C); aux as the forward left it; fresh (the code
+ * generator's $z): bit 0 dq, 1 dk, 2 dv start at zero, uncleared, and are overwritten */
 template <class TDQ, class TDK, class TDV, class TG, class TQ, class TK, class TV>
 void srk_attention_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, const TK *k, const TV *v, float *aux,
-                       long B, long T, long C, long NH)
+                       long B, long T, long C, long NH, int fresh = 0)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0 || (!dq && !dk && !dv)) return;
     int hd = (int)(C / NH);
@@ -289,7 +291,7 @@ void srk_attention_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, c
     long rows = B * NH * T;
     SR_LAUNCH((attn_delta_kernel<TG, TG>), (unsigned)((rows + 7) / 8), 256, 0, srk_ctx.stream, delta, dout, o, (int)T,
               (int)C, (int)NH, hd, rows);
-    if (srk_attn_tc_bwd(dq, dk, dv, dout, q, k, v, lse, delta, (int)B, (int)T, (int)C, (int)NH, scale)) return;
+    if (srk_attn_tc_bwd(dq, dk, dv, dout, q, k, v, lse, delta, (int)B, (int)T, (int)C, (int)NH, scale, fresh)) return;
     dim3 gkv((unsigned)((T + AB_BK - 1) / AB_BK), (unsigned)NH, (unsigned)B);
     size_t skv = sizeof(float) * ((size_t)(4 * AB_BK + 2 * AB_BQ) * (hd + 1) + 2 * AB_BQ);
     dim3 gq((unsigned)((T + AQ_BR - 1) / AQ_BR), (unsigned)NH, (unsigned)B);
@@ -301,12 +303,12 @@ void srk_attention_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, c
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((attn_bwd_kv_simt_kernel<TDK, TDV, TG, TQ, TK, TV>), skv);
         SR_LAUNCH((attn_bwd_kv_simt_kernel<TDK, TDV, TG, TQ, TK, TV>), gkv, AB_BK, skv, srk_ctx.stream, dk, dv, dout,
-                  q, k, v, (const float *)lse, (const float *)delta, (int)T, (int)C, (int)NH, hd, scale);
+                  q, k, v, (const float *)lse, (const float *)delta, (int)T, (int)C, (int)NH, hd, scale, fresh);
     }
     if (dq) {
         SRK_SMEM_AT_LEAST((attn_bwd_q_simt_kernel<TDQ, TG, TQ, TK, TV>), sq);
         SR_LAUNCH((attn_bwd_q_simt_kernel<TDQ, TG, TQ, TK, TV>), gq, AQ_BR, sq, srk_ctx.stream, dq, dout, q, k, v,
-                  (const float *)lse, (const float *)delta, (int)T, (int)C, (int)NH, hd, scale);
+                  (const float *)lse, (const float *)delta, (int)T, (int)C, (int)NH, hd, scale, fresh);
     }
 }
 

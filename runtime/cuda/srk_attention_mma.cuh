@@ -201,9 +201,9 @@ __device__ __forceinline__ void load_rows(uint32_t (*a)[4], const bf16 *X)
     for (int kk = 0; kk < HD / 16; kk++) ldsm<false>(a[kk], a_at<Lay<HD>::LDH>(X + kk * 16));
 }
 
-/* grad rows row0 + g, row0 + g + 8 (< T) += acc */
+/* grad rows row0 + g, row0 + g + 8 (< T) += acc (fresh: =) */
 template <int HD, class TD>
-__device__ __forceinline__ void flush(TD *grad, size_t base, int row0, int T, int C, const float (*acc)[4])
+__device__ __forceinline__ void flush(TD *grad, size_t base, int row0, int T, int C, const float (*acc)[4], int fresh)
 {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     for (int hr = 0; hr < 2; hr++) {
@@ -211,8 +211,8 @@ __device__ __forceinline__ void flush(TD *grad, size_t base, int row0, int T, in
         if (r >= T) continue;
         TD *dst = grad + base + (size_t)r * C + 2 * t;
         for (int j = 0; j < HD / 8; j++) {
-            srk_acc(&dst[8 * j], acc[j][2 * hr]);
-            srk_acc(&dst[8 * j + 1], acc[j][2 * hr + 1]);
+            srk_put(&dst[8 * j], acc[j][2 * hr], fresh);
+            srk_put(&dst[8 * j + 1], acc[j][2 * hr + 1], fresh);
         }
     }
 }
@@ -299,10 +299,11 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
 template <int HD, class TDK, class TDV>
 __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const bf16 *dout, const bf16 *q,
                                                          const bf16 *k, const bf16 *v, const float *lse,
-                                                         const float *delta, int T, int C, int NH, float scale, int vec)
+                                                         const float *delta, int T, int C, int NH, float scale, int vec,
+                                                         int fresh)
 {
 #if SRK_TC_DEVICE
-    // grid (ceil(T/64), NH, B); warp w owns keys c0 + 16w .. +15 and the queries i >= them
+    // grid (ceil(T/64), NH, B); warp w owns keys c0 + 16w .. +15 and the queries i >= them (fresh: bit 1 dk, 2 dv)
     constexpr int LDH = Lay<HD>::LDH;
     SR_EXTERN_SHARED(char, smc);
     bf16 *Ks = (bf16 *)smc, *Vs = Ks + TILE * LDH, *Qs = Vs + TILE * LDH, *Gs = Qs + TILE * LDH;
@@ -343,8 +344,8 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
         probs_times_tile<HD>(dva, st, Gs);  /* dV += P^T dO */
         probs_times_tile<HD>(dka, dpt, Qs); /* dK += dS^T Q */
     }
-    if (dk) flush<HD>(dk, base, kw, T, C, dka);
-    if (dv) flush<HD>(dv, base, kw, T, C, dva);
+    if (dk) flush<HD>(dk, base, kw, T, C, dka, fresh >> 1 & 1);
+    if (dv) flush<HD>(dv, base, kw, T, C, dva, fresh >> 2 & 1);
 #else
     __trap(); /* bf16 mma.sync needs sm_80; the host never launches this there */
 #endif
@@ -354,10 +355,11 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
 template <int HD, class TDQ>
 __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dout, const bf16 *q, const bf16 *k,
                                                         const bf16 *v, const float *lse, const float *delta, int T,
-                                                        int C, int NH, float scale, int vec)
+                                                        int C, int NH, float scale, int vec, int fresh)
 {
 #if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B), the last query tiles first; warp w owns rows r0 + 16w .. +15, keys j <= i
+    // (fresh: bit 0 dq)
     constexpr int LDH = Lay<HD>::LDH;
     SR_EXTERN_SHARED(char, smc);
     bf16 *Qs = (bf16 *)smc, *Gs = Qs + TILE * LDH, *Ks = Gs + TILE * LDH, *Vs = Ks + TILE * LDH;
@@ -397,7 +399,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
             }
         probs_times_tile<HD>(dqa, dp, Ks); /* dQ += dS K */
     }
-    flush<HD>(dq, base, qw, T, C, dqa);
+    flush<HD>(dq, base, qw, T, C, dqa, fresh & 1);
 #else
     __trap(); /* bf16 mma.sync needs sm_80; the host never launches this there */
 #endif
@@ -417,7 +419,7 @@ static void launch_fwd(TO *out, TO *copy, float *lse, const bf16 *q, const bf16 
 
 template <int HD, class TDQ, class TDK, class TDV>
 static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, const bf16 *k, const bf16 *v,
-                       const float *lse, const float *delta, int B, int T, int C, int NH, float scale)
+                       const float *lse, const float *delta, int B, int T, int C, int NH, float scale, int fresh)
 {
     int vec = C % 8 == 0 && srk_tc::aligned16(q) && srk_tc::aligned16(k) && srk_tc::aligned16(v) &&
               srk_tc::aligned16(g);
@@ -426,12 +428,12 @@ static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, 
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((bwd_kv_kernel<HD, TDK, TDV>), smem);
         SR_LAUNCH((bwd_kv_kernel<HD, TDK, TDV>), grid, THREADS, smem, srk_ctx.stream, dk, dv, g, q, k, v, lse, delta, T,
-                  C, NH, scale, vec);
+                  C, NH, scale, vec, fresh);
     }
     if (dq) {
         SRK_SMEM_AT_LEAST((bwd_q_kernel<HD, TDQ>), smem);
         SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, NH,
-                  scale, vec);
+                  scale, vec, fresh);
     }
     srk_ctx.attn_tc_launches++, srk_ctx.attn_mma_launches++;
 }

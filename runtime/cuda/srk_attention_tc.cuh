@@ -107,9 +107,10 @@ __device__ __forceinline__ void pv_acc(Acc *acc, const bf16 *P, const bf16 *V)
         }
 }
 
-/* grad (rows j0.., 16 x HD) += acc, staged through stage (16 x LDO floats) */
+/* grad (rows j0.., 16 x HD) += acc (fresh: =), staged through stage (16 x LDO floats) */
 template <int HD, class TD>
-__device__ __forceinline__ void flush_acc(TD *grad, size_t base, int j0, int T, int C, const Acc *acc, float *stage)
+__device__ __forceinline__ void flush_acc(TD *grad, size_t base, int j0, int T, int C, const Acc *acc, float *stage,
+                                          int fresh)
 {
     constexpr int LDO = Lay<HD>::LDO;
     __syncwarp();
@@ -118,7 +119,7 @@ __device__ __forceinline__ void flush_acc(TD *grad, size_t base, int j0, int T, 
     int lane = threadIdx.x & 31;
     for (int e = lane; e < 16 * HD; e += 32) {
         int r = e / HD, d = e - r * HD;
-        if (j0 + r < T) srk_acc(&grad[base + (size_t)(j0 + r) * C + d], stage[r * LDO + d]);
+        if (j0 + r < T) srk_put(&grad[base + (size_t)(j0 + r) * C + d], stage[r * LDO + d], fresh);
     }
     __syncwarp();
 }
@@ -200,10 +201,11 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
 template <int HD, class TDK, class TDV>
 __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const bf16 *dout, const bf16 *q,
                                                          const bf16 *k, const bf16 *v, const float *lse,
-                                                         const float *delta, int T, int C, int NH, float scale, int vec)
+                                                         const float *delta, int T, int C, int NH, float scale, int vec,
+                                                         int fresh)
 {
 #if SRK_TC_DEVICE
-    // grid (ceil(T/64), NH, B); warp w owns key rows c0 + 16w .. +15; queries i >= j
+    // grid (ceil(T/64), NH, B); warp w owns key rows c0 + 16w .. +15; queries i >= j (fresh: bit 1 dk, 2 dv)
     typedef Lay<HD> L;
     constexpr int LDH = L::LDH;
     SR_EXTERN_SHARED(char, smc);
@@ -247,8 +249,8 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
         pv_acc<HD>(dva, Pt, Gs);  // dV += P^T dO
         pv_acc<HD>(dka, DSt, Qs); // dK += dS^T Q
     }
-    if (dk) flush_acc<HD>(dk, base, c0 + w * 16, T, C, dka, St);
-    if (dv) flush_acc<HD>(dv, base, c0 + w * 16, T, C, dva, St);
+    if (dk) flush_acc<HD>(dk, base, c0 + w * 16, T, C, dka, St, fresh >> 1 & 1);
+    if (dv) flush_acc<HD>(dv, base, c0 + w * 16, T, C, dva, St, fresh >> 2 & 1);
 #else
     __trap(); /* bf16 tensor cores need sm_80; the host never launches this there */
 #endif
@@ -258,10 +260,10 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
 template <int HD, class TDQ>
 __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dout, const bf16 *q, const bf16 *k,
                                                         const bf16 *v, const float *lse, const float *delta, int T,
-                                                        int C, int NH, float scale, int vec)
+                                                        int C, int NH, float scale, int vec, int fresh)
 {
 #if SRK_TC_DEVICE
-    // grid (ceil(T/64), NH, B); warp w owns query rows r0 + 16w .. +15; keys j <= i
+    // grid (ceil(T/64), NH, B); warp w owns query rows r0 + 16w .. +15; keys j <= i (fresh: bit 0 dq)
     typedef Lay<HD> L;
     constexpr int LDH = L::LDH;
     SR_EXTERN_SHARED(char, smc);
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
         __syncwarp();
         pv_acc<HD>(dqa, DSw, Ks); // dQ += dS K
     }
-    flush_acc<HD>(dq, base, r0 + w * 16, T, C, dqa, Sw);
+    flush_acc<HD>(dq, base, r0 + w * 16, T, C, dqa, Sw, fresh & 1);
 #else
     __trap(); /* bf16 tensor cores need sm_80; the host never launches this there */
 #endif
@@ -327,7 +329,7 @@ static void launch_fwd(TO *out, TO *copy, float *lse, const bf16 *q, const bf16 
 
 template <int HD, class TDQ, class TDK, class TDV>
 static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, const bf16 *k, const bf16 *v,
-                       const float *lse, const float *delta, int B, int T, int C, int NH, float scale)
+                       const float *lse, const float *delta, int B, int T, int C, int NH, float scale, int fresh)
 {
     int vec = C % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(g);
     size_t smem = Lay<HD>::bwd;
@@ -335,12 +337,12 @@ static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, 
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((bwd_kv_kernel<HD, TDK, TDV>), smem);
         SR_LAUNCH((bwd_kv_kernel<HD, TDK, TDV>), grid, THREADS, smem, srk_ctx.stream, dk, dv, g, q, k, v, lse, delta, T,
-                  C, NH, scale, vec);
+                  C, NH, scale, vec, fresh);
     }
     if (dq) {
         SRK_SMEM_AT_LEAST((bwd_q_kernel<HD, TDQ>), smem);
         SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, NH,
-                  scale, vec);
+                  scale, vec, fresh);
     }
     srk_ctx.attn_tc_launches++;
 }
@@ -372,20 +374,21 @@ static inline int srk_attn_tc_fwd(TO *out, TO *copy, float *aux, const TQ *q, co
 
 template <class TDQ, class TDK, class TDV, class TG, class TQ, class TK, class TV>
 static inline int srk_attn_tc_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *g, const TQ *q, const TK *k, const TV *v,
-                                  const float *lse, const float *delta, int B, int T, int C, int NH, float scale)
+                                  const float *lse, const float *delta, int B, int T, int C, int NH, float scale,
+                                  int fresh)
 {
     if constexpr (srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 && srk_dt<TV>::value == SRK_BF16 &&
                   srk_dt<TG>::value == SRK_BF16) {
         if (!srk_tc::enabled()) return 0;
         if (srk_ctx.attn_mode == SRK_ATTN_MMA) switch (C / NH) {
-            case 32: srk_mma::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
-            case 64: srk_mma::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
+            case 32: srk_mma::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
+            case 64: srk_mma::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
             default: break;
             }
         switch (C / NH) {
-        case 32: srk_tc::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
-        case 64: srk_tc::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
-        case 128: srk_tc::launch_bwd<128>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale); return 1;
+        case 32: srk_tc::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
+        case 64: srk_tc::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
+        case 128: srk_tc::launch_bwd<128>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
         default: return 0;
         }
     }

@@ -582,6 +582,16 @@ static void test_attention(long B, long T_, long C, long NH)
     srk_attention_bwd((T *)NULL, d_dk2, d_dv2, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH);
     expect(fmt("attention %s bwd with dq NULL: dk", tname<T>()).c_str(), down(d_dk2, n), dk2, tol);
     expect(fmt("attention %s bwd with dq NULL: dv", tname<T>()).c_str(), down(d_dv2, n), dv2, tol);
+    /* fresh ($z): gradients that start as NaN, overwritten; against the host's from zeros */
+    vec dq3((size_t)n), dk3((size_t)n), dv3((size_t)n), nan_n((size_t)n, NAN);
+    sr_attention_bwd(dq3.data(), dk3.data(), dv3.data(), g.data(), q.data(), k.data(), v.data(), att.data(), (int)B,
+                     (int)T_, (int)C, (int)NH);
+    T *d_dq3 = up<T>(nan_n), *d_dk3 = up<T>(nan_n), *d_dv3 = up<T>(nan_n);
+    srk_attention_bwd(d_dq3, d_dk3, d_dv3, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH, 7);
+    expect(fmt("attention %s bwd, fresh: dq", tname<T>()).c_str(), down(d_dq3, n), dq3, tol);
+    expect(fmt("attention %s bwd, fresh: dk", tname<T>()).c_str(), down(d_dk3, n), dk3, tol);
+    expect(fmt("attention %s bwd, fresh: dv", tname<T>()).c_str(), down(d_dv3, n), dv3, tol);
+    dfree(d_dq3), dfree(d_dk3), dfree(d_dv3);
     no_error("attention");
     for (const void *p : {(const void *)d_q, (const void *)d_k, (const void *)d_v, (const void *)d_g, (const void *)d_o,
                           (const void *)d_dq, (const void *)d_dk, (const void *)d_dv, (const void *)d_aux,
