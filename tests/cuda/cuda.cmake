@@ -212,5 +212,6 @@ if(SHARDC_CUDA_LIBRARY)
     DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/test_kernels_cuda.cu ${_root}/tests/check.h shardrt shardrt_cuda ${_srk_headers}
     COMMENT "nvcc: test_kernels_cuda"
     VERBATIM)
-  add_custom_target(test_kernels_cuda ALL DEPENDS ${_tk})
+  # (a target named as its output file in the build directory is a cycle to make)
+  add_custom_target(test_kernels_cuda_nvcc ALL DEPENDS ${_tk})
 endif()
