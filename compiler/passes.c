@@ -35,6 +35,8 @@ int drv_back(Program *P, const char *dump, FILE *out)
     ir_verify(&P->ir, "recompute");
     if (pp_partition(P)) return 1;
     if (dump && !strcmp(dump, "pipeline")) pp_dump(P, out);
+    if (ga_alias(P)) return 1;
+    ir_verify(&P->ir, "gradalias");
     if (mp_plan(P)) return 1;
     if (dump && !strcmp(dump, "memplan")) mp_dump(&P->ir, out);
     return 0;

@@ -391,6 +391,8 @@ unsigned ad_template_uses(const char *tmpl);
 /* memplan.c: workspace slots by lifetime over forward then backward, per
  * pipeline stage */
 int mp_plan(Program *P);
+/* gradalias.c: a gradient that is a copy of another (add, sub, reshape) is read from that one */
+int ga_alias(Program *P);
 /* the stage whose workspace holds v, or -1 when v is not in a workspace
  * (parameters, inputs, their gradients, the pipeline's boundary buffers) */
 int mp_home(const Ir *ir, const IrValue *v);

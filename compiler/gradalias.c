@@ -1,0 +1,78 @@
+/* gradalias.c: gradients that are copies of another, not stored twice.
+ *
+ * The backward of add (both inputs), sub (its first input) and reshape
+ * hands its output's gradient on unchanged: d(a) += d(out). When that step
+ * is the only one writing d(a), d(a) is a copy of d(out): the pass points
+ * every step that reads d(a) at d(out) instead and drops the write, so the
+ * copy (a write and a read of the whole tensor) and its clearing go away
+ * and the memory plan keeps d(out) alive for those readers. In a
+ * transformer block that is the gradient through every bias add and the
+ * branch side of every residual add.
+ *
+ * Left alone: a gradient with other writers (the residual stream's, which
+ * its branch adds to), broadcast inputs (their gradient is a column sum),
+ * parameters, the pipeline's sent and received values and the model's
+ * output, the rank-0-only contributions of tensor parallelism, the
+ * reduce-scatter steps, and values of another element type. Runs after the
+ * pipeline partition (which fixes the boundary values) and before the
+ * memory plan.
+ */
+#include "shardc.h"
+
+/* the step's input k receives d(out) unchanged (no broadcast, no sign) */
+static int passes_through(Ir *ir, IrBwd *b, int k)
+{
+    IrOp *op = BWD_OP(ir, b);
+    if (b->kind != BWD_RULE || b->rs) return 0;
+    if (op->kind == OP_ADD || (op->kind == OP_SUB && k == 0)) {
+        IrValue *in = ir_value(ir, op->in[k]), *out = ir_value(ir, op->out);
+        return dim_eq(shape_numel(&in->shape), shape_numel(&out->shape));
+    }
+    return op->kind == OP_RESHAPE && k == 0;
+}
+
+/* a value the runtime or another stage reads by name */
+static int pinned(Ir *ir, int v)
+{
+    if (v == ir->output) return 1;
+    for (int s = 0; s < ir->nstages; s++)
+        if (ir->stages[s].act_in == v || ir->stages[s].act_out == v) return 1;
+    for (int i = 0; i < ir->ops.n; i++) { /* the logits: their gradient has its own storage */
+        IrOp *op = ir->ops.v[i];
+        if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_VP) && op->in[0] == v) return 1;
+    }
+    return 0;
+}
+
+int ga_alias(Program *P)
+{
+    Ir *ir = &P->ir;
+    int nv = ir->values.n;
+    int *writes = sx_alloc(sizeof(int) * (size_t)(nv + 1));
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        if (b->kind == BWD_ALLREDUCE) writes[b->dout]++; /* summed in place */
+        if (b->kind != BWD_RULE) continue;
+        for (int k = 0; k < 4; k++)
+            if (b->din[k] >= 0) writes[b->din[k]]++;
+    }
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        if (b->kind != BWD_RULE) continue;
+        IrOp *op = BWD_OP(ir, b);
+        for (int k = 0; k < op->nin; k++) {
+            int d = b->din[k];
+            if (d < 0 || d == b->dout || writes[d] != 1 || ((b->gate >> k) & 1) || !passes_through(ir, b, k)) continue;
+            IrValue *dv = ir_value(ir, d), *ov = ir_value(ir, b->dout);
+            IrValue *pv = ir_value(ir, dv->primal), *po = ir_value(ir, ov->primal);
+            if (pv->kind != VK_OP || po->kind != VK_OP || dv->dtype != ov->dtype) continue;
+            if (pinned(ir, pv->id) || pinned(ir, po->id)) continue;
+            for (int m = 0; m < ir->bwd.n; m++) {
+                IrBwd *c = ir->bwd.v[m];
+                if (c->dout == d) c->dout = b->dout;
+            }
+            b->din[k] = -1;
+        }
+    }
+    return 0;
+}
