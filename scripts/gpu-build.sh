@@ -3,7 +3,8 @@
 # scripts/gpu-check.sh runs, built for the GPU architectures ARCHS (compute
 # capabilities, comma-separated: 90, or 80,90). Configures and builds the
 # tree in BUILD (targets: SHARDC_GPU_TARGETS, default all, which is every
-# example's CUDA binary too), then writes into BINS:
+# example's CUDA binary too; "shardc test_kernels_cuda_nvcc" is what BINS
+# needs), then writes into BINS:
 #   test_kernels_cuda                 every CUDA kernel against the host kernels
 #   tinygpt_fp32, tinygpt_bf16        examples/tinygpt.model, --backend cuda
 #   tinygpt_pp2_fp32                  the same in two pipeline stages, block recomputation
