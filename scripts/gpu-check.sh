@@ -12,7 +12,8 @@
 #      or, given SHARDC_GPU_PREBUILT=DIR (gpu-build.sh's programs, built
 #      where nvcc is and carried), runs those first and builds at the end,
 #      checking that the programs built here give the same results;
-#   2. runs every CUDA kernel against the host kernels on the device;
+#   2. runs every CUDA kernel against the host kernels on the device, then
+#      times the attention kernels alone (wmma, mma.sync, SIMT) at GPT-2's shape;
 #   3. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
 #      from the same data and seed: losses within 1e-4 relative; and the bf16
 #      CUDA binary, with the default attention kernels and with mma.sync's
@@ -194,6 +195,11 @@ kernels() { # kernels BINS OUTPUT: the kernel tests on the device
 if want kernels; then
   stage "kernels on the device"
   kernels "$bins" kernels.txt
+  # the attention kernels alone, GPT-2's shape: ms and TFLOP/s of each path (SHARDC_GPU_ATTN_BENCH: B T C NH calls)
+  # shellcheck disable=SC2086
+  timeout 120 "$bins/test_kernels_cuda" --bench-attention ${SHARDC_GPU_ATTN_BENCH:-16 1024 768 12 10} \
+    > "$out/attention-bench.txt" 2>&1 || bad "attention benchmark (attention-bench.txt)"
+  sed 's/^/   /' "$out/attention-bench.txt"
 fi
 
 host_losses() { # the host binary's 20 losses, once

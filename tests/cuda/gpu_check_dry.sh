@@ -48,7 +48,7 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
 PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16-mma" \
-  SHARDC_GPU_TINYGPT="--batch 4 --seq 32" \
+  SHARDC_GPU_TINYGPT="--batch 4 --seq 32" SHARDC_GPU_ATTN_BENCH="1 64 128 2 1" \
   SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
   > run.txt 2>&1
 rc=$?
@@ -57,6 +57,9 @@ grep -E "^(==|ok|FAIL)|MFU|tokens/s" run.txt | sed 's/^/   | /'
 check "it ran the programs given (SHARDC_GPU_PREBUILT), building nothing" \
   bash -c "grep -q 'every program loads its libraries' run.txt && ! grep -q '^== .*build' run.txt"
 check "kernel tests on the (pretend) device pass" grep -q "^ok   kernels: [0-9]* passed, 0 failed" run.txt
+check "the attention benchmark ran each path (attention-bench.txt)" bash -c \
+  "grep -q 'attention wmma .*(ran wmma' run.txt && grep -q 'attention mma.sync .*(ran mma.sync' run.txt &&
+   grep -q 'attention simt .*(ran simt' run.txt && grep -q 'hd 64' out/attention-bench.txt"
 check "tinygpt fp32: 20 losses as the host's" grep -q "^ok   fp32: 20 losses within 1e-4" run.txt
 check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bash -c \
   "grep -q 'largest batch that fits .*: 128 x 1024' run.txt && grep -q 'MFU 32.5% of 989 TFLOP/s' run.txt &&

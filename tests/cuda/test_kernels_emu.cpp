@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -935,7 +936,64 @@ static void test_emulator(void)
 }
 #endif
 
-int main(void)
+/* --bench-attention B T C NH ITERS: bf16 causal attention's forward and backward on each
+ * path (wmma, mma.sync, SIMT), ms per call and TFLOP/s (forward 2 B NH T^2 hd with the
+ * causal half left out, backward 2.5 times that: five products to the forward's two).
+ * Timed on the host around a synchronized loop, after one warm-up call. */
+static double now_ms(void)
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+static int bench_attention(long B, long T, long C, long NH, int iters)
+{
+    srk_configure(1);
+    if (srk_ctx.failed || B <= 0 || T <= 0 || NH <= 0 || C % NH || iters <= 0) {
+        printf("bench-attention: B T C NH ITERS, positive, C a multiple of NH\n");
+        return 2;
+    }
+    long n = B * T * C;
+    bf16 *q = up<bf16>(rnd(n)), *k = up<bf16>(rnd(n)), *v = up<bf16>(rnd(n)), *g = up<bf16>(rnd(n));
+    bf16 *o = up<bf16>(vec((size_t)n)), *dq = up<bf16>(vec((size_t)n)), *dk = up<bf16>(vec((size_t)n));
+    bf16 *dv = up<bf16>(vec((size_t)n));
+    float *aux = NULL;
+    cudaMalloc((void **)&aux, srk_attention_aux_bytes(B, T, C, NH, sizeof(bf16)));
+    double flop = 2.0 * B * NH * (double)T * T * (double)(C / NH);
+    printf("# bf16 causal attention B=%ld T=%ld C=%ld NH=%ld (hd %ld), %d calls each\n", B, T, C, NH, C / NH, iters);
+    static const char *names[] = {"wmma", "simt", "mma.sync"};
+    int rc = 0;
+    for (int mode : {SRK_ATTN_WMMA, SRK_ATTN_MMA, SRK_ATTN_SIMT}) {
+        srk_ctx.attn_mode = mode;
+        long mma0 = srk_ctx.attn_mma_launches, tc0 = srk_ctx.attn_tc_launches;
+        double ms[2];
+        for (int bwd = 0; bwd < 2; bwd++) {
+            for (int it = -1; it < iters; it++) {
+                if (it == 0) {
+                    cudaDeviceSynchronize();
+                    ms[bwd] = -now_ms();
+                }
+                if (bwd) srk_attention_bwd(dq, dk, dv, g, q, k, v, aux, B, T, C, NH, 7);
+                else srk_attention_fwd(o, aux, q, k, v, B, T, C, NH);
+            }
+            cudaDeviceSynchronize();
+            ms[bwd] = (ms[bwd] + now_ms()) / iters;
+        }
+        const char *ran = srk_ctx.attn_mma_launches > mma0 ? "mma.sync"
+                          : srk_ctx.attn_tc_launches > tc0 ? "wmma" : "simt";
+        printf("attention %-8s (ran %-8s): forward %8.3f ms %6.1f TFLOP/s   backward %8.3f ms %6.1f TFLOP/s\n",
+               names[mode], ran, ms[0], flop / (ms[0] * 1e9), ms[1], 2.5 * flop / (ms[1] * 1e9));
+        if (srk_ctx.failed) {
+            printf("FAIL %s: %s\n", names[mode], srk_ctx.err);
+            srk_ctx.failed = 0;
+            rc = 1;
+        }
+    }
+    for (const void *p : {(const void *)q, (const void *)k, (const void *)v, (const void *)g, (const void *)o,
+                          (const void *)dq, (const void *)dk, (const void *)dv, (const void *)aux})
+        dfree(p);
+    return rc;
+}
+
+int main(int argc, char **argv)
 {
     srk_configure(0);
     sr_status st = sr_backend_cuda.init(0);
@@ -943,6 +1001,8 @@ int main(void)
         printf("FAIL backend init: %s\n0 passed, 1 failed\n", sr_errmsg());
         return 1;
     }
+    if (argc == 7 && !strcmp(argv[1], "--bench-attention"))
+        return bench_attention(atol(argv[2]), atol(argv[3]), atol(argv[4]), atol(argv[5]), atoi(argv[6]));
 #ifdef SR_CUDA_EMULATION
     printf("# CUDA kernels on the CPU emulator\n");
     test_emulator();
