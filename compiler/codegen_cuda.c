@@ -41,7 +41,6 @@ typedef struct CGen {
     ParamLayout L;      /* where the parameters live */
     int64_t *param_off; /* float offset of each parameter in the arena of the stage being emitted */
     char *zeroed;       /* activation gradients already zeroed in this backward */
-    unsigned fresh;     /* the step being emitted: $z (cg_emit_backward) */
     char *store;        /* ST_* of every value */
     int *aux_of_attn;   /* value -> the attention op whose aux it is, -1 */
     int logits;
@@ -90,9 +89,9 @@ static char *buf(CGen *g, int id)
 static char *buf_cb(void *g, int id) { return buf(g, id); }
 
 /* expands a template of ops.def (compiler/codegen.c) */
-static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b)
+static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b, unsigned fresh)
 {
-    CgExpander x = {g->ir, g, buf_cb, "srk_dims6{{", "}}", 6, "(float *)0", "nullptr", g->mode, g->fresh};
+    CgExpander x = {g->ir, g, buf_cb, "srk_dims6{{", "}}", 6, "(float *)0", "nullptr", g->mode, fresh};
     return cg_expand(&x, t, op, b);
 }
 
@@ -244,7 +243,7 @@ static int c_op(void *gp, int i)
     }
     fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
             o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
-    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, ir_ops[op->kind].name), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, ir_ops[op->kind].name), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL, 0));
     return 1;
 }
 
@@ -253,7 +252,7 @@ static void c_recompute(void *gp, IrOp *op)
     CGen *g = gp;
     fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
     fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("recompute %s", ir_ops[op->kind].name)),
-            expand(g, ir_ops[op->kind].cuda_fwd, op, NULL));
+            expand(g, ir_ops[op->kind].cuda_fwd, op, NULL, 0));
 }
 
 static void c_allreduce(void *gp, IrOp *op, IrBwd *b)
@@ -287,10 +286,8 @@ static void c_zero(void *gp, IrOp *op, int d)
 static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
 {
     CGen *g = gp;
-    g->fresh = fresh;
     fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
-            expand(g, cg_bwd_template(b, op, 1), op, b));
-    g->fresh = 0;
+            expand(g, cg_bwd_template(b, op, 1), op, b, fresh));
 }
 
 static CgEmit cuda_emit(CGen *g)

@@ -35,6 +35,7 @@
 
 namespace srk_mma {
 enum { TILE = 64, WARPS = 4, THREADS = 128 };
+static_assert((int)TILE == (int)srk_tc::TILE, "the launchers use srk_tc's grid of tiles");
 constexpr float LOG2E = 1.4426950408889634f;
 
 template <int HD>
@@ -62,7 +63,7 @@ __device__ __forceinline__ float bf16_bits(uint32_t x) { return __uint_as_float(
  * SRK_MMA_PORTABLE under nvcc shuffles one word per call. */
 struct Lanes {
 #ifdef SR_CUDA_EMULATION
-    uint32_t all[32 * 8];
+    uint32_t all[32 * emu::EMU_GATHER_MAX];
     int n;
     Lanes(const uint32_t *mine, int n_) : n(n_) { emu::warp_gather(all, mine, n_); }
     uint32_t from(int i, int lane) const { return all[lane * n + i]; }
@@ -409,10 +410,10 @@ template <int HD, class TO>
 static void launch_fwd(TO *out, TO *copy, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int C,
                        int NH, float scale)
 {
-    int vec = C % 8 == 0 && srk_tc::aligned16(q) && srk_tc::aligned16(k) && srk_tc::aligned16(v);
+    int vec = srk_tc::tiles_vec(C, q, k, v);
     size_t smem = Lay<HD>::fwd;
     SRK_SMEM_AT_LEAST((fwd_kernel<HD, TO>), smem);
-    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
+    dim3 grid = srk_tc::tile_grid(B, T, NH);
     SR_LAUNCH((fwd_kernel<HD, TO>), grid, THREADS, smem, srk_ctx.stream, out, copy, lse, q, k, v, T, C, NH, scale, vec);
     srk_ctx.attn_tc_launches++, srk_ctx.attn_mma_launches++;
 }
@@ -421,10 +422,9 @@ template <int HD, class TDQ, class TDK, class TDV>
 static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, const bf16 *k, const bf16 *v,
                        const float *lse, const float *delta, int B, int T, int C, int NH, float scale, int fresh)
 {
-    int vec = C % 8 == 0 && srk_tc::aligned16(q) && srk_tc::aligned16(k) && srk_tc::aligned16(v) &&
-              srk_tc::aligned16(g);
+    int vec = srk_tc::tiles_vec(C, q, k, v, g);
     size_t smem = Lay<HD>::bwd;
-    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
+    dim3 grid = srk_tc::tile_grid(B, T, NH);
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((bwd_kv_kernel<HD, TDK, TDV>), smem);
         SR_LAUNCH((bwd_kv_kernel<HD, TDK, TDV>), grid, THREADS, smem, srk_ctx.stream, dk, dv, g, q, k, v, lse, delta, T,

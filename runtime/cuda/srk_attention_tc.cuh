@@ -314,15 +314,22 @@ static inline int enabled(void)
     return srk_ctx.attn_mode != SRK_ATTN_SIMT && srk_ctx.bf16 && srk_ctx.cc_major >= 8;
 }
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+/* both tensor-core families: load_tile's 16-byte form (rows of eights, every tensor aligned),
+ * and the grid of 64-row tiles */
+static inline int tiles_vec(int C, const void *q, const void *k, const void *v, const void *g = NULL)
+{
+    return C % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && (!g || aligned16(g));
+}
+static inline dim3 tile_grid(int B, int T, int NH) { return dim3((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B); }
 
 template <int HD, class TO>
 static void launch_fwd(TO *out, TO *copy, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int C,
                        int NH, float scale)
 {
-    int vec = C % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
+    int vec = tiles_vec(C, q, k, v);
     size_t smem = Lay<HD>::fwd;
     SRK_SMEM_AT_LEAST((fwd_kernel<HD, TO>), smem);
-    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
+    dim3 grid = tile_grid(B, T, NH);
     SR_LAUNCH((fwd_kernel<HD, TO>), grid, THREADS, smem, srk_ctx.stream, out, copy, lse, q, k, v, T, C, NH, scale, vec);
     srk_ctx.attn_tc_launches++;
 }
@@ -331,9 +338,9 @@ template <int HD, class TDQ, class TDK, class TDV>
 static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, const bf16 *k, const bf16 *v,
                        const float *lse, const float *delta, int B, int T, int C, int NH, float scale, int fresh)
 {
-    int vec = C % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(g);
+    int vec = tiles_vec(C, q, k, v, g);
     size_t smem = Lay<HD>::bwd;
-    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
+    dim3 grid = tile_grid(B, T, NH);
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((bwd_kv_kernel<HD, TDK, TDV>), smem);
         SR_LAUNCH((bwd_kv_kernel<HD, TDK, TDV>), grid, THREADS, smem, srk_ctx.stream, dk, dv, g, q, k, v, lse, delta, T,

@@ -278,6 +278,11 @@ static __global__ void mean_rows_kernel(float *out, const float *rowloss, long N
     s = srk_block_sum_d(s);
     if (threadIdx.x == 0) out[0] = (float)(s / (double)N);
 }
+/* one logit's gradient: sc * (softmax - onehot) */
+__device__ __forceinline__ float srk_ce_grad(float x, float l, float sc, int j, int t)
+{
+    return sc * expf(x - l) - (j == t ? sc : 0.0f);
+}
 template <class TD, class TL>
 __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
                                         const float *dloss, long N, int V, int ld, int fresh)
@@ -299,18 +304,13 @@ __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const flo
         for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
             float4 x = l4[q], d = fresh ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : d4[q];
             int j = 4 * q;
-            d.x += sc * expf(x.x - l) - (j == t ? sc : 0.0f);
-            d.y += sc * expf(x.y - l) - (j + 1 == t ? sc : 0.0f);
-            d.z += sc * expf(x.z - l) - (j + 2 == t ? sc : 0.0f);
-            d.w += sc * expf(x.w - l) - (j + 3 == t ? sc : 0.0f);
+            d.x += srk_ce_grad(x.x, l, sc, j, t), d.y += srk_ce_grad(x.y, l, sc, j + 1, t);
+            d.z += srk_ce_grad(x.z, l, sc, j + 2, t), d.w += srk_ce_grad(x.w, l, sc, j + 3, t);
             d4[q] = d;
         }
         j0 = V / 4 * 4;
     }
-    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) {
-        float p = sc * expf(srk_ld(lr[j]) - l);
-        srk_put(&dr[j], j == t ? p - sc : p, fresh);
-    }
+    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_put(&dr[j], srk_ce_grad(srk_ld(lr[j]), l, sc, j, t), fresh);
 }
 
 /* loss (1) = mean over rows (on the device); lse (N) is saved for the backward; the

@@ -67,7 +67,23 @@ static inline int srk_by8(long n, const void *a, const void *b, const void *c = 
  * phase 2 adds the chunks (8 lanes of every 8th chunk, added in order). */
 enum { CS_MODE_X = 0, CS_MODE_XY = 1, CS_MODE_LN = 2, CS_MODE_RMS = 3 };
 
-/* mode X: x; XY: x*y; LN: x*(y-mean)*rstd and x (two sums); RMS: x*y*rstd */
+/* mode X: x; XY: x*y; LN: x*(y-mean)*rstd and x (two sums); RMS: x*y*rstd.
+ * One row r's term of a column: a1 += f(x, y), a2 += x (LN's second sum) */
+template <int MODE>
+__device__ __forceinline__ void srk_cs_add(float &a1, float &a2, float xv, float yv, const float *mean,
+                                           const float *rstd, long r)
+{
+    if constexpr (MODE == CS_MODE_X) {
+        a1 += xv;
+    } else if constexpr (MODE == CS_MODE_XY) {
+        a1 += xv * yv;
+    } else if constexpr (MODE == CS_MODE_LN) {
+        a1 += xv * ((yv - mean[r]) * rstd[r]);
+        a2 += xv;
+    } else {
+        a1 += xv * (yv * rstd[r]);
+    }
+}
 template <int MODE, class TX, class TY>
 __global__ void colsum_part_kernel(float *part, float *part2, const TX *x, const TY *y, const float *mean,
                                    const float *rstd, long rows, long nb, int chunks)
@@ -80,17 +96,9 @@ __global__ void colsum_part_kernel(float *part, float *part2, const TX *x, const
     float a1 = 0.0f, a2 = 0.0f;
     if (j < nb) {
         for (long r = r0 + threadIdx.y; r < r1; r += 8) {
-            float xv = srk_ld(x[r * nb + j]);
-            if (MODE == CS_MODE_X) {
-                a1 += xv;
-            } else if (MODE == CS_MODE_XY) {
-                a1 += xv * srk_ld(y[r * nb + j]);
-            } else if (MODE == CS_MODE_LN) {
-                a1 += xv * ((srk_ld(y[r * nb + j]) - mean[r]) * rstd[r]);
-                a2 += xv;
-            } else {
-                a1 += xv * (srk_ld(y[r * nb + j]) * rstd[r]);
-            }
+            float yv = 0.0f;
+            if constexpr (MODE != CS_MODE_X) yv = srk_ld(y[r * nb + j]);
+            srk_cs_add<MODE>(a1, a2, srk_ld(x[r * nb + j]), yv, mean, rstd, r);
         }
     }
     s1[threadIdx.y][threadIdx.x] = a1;
@@ -126,18 +134,7 @@ __global__ void colsum_part8_kernel(float *part, float *part2, const TX *x, cons
             srk_ld8(x + r * nb + j, xv);
             if constexpr (MODE != CS_MODE_X) srk_ld8(y + r * nb + j, yv);
             SRK_UNROLL
-            for (int k = 0; k < 8; k++) {
-                if constexpr (MODE == CS_MODE_X) {
-                    a1[k] += xv[k];
-                } else if constexpr (MODE == CS_MODE_XY) {
-                    a1[k] += xv[k] * yv[k];
-                } else if constexpr (MODE == CS_MODE_LN) {
-                    a1[k] += xv[k] * ((yv[k] - mean[r]) * rstd[r]);
-                    a2[k] += xv[k];
-                } else {
-                    a1[k] += xv[k] * (yv[k] * rstd[r]);
-                }
-            }
+            for (int k = 0; k < 8; k++) srk_cs_add<MODE>(a1[k], a2[k], xv[k], MODE == CS_MODE_X ? 0.0f : yv[k], mean, rstd, r);
         }
     }
     for (int k = 0; k < 8; k++) {
