@@ -462,11 +462,63 @@ int cg_step_runs(Ir *ir, const IrBwd *b, int mode)
  * instead (not for a tensor-parallel rank-0-only gradient, which the other
  * ranks never write, nor for one the step writes twice); the grad_ready hook
  * follows the step that completes a parameter's gradient */
+/* step b's gradient operands as the walk meets them: each is marked in
+ * zeroed; bit k of the result when $dK is this step's first write and its
+ * template overwrites it ($z); the ones to clear before the call go to
+ * clear[] (*nclear) */
+static unsigned step_fresh(const CgEmit *x, Ir *ir, int stage, int mode, IrOp *op, IrBwd *b, char *zeroed, int *clear,
+                           int *nclear)
+{
+    const char *t = cg_bwd_template(b, op, x->cuda);
+    int can = mode == BW_FULL && t && strstr(t, "$z");
+    unsigned fresh = 0;
+    *nclear = 0;
+    for (int k = 0; k < op->nin; k++) {
+        int d = b->din[k];
+        if (d < 0 || zeroed[d]) continue;
+        IrValue *dv = ir_value(ir, d);
+        IrValue *pv = ir_value(ir, dv->primal);
+        zeroed[d] = 1;
+        if (pv->kind == VK_PARAM || mode == BW_WEIGHT) continue;
+        if (ir->nstages > 1 && pv->id == ir->stages[stage].act_out) continue; /* received */
+        int twice = 0;
+        for (int i = 0; i < op->nin; i++) twice |= i != k && b->din[i] == d;
+        if (can && !twice && !((b->gate >> k) & 1)) {
+            fresh |= 1u << k;
+            continue;
+        }
+        clear[(*nclear)++] = d;
+    }
+    return fresh;
+}
+
+/* the step after j when the back end may fuse the two: a gradient rule of
+ * the same stage and function that this walk runs, nothing between them */
+static IrBwd *fusable_next(const CgEmit *x, Ir *ir, int j, int stage, int mode, const IrOp *op)
+{
+    if (!x->fuse || j + 1 >= ir->bwd.n) return NULL;
+    IrBwd *b2 = ir->bwd.v[j + 1];
+    if (b2->kind != BWD_RULE || b2->fwd < 0 || b2->pstage != stage || !cg_step_runs(ir, b2, mode)) return NULL;
+    return strcmp(cg_group_of(op), cg_group_of(BWD_OP(ir, b2))) ? NULL : b2;
+}
+
+/* the stage's backward steps in order, grouped into functions like the
+ * forward: steps the runtime sums once per step are left out, zb-h1's
+ * halves (mode BW_INPUT, BW_WEIGHT) keep the steps with activation or
+ * parameter gradients; each activation gradient is cleared before the first
+ * step that adds to it (not a received one, not in the weight half), unless
+ * that step's template takes $z: then the call is told to overwrite it
+ * instead (not for a tensor-parallel rank-0-only gradient, which the other
+ * ranks never write, nor for one the step writes twice); two adjacent
+ * steps are one call where the back end fuses them (x->fuse), when the
+ * second clears nothing; the grad_ready hook follows the step that
+ * completes a parameter's gradient */
 void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls)
 {
     char *cur = NULL;
     int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
     IrOp *prev = NULL;
+    char *ahead = sx_alloc((size_t)ir->values.n + 1); /* zeroed after a fused pair's second step */
     memset(zeroed, 0, (size_t)ir->values.n + 1);
     const char *kind = mode == BW_INPUT ? "bwdi" : mode == BW_WEIGHT ? "bwdw" : "bwd";
     for (int j = 0; j < ir->bwd.n; j++) {
@@ -482,39 +534,39 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
             x->open_fn(x->g, cg_fn_name(fnames, calls, kind, grp));
             cur = grp;
         }
+        int done = j; /* the last step this iteration emitted */
         if (b->kind == BWD_FORWARD) {
             x->recompute(x->g, op);
         } else if (b->kind == BWD_ALLREDUCE) {
             x->allreduce(x->g, op, b);
         } else {
             x->begin_step(x->g, op, b);
-            const char *t = cg_bwd_template(b, op, x->cuda);
-            int can = mode == BW_FULL && t && strstr(t, "$z");
-            unsigned fresh = 0;
-            for (int k = 0; k < op->nin; k++) {
-                int d = b->din[k];
-                if (d < 0 || zeroed[d]) continue;
-                IrValue *dv = ir_value(ir, d);
-                IrValue *pv = ir_value(ir, dv->primal);
-                zeroed[d] = 1;
-                if (pv->kind == VK_PARAM || mode == BW_WEIGHT) continue;
-                if (ir->nstages > 1 && pv->id == ir->stages[stage].act_out) continue; /* received */
-                int twice = 0;
-                for (int i = 0; i < op->nin; i++) twice |= i != k && b->din[i] == d;
-                if (can && !twice && !((b->gate >> k) & 1)) {
-                    fresh |= 1u << k;
-                    continue;
+            int clear[4], nclear, clear2[4], nclear2;
+            unsigned fresh = step_fresh(x, ir, stage, mode, op, b, zeroed, clear, &nclear);
+            for (int k = 0; k < nclear; k++) x->zero(x->g, op, clear[k]);
+            IrBwd *b2 = fusable_next(x, ir, j, stage, mode, op);
+            int fused = 0;
+            if (b2) {
+                IrOp *op2 = BWD_OP(ir, b2);
+                memcpy(ahead, zeroed, (size_t)ir->values.n + 1);
+                unsigned fresh2 = step_fresh(x, ir, stage, mode, op2, b2, ahead, clear2, &nclear2);
+                if (!nclear2 && x->fuse(x->g, op, b, fresh, op2, b2, fresh2)) {
+                    memcpy(zeroed, ahead, (size_t)ir->values.n + 1);
+                    prev = op2;
+                    done = j + 1;
+                    fused = 1;
                 }
-                x->zero(x->g, op, d);
             }
-            x->step(x->g, op, b, fresh);
+            if (!fused) x->step(x->g, op, b, fresh);
         }
         /* no device sync before the hook: the comm layer orders its
          * collectives after the kernels queued so far */
-        for (int i = 0; i < ir->params.n && mode != BW_INPUT; i++)
-            if (last[i] == j)
-                fprintf(x->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n", i,
-                        ((IrParam *)ir->params.v[i])->name);
+        for (; j <= done; j++)
+            for (int i = 0; i < ir->params.n && mode != BW_INPUT; i++)
+                if (last[i] == j)
+                    fprintf(x->f, "    if (e->grad_ready) e->grad_ready(e, %d); /* %s complete */\n", i,
+                            ((IrParam *)ir->params.v[i])->name);
+        j = done;
     }
     if (cur) fprintf(x->f, "}\n\n");
 }

@@ -290,9 +290,31 @@ static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
             expand(g, cg_bwd_template(b, op, 1), op, b, fresh));
 }
 
+/* d matmul then d gelu where the gelu made the matmul's left operand, in a
+ * bf16 program: one srk_matmul_gelu_bwd (cuBLASLt's DGELU epilogue writes
+ * d(pre) from the GEMM, d(h) is never materialised) when both gradients
+ * are overwritten and d(pre) shares no slot with what that GEMM reads
+ * (dout, pre). h's slot is allowed: the call reads h (for the weight
+ * gradient) before it writes d(pre). The runtime falls back to the two
+ * rules where the epilogue cannot run (srk_matmul.cuh) */
+static int c_fuse(void *gp, IrOp *op, IrBwd *b, unsigned fresh, IrOp *op2, IrBwd *b2, unsigned fresh2)
+{
+    CGen *g = gp;
+    Ir *ir = g->ir;
+    if (!g->bf16 || op->kind != OP_MATMUL || op2->kind != OP_GELU || b->rs || b2->rs) return 0;
+    int dh = b->din[0], dpre = b2->din[0];
+    if (op2->out != op->in[0] || dh < 0 || dpre < 0 || b2->dout != dh || !(fresh & 1) || !(fresh2 & 1)) return 0;
+    if (same_slot(ir, dpre, b->dout) || same_slot(ir, dpre, op2->in[0]) || dpre == b->dout) return 0;
+    char *call = sx_fmt("%s%s", expand(g, "srk_matmul_gelu_bwd($d0, $d1, $do, $0, $1, $s0, $s1, $s2, $z, ", op, b, fresh),
+                        expand(g, "$d0, $0, $z)", op2, b2, fresh2));
+    fprintf(g->f, "    /* %s:%d  d gelu, in the matmul's epilogue */\n", cg_src_file(op2->loc.file), op2->loc.line);
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, "d matmul+gelu"), call);
+    return 1;
+}
+
 static CgEmit cuda_emit(CGen *g)
 {
-    CgEmit x = {g, g->f, c_open_fn, c_op, c_recompute, c_allreduce, c_begin_step, c_zero, c_step, 1};
+    CgEmit x = {g, g->f, c_open_fn, c_op, c_recompute, c_allreduce, c_begin_step, c_zero, c_step, 1, c_fuse};
     return x;
 }
 

@@ -491,6 +491,9 @@ typedef struct CgEmit {
     /* the backward rule's call; fresh: bit k when $dK's clearing was left out ($z) */
     void (*step)(void *g, IrOp *op, IrBwd *b, unsigned fresh);
     int cuda; /* which templates of ops.def (the $z ones can overwrite) */
+    /* optional: one call for two adjacent steps (b's, then b2's, which clears
+     * nothing); nonzero when it wrote one, else the walk emits them apart */
+    int (*fuse)(void *g, IrOp *op, IrBwd *b, unsigned fresh, IrOp *op2, IrBwd *b2, unsigned fresh2);
 } CgEmit;
 int cg_training_head(Program *P, int *vocab, int *classes, int *max_seq, int *logits); /* inputs and loss head, checked */
 int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets); /* params[], stageS_params[] */

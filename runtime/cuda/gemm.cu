@@ -1,8 +1,8 @@
 /* gemm.cu: the one GEMM entry point of the CUDA backend (srk_matmul.cuh).
  *
  * GPU: cuBLASLt, row-major via the transposed problem (C^T = op(B)^T op(A)^T
- * in column-major), float accumulation (CUBLAS_COMPUTE_32F, never TF32), bias
- * and GELU_AUX_BIAS epilogues, a 32 MiB workspace, the operands' actual
+ * in column-major), float accumulation (CUBLAS_COMPUTE_32F, never TF32), bias,
+ * GELU_AUX_BIAS and DGELU epilogues, a 32 MiB workspace, the operands' actual
  * alignment given to the heuristic, and a small cache of descriptors and
  * heuristic results per problem so the steady state does no heuristic
  * queries.
@@ -50,6 +50,7 @@ typedef struct lt_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
+    int none; /* no algorithm for this DGELU problem: the caller runs it apart */
     uint64_t stamp;
 } lt_plan;
 static lt_plan plans[LT_CACHE];
@@ -114,14 +115,15 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
     cublasLtEpilogue_t e = epi == SRK_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                          : epi == SRK_EPI_BIAS      ? CUBLASLT_EPILOGUE_BIAS
+                         : epi == SRK_EPI_DGELU     ? CUBLASLT_EPILOGUE_DGELU
                                                     : CUBLASLT_EPILOGUE_DEFAULT;
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
-    if (epi) {
+    if (srk_epi_bias(epi)) {
         cudaDataType_t bt = cuda_type(bias_dt);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     }
-    if (epi == SRK_EPI_BIAS_GELU) {
+    if (srk_epi_aux(epi)) { /* GELU's input, read (DGELU) or written, laid out as C */
         int64_t ld = ldc;
         cudaDataType_t at = cuda_type(cdt);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
@@ -146,6 +148,12 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     (void)ws;
+    if ((s != CUBLAS_STATUS_SUCCESS || found == 0) && epi == SRK_EPI_DGELU) {
+        p->none = 1; /* cached too: asked once */
+        p->used = 1;
+        p->stamp = ++plan_clock;
+        return p;
+    }
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
         srk_fail("cuBLASLt has no algorithm for a %s matmul (%ld x %ld x %ld, epilogue %d) launched at %s:%d (%s)",
                  srk_ctx.bf16 ? "bf16" : "fp32", M, N, K, epi, srk_ctx.site_file ? srk_ctx.site_file : "?",
@@ -160,23 +168,23 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
     return p;
 }
 
-void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
-              int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
-              void *pre)
+int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
+             int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
+             void *pre)
 {
-    if (srk_ctx.failed || M <= 0 || N <= 0) return;
-    if (!lt && !lt_ok(cublasLtCreate(&lt), "initialization")) return;
+    if (srk_ctx.failed || M <= 0 || N <= 0) return 0;
+    if (!lt && !lt_ok(cublasLtCreate(&lt), "initialization")) return 0;
     int a_dt, b_dt;
     const void *a = as_compute(A, adt, (ta ? K : M) * lda, SRK_SCR_CONV_A, &a_dt);
     const void *b = as_compute(B, bdt, (tb ? N : K) * ldb, SRK_SCR_CONV_B, &b_dt);
-    if (!a || !b) return;
+    if (!a || !b) return 0;
     if (!srk_ctx.bf16 && cdt == SRK_BF16) {
         srk_fail("internal: an fp32 program produced a bf16 matmul output at %s:%d", srk_ctx.site_file,
                  srk_ctx.site_line);
-        return;
+        return 0;
     }
     /* the bias in the output's type (cuBLASLt's rule) */
-    if (epi && bias_dt != cdt) {
+    if (srk_epi_bias(epi) && bias_dt != cdt) {
         if (cdt == SRK_BF16) {
             bias = srk_bf16_view((const float *)bias, N, SRK_SCR_CONV_C);
             bias_dt = SRK_BF16;
@@ -186,10 +194,10 @@ void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A
             bias = f;
             bias_dt = SRK_F32;
         }
-        if (!bias) return;
+        if (!bias) return 0;
     }
     void *ws = srk_scratch(SRK_SCR_LT_WS, LT_WS_BYTES);
-    if (!ws) return;
+    if (!ws) return 0;
     /* the heuristic depends on pointers through their alignment only */
     uint32_t al_a = lt_align(a), al_b = lt_align(b), al_c = lt_align(C);
     long key[16] = {ta, tb, M, N, K, lda, ldb, ldc, a_dt, b_dt, cdt, epi, bias_dt,
@@ -198,14 +206,16 @@ void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A
                     0, 0};
     lt_plan *p = get_plan(key, 16, ta, tb, M, N, K, a_dt, lda, b_dt, ldb, cdt, ldc, epi, bias_dt, bias, pre, ws,
                           al_a, al_b, al_c);
-    if (!p) return;
+    if (!p) return 0;
+    if (p->none) return 1;
     /* this call's bias and aux pointers (the cached descriptor has a previous call's) */
-    if (epi) cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-    if (epi == SRK_EPI_BIAS_GELU)
+    if (srk_epi_bias(epi)) cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (srk_epi_aux(epi))
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
     lt_ok(cublasLtMatmul(lt, p->desc, &alpha, b, p->a, a, p->b, &beta, C, p->c, C, p->c, &p->algo, ws, LT_WS_BYTES,
                          srk_ctx.stream),
           "matmul");
+    return 0;
 }
 
 #else /* emulation */
@@ -228,21 +238,21 @@ static float gelu_tanh(float x)
     return x / (1.0f + expf(-2.0f * u));
 }
 
-void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
-              int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
-              void *pre)
+int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
+             int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
+             void *pre)
 {
-    if (srk_ctx.failed || M <= 0 || N <= 0) return;
+    if (srk_ctx.failed || M <= 0 || N <= 0) return 0;
     if (!srk_ctx.bf16 && cdt == SRK_BF16) {
         srk_fail("internal: an fp32 program produced a bf16 matmul output at %s:%d", srk_ctx.site_file,
                  srk_ctx.site_line);
-        return;
+        return 0;
     }
     /* it runs here and now on the host: after the work queued on the stream
      * (kernels waiting behind a collective), as cuBLASLt's would */
     if (!emu::stream_drain(srk_ctx.stream, "matmul")) {
         srk_check_cuda(cudaGetLastError(), "a matmul waiting for its stream");
-        return;
+        return 0;
     }
     std::vector<float> abuf, bbuf, cbuf;
     const float *a = as_float(A, adt, (ta ? K : M) * lda, abuf);
@@ -257,7 +267,14 @@ void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A
     if (K > 0)
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                     (int)K, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
-    if (epi) {
+    if (epi == SRK_EPI_DGELU) /* the product times GELU'(pre), in float, rounded once below */
+        for (long i = 0; i < M; i++)
+            for (long j = 0; j < N; j++) {
+                long at = i * ldc + j;
+                float x = cdt == SRK_BF16 ? __bfloat162float(((const bf16 *)pre)[at]) : ((const float *)pre)[at];
+                c[at] *= srk_act_grad(ACT_GELU, x);
+            }
+    else if (epi) {
         for (long i = 0; i < M; i++)
             for (long j = 0; j < N; j++) {
                 float bj = bias_dt == SRK_BF16 ? __bfloat162float(((const bf16 *)bias)[j]) : ((const float *)bias)[j];
@@ -275,6 +292,7 @@ void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A
         for (long i = 0; i < M; i++)
             for (long j = 0; j < N; j++) ((bf16 *)C)[i * ldc + j] = __float2bfloat16(c[i * ldc + j]);
     (void)as_compute; /* the GPU path's conversions; emulation rounds inline */
+    return 0;
 }
 
 #endif

@@ -7,23 +7,29 @@
  * fp32 program GEMMs are plain float (no TF32), for exact comparisons.
  * Epilogues: srk_matmul_bias_fwd and srk_matmul_bias_gelu_fwd fuse the bias
  * (and the tanh GELU, whose input is kept for the backward) into the GEMM;
- * the code generator emits them for matmul -> add(bias) [-> gelu] chains.
+ * the code generator emits them for matmul -> add(bias) [-> gelu] chains,
+ * and srk_matmul_gelu_bwd for a gelu -> matmul chain's backward pair.
  */
 #ifndef SRK_MATMUL_CUH
 #define SRK_MATMUL_CUH
 
 #include "srk_pointwise.cuh"
 
-enum { SRK_EPI_NONE = 0, SRK_EPI_BIAS = 1, SRK_EPI_BIAS_GELU = 2 };
+enum { SRK_EPI_NONE = 0, SRK_EPI_BIAS = 1, SRK_EPI_BIAS_GELU = 2, SRK_EPI_DGELU = 3 };
+static inline int srk_epi_bias(int epi) { return epi == SRK_EPI_BIAS || epi == SRK_EPI_BIAS_GELU; }
+static inline int srk_epi_aux(int epi) { return epi == SRK_EPI_BIAS_GELU || epi == SRK_EPI_DGELU; }
 
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major, op = transpose when ta/tb;
  * A is (M,K) (ta: (K,M)), B is (K,N) (tb: (N,K)), leading dims lda, ldb, ldc.
  * epi: adds bias (N) (dtype bias_dt); BIAS_GELU also applies the tanh GELU
- * and stores its input to pre (M,N) (ld ldc, dtype cdt). beta must be 0
- * with an epilogue. Errors are recorded in srk_ctx (srk_fail). */
-void srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
-              int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
-              void *pre);
+ * and stores its input to pre (M,N) (ld ldc, dtype cdt); DGELU multiplies
+ * the product by the tanh GELU's derivative at pre (M,N) (ld ldc, dtype
+ * cdt), no bias. beta must be 0 with an epilogue. Errors are recorded in
+ * srk_ctx (srk_fail). Returns 1 only when cuBLASLt has no algorithm for a
+ * DGELU problem (nothing was written: the caller runs it unfused), else 0. */
+int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
+             int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
+             void *pre);
 
 #define SRK_DT(T) ((int)srk_dt<typename std::remove_cv<T>::type>::value)
 
@@ -76,6 +82,37 @@ void srk_matmul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, 
     if (db)
         srk_gemm(1, 0, K, N, M, 1.0f, a, SRK_DT(TA), K, g, gdt, N, fresh & 2 ? 0.0f : 1.0f, db, SRK_DT(TDB), N, NULL, 0,
                  0, NULL);
+}
+
+/* the backward steps of h = gelu(pre) then matmul(h, b), one call:
+ * dh (M,K) = dout @ b^T, db (K,N) += h^T @ dout (srk_matmul_bwd's rule,
+ * fresh its bits), dpre (M,K) = dh * gelu'(pre) (srk_gelu_bwd's, fresh2).
+ * In a bf16 program, when dh and dpre are both overwritten, K % 8 == 0
+ * (the aux matrix's rule) and dpre, pre are bf16: db's GEMM, then one GEMM
+ * whose DGELU epilogue writes dpre (dh is never written or read). db goes
+ * first: dpre may take h's slot (the code generator allows it, h's last
+ * reader being db's GEMM); it may not take dout's or pre's. Otherwise the
+ * two rules one after the other. */
+template <class TDH, class TDB, class TG, class TA, class TB, class TDP, class TP>
+void srk_matmul_gelu_bwd(TDH *dh, TDB *db, const TG *dout, const TA *h, const TB *b, long M, long K, long N,
+                         int fresh, TDP *dpre, const TP *pre, int fresh2)
+{
+    if (!srk_ctx.bf16 || !(fresh & 1) || !(fresh2 & 1) || !dh || !dpre || M <= 0 || N <= 0 || K <= 0 || K % 8 ||
+        SRK_DT(TDP) != SRK_BF16 || SRK_DT(TP) != SRK_BF16) {
+        srk_matmul_bwd(dh, db, dout, h, b, M, K, N, fresh);
+        srk_gelu_bwd(dpre, dh, pre, M * K, fresh2);
+        return;
+    }
+    int gdt;
+    const void *g = srk_grad_operand(dout, M * N, &gdt);
+    if (db)
+        srk_gemm(1, 0, K, N, M, 1.0f, h, SRK_DT(TA), K, g, gdt, N, fresh & 2 ? 0.0f : 1.0f, db, SRK_DT(TDB), N, NULL, 0,
+                 0, NULL);
+    if (srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, 0.0f, dpre, SRK_DT(TDP), K, NULL, 0,
+                 SRK_EPI_DGELU, (void *)pre)) { /* no fused algorithm for it on this GPU */
+        srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, 0.0f, dh, SRK_DT(TDH), K, NULL, 0, 0, NULL);
+        srk_gelu_bwd(dpre, dh, pre, M * K, fresh2);
+    }
 }
 
 /* out (M,N) = a (M,K) @ b (N,K)^T   (tied output head) */

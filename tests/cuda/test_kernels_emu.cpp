@@ -210,6 +210,45 @@ static void test_matmul_epilogues(long M, long K, long N)
         dfree(p);
 }
 
+/* d matmul + d gelu in one call (srk_matmul_gelu_bwd: the DGELU epilogue in a bf16 program when
+ * K % 8 == 0, else the two rules) against the host's two rules. dh and dpre start as NaN (fresh:
+ * overwritten, never read); db accumulates, or is fresh too; then dpre in h's own buffer, as the
+ * code generator allows: db must still see h */
+template <class T>
+static void test_matmul_gelu_bwd(long M, long K, long N)
+{
+    float tol = tol_for<T>(2e-5f);
+    vec h = rounded<T>(rnd(M * K)), w = rnd(K * N), g = rounded<T>(rnd(M * N)), pre = rounded<T>(rnd(M * K, -3, 3));
+    vec db0 = rnd(K * N), dh((size_t)(M * K)), dpre((size_t)(M * K)), db = db0, dbf((size_t)(K * N));
+    sr_matmul_bwd(dh.data(), db.data(), g.data(), h.data(), w.data(), (int)M, (int)K, (int)N);
+    sr_matmul_bwd(NULL, dbf.data(), g.data(), h.data(), w.data(), (int)M, (int)K, (int)N);
+    if (srk_dt<T>::value == SRK_BF16) dh = rounded<T>(dh); /* the unfused path stores dh */
+    sr_gelu_bwd(dpre.data(), dh.data(), pre.data(), M * K);
+    vec nan_k((size_t)(M * K), NAN);
+    const char *path = srk_ctx.bf16 && K % 8 == 0 ? "DGELU epilogue" : "two rules";
+    for (int fresh_db = 0; fresh_db < 2; fresh_db++) {
+        T *d_h = up<T>(h), *d_g = up<T>(g), *d_pre = up<T>(pre), *d_dh = up<T>(nan_k), *d_dpre = up<T>(nan_k);
+        float *d_w = up<float>(w), *d_db = up<float>(fresh_db ? vec((size_t)(K * N), NAN) : db0);
+        srk_matmul_gelu_bwd(d_dh, d_db, d_g, d_h, d_w, M, K, N, fresh_db ? 3 : 1, d_dpre, d_pre, 1);
+        expect(fmt("matmul+gelu %s bwd %ldx%ldx%ld (%s): dpre", tname<T>(), M, K, N, path).c_str(), down(d_dpre, M * K),
+               dpre, tol);
+        expect(fmt("matmul+gelu %s bwd: db %s", tname<T>(), fresh_db ? "overwritten" : "accumulates").c_str(),
+               down(d_db, K * N), fresh_db ? dbf : db, tol);
+        if (fresh_db) { /* dpre in h's buffer */
+            T *d_h2 = up<T>(h);
+            float *d_db2 = up<float>(db0);
+            srk_matmul_gelu_bwd(d_dh, d_db2, d_g, d_h2, d_w, M, K, N, 1, d_h2, d_pre, 1);
+            expect(fmt("matmul+gelu %s bwd, dpre over h: dpre", tname<T>()).c_str(), down(d_h2, M * K), dpre, tol);
+            expect(fmt("matmul+gelu %s bwd, dpre over h: db", tname<T>()).c_str(), down(d_db2, K * N), db, tol);
+            dfree(d_h2), dfree(d_db2);
+        }
+        no_error("matmul+gelu bwd");
+        for (const void *q : {(const void *)d_h, (const void *)d_g, (const void *)d_pre, (const void *)d_dh,
+                              (const void *)d_dpre, (const void *)d_w, (const void *)d_db})
+            dfree(q);
+    }
+}
+
 /* ---- element-wise ---------------------------------------------------------------------- */
 template <class T>
 static void test_binary(int op, long n, long nb)
@@ -1022,6 +1061,7 @@ int main(int argc, char **argv)
             test_matmul<bf16>(37, 19, 23, true), test_matmul<bf16>(33, 64, 101, true);
             test_matmul_epilogues<bf16>(37, 24, 40);
             test_matmul_epilogues<bf16>(19, 16, 13);
+            test_matmul_gelu_bwd<bf16>(37, 24, 19), test_matmul_gelu_bwd<bf16>(37, 19, 24); /* fused, apart */
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 37 * 13, 13), test_binary<bf16>(op, 301, 301);
             /* sizes divisible by 8: the 16-byte (vectorized) accumulation */
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 40 * 24, 24), test_binary<bf16>(op, 1000, 1000);
@@ -1053,6 +1093,7 @@ int main(int argc, char **argv)
             test_matmul<float>(37, 19, 23, false), test_matmul<float>(64, 96, 48, false);
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);
             test_matmul_epilogues<float>(37, 24, 40);
+            test_matmul_gelu_bwd<float>(37, 24, 19); /* fp32: always the two rules */
             for (int op = 0; op < 3; op++) test_binary<float>(op, 37 * 13, 13), test_binary<float>(op, 301, 301);
             for (int op = 0; op < 3; op++) test_binary<float>(op, 40 * 24, 24), test_binary<float>(op, 1000, 1000);
             test_binary<float>(0, 70000 * 3, 3); /* many rows: multi-chunk column sums */

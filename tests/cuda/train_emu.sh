@@ -11,7 +11,7 @@
 #    sequence parallelism over the comm layer's NCCL backend (the default,
 #    as on a GPU: runtime/cuda/comm_nccl.c on the emulator's NCCL, which
 #    is MPI underneath);
-#    recomputation;
+#    recomputation (fp32, and bf16 with d matmul + d gelu fused); bf16 at tp=2;
 #  - a LLaMA-style model (RoPE, RMSNorm, SwiGLU) in fp32, bf16 and at tp=2;
 #  - SHARDC_CUDA_PROFILE=1 reports every generated call site and changes no loss;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
@@ -124,6 +124,20 @@ emu_vs_host q2 qwen2 "Qwen2-style model (q/k/v biases, tied head)"
 ./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl
 losses rc.jsonl > rc.txt
 check "recomputation (--recompute block, dropout 0.1): 6 steps match the host binary to 1e-5" close h.txt rc.txt 1e-5
+# bf16 fuses each MLP's d matmul and d gelu (cuBLASLt's DGELU epilogue; srk_matmul_gelu_bwd):
+# with recomputation the GELU's input it reads is the recomputed one; at tp=2 h is a column shard
+"$gen" "$m" --bf16 --recompute --cuda rcb.cu --build rcb_cuda --emulate
+check "bf16 builds fuse d matmul with d gelu (4 layers)" test "$(grep -c 'srk_matmul_gelu_bwd(' rcb.cu)" = 4
+./rcb_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rcb.jsonl
+losses rcb.jsonl > rcb.txt
+check "bf16 with recomputation (--recompute block, dropout 0.1): 6 steps within 2e-2 of the host binary" \
+  close h.txt rcb.txt 2e-2
+if command -v mpirun >/dev/null; then
+  "$gen" "$m" --bf16 --tp 2 --cuda tg2b.cu --build tg2b_cuda --emulate
+  mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 --steps 4 --log c2b.jsonl
+  losses c2b.jsonl > c2b.txt
+  check "bf16 at tp=2 over NCCL: 4 steps within 2e-2 of the host binary's tp=2" close h2.txt c2b.txt 2e-2
+fi
 
 # SHARDC_CUDA_PROFILE=1: the device time of every generated call, by .model site, at exit;
 # the numbers of the emulator are host times, so only the report's shape is checked
