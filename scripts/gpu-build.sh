@@ -3,9 +3,10 @@
 # scripts/gpu-check.sh runs, built for the GPU architectures ARCHS (compute
 # capabilities, comma-separated: 90, or 80,90). Configures and builds the
 # tree in BUILD (targets: SHARDC_GPU_TARGETS, default all, which is every
-# example's CUDA binary too; "shardc test_kernels_cuda_nvcc" is what BINS
-# needs), then writes into BINS:
+# example's CUDA binary too; "shardc test_kernels_cuda_nvcc
+# step_compare_cuda_nvcc" is what BINS needs), then writes into BINS:
 #   test_kernels_cuda                 every CUDA kernel against the host kernels
+#   step_compare_cuda                 tinygpt's bf16 program against the host's, step by step
 #   tinygpt_fp32, tinygpt_bf16        examples/tinygpt.model, --backend cuda
 #   tinygpt_pp2_fp32                  the same in two pipeline stages, block recomputation
 #   gpt2_bf16                         examples/gpt2.model (GPT-2 124M), --backend cuda,
@@ -34,8 +35,9 @@ fi
 st=0
 sc=$bld/shardc
 [ -x "$sc" ] || { echo "gpu-build: $sc was not built"; exit 1; }
-if [ -x "$bld/test_kernels_cuda" ]; then cp "$bld/test_kernels_cuda" "$bins/"; else
-  echo "gpu-build: test_kernels_cuda was not built"; st=1; fi
+for t in test_kernels_cuda step_compare_cuda; do
+  if [ -x "$bld/$t" ]; then cp "$bld/$t" "$bins/"; else echo "gpu-build: $t was not built"; st=1; fi
+done
 names=""
 one() { # one NAME MODEL OPTIONS...: shardc build into BINS/NAME, in the background (checked after the wait)
   local name=$1 model=$2

@@ -17,7 +17,9 @@
 #   3. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
 #      from the same data and seed: losses within 1e-4 relative; and the bf16
 #      CUDA binary, with the default attention kernels and with mma.sync's
-#      (SHARDC_CUDA_ATTN=mma): within 2e-2;
+#      (SHARDC_CUDA_ATTN=mma): within 2e-2; and 3 bf16 steps of tinygpt side by
+#      side with the host program (step_compare_cuda): every parameter's
+#      gradient within 1e-1 of the host's, with each attention path;
 #   4. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
 #      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); 14 steps with the
@@ -140,7 +142,7 @@ if [ ! -f "$cuda_home/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
   fi
 fi
 
-progs="test_kernels_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host"
+progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host"
 loads() { # loads DIR: every program there, with every library it needs found
   local p
   for p in $progs; do
@@ -221,10 +223,23 @@ tinygpt() { # tinygpt BINS: fp32, bf16 and bf16 with mma.sync attention (SHARDC_
     fi
   done
 }
+step_compare() { # step_compare BINS: 3 bf16 steps' gradients against the host's, with each attention path
+  local attn
+  for attn in wmma mma; do
+    if SHARDC_CUDA_ATTN=$attn timeout 120 "$1/step_compare_cuda" --bf16 --steps 3 --batch 4 --seq 64 \
+      > "$out/step-compare-$attn.txt" 2>&1; then
+      ok "bf16 gradients of 3 steps ($attn attention) vs the host's: $(tail -1 "$out/step-compare-$attn.txt")"
+    else
+      grep -E "FAIL|error" "$out/step-compare-$attn.txt" | head -8
+      bad "bf16 gradients ($attn attention) vs the host's (step-compare-$attn.txt)"
+    fi
+  done
+}
 if want tinygpt; then
-  stage "tinygpt: 20 steps, CUDA vs host"
+  stage "tinygpt: 20 steps, CUDA vs host; 3 bf16 steps' gradients"
   host_losses
   tinygpt "$bins"
+  step_compare "$bins"
 fi
 
 # the longer stages' bodies are not indented: their Python must start at column 0
@@ -364,6 +379,7 @@ if [ "$bins" = "$pre" ] && want build; then
     kernels "$bld/bins" kernels-built-here.txt
     host_losses
     tinygpt "$bld/bins"
+    step_compare "$bld/bins"
   else
     bad "the programs built here are not all there or do not load"
   fi

@@ -157,8 +157,9 @@ if(TARGET shardrt_cuda_emu)
   set_tests_properties(cuda_pipeline_nccl_emu PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 600)
   # scripts/gpu-check.sh on a stand-in nvidia-smi and the emulated programs
   add_test(NAME cuda_gpu_check_dry COMMAND bash ${_tc}/gpu_check_dry.sh $<TARGET_FILE:gen_cuda>
-    $<TARGET_FILE:shardc> ${_root} $<TARGET_FILE:test_kernels_emu>)
-  set_tests_properties(cuda_gpu_check_dry PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 600)
+    $<TARGET_FILE:shardc> ${_root} $<TARGET_FILE:test_kernels_emu> $<TARGET_FILE:step_compare_bf16>)
+  set_tests_properties(cuda_gpu_check_dry PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 600
+    FIXTURES_REQUIRED cuda_step)
   # --comm mpi / SHARDC_COMM (the nvcc examples' --help too, where they are built)
   add_test(NAME cuda_comm_mpi COMMAND bash ${_tc}/comm_mpi.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>
     ${_root} ${CMAKE_BINARY_DIR}/cuda_examples)
@@ -214,4 +215,25 @@ if(SHARDC_CUDA_LIBRARY)
     VERBATIM)
   # (a target named as its output file in the build directory is a cycle to make)
   add_custom_target(test_kernels_cuda_nvcc ALL DEPENDS ${_tk})
+  # the bf16 step comparison compiled for the GPU (gpu-check.sh runs it): every parameter's
+  # gradient of the nvcc-built tinygpt against the host program's, where a loss comparison
+  # at bf16's 2e-2 would not see a wrong gradient
+  set(_sc ${CMAKE_BINARY_DIR}/step_compare_cuda)
+  set(_scd ${CMAKE_CURRENT_BINARY_DIR}/step_compare_cuda.d)
+  file(MAKE_DIRECTORY ${_scd})
+  configure_file(${_tc}/step_compare.cpp ${_scd}/step_compare.cu COPYONLY)
+  set(_nvcc_common ${SHARDC_NVCC_EXECUTABLE} -ccbin ${CMAKE_CXX_COMPILER} -std=c++20 -O3 -lineinfo -cudart shared
+    ${_gencode} -I${_root}/runtime/include -I${_root}/runtime/cuda -I${_root}/tests)
+  add_custom_command(OUTPUT ${_sc}
+    COMMAND ${CMAKE_C_COMPILER} -std=c11 -O2 -fopenmp -c -Dmain=host_main -Dsr_main=host_capture
+      -I${_root}/runtime/include ${_gen}/tinygpt_host.c -o ${_scd}/host.o
+    COMMAND ${_nvcc_common} -DSR_NO_MAIN -Dmain=cuda_main -c ${_gen}/tinygpt_bf16.cu -o ${_scd}/tinygpt_bf16.o
+    COMMAND ${_nvcc_common} ${_scd}/step_compare.cu ${_scd}/tinygpt_bf16.o ${_scd}/host.o
+      ${SHARDC_CUDA_LIBRARY} $<TARGET_FILE:shardrt> -lcublasLt -lcublas -lcudart -Xcompiler -fopenmp
+      ${_srk_link} -lopenblas -lm -o ${_sc}
+    DEPENDS ${_scd}/step_compare.cu ${_gen}/tinygpt_host.c ${_gen}/tinygpt_bf16.cu ${_root}/tests/check.h shardrt
+      shardrt_cuda ${_srk_headers}
+    COMMENT "nvcc: step_compare_cuda (tinygpt bf16 against the host program)"
+    VERBATIM)
+  add_custom_target(step_compare_cuda_nvcc ALL DEPENDS ${_sc})
 endif()

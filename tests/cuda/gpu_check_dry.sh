@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu_check_dry.sh GEN_CUDA SHARDC SRCDIR TEST_KERNELS_EMU: scripts/gpu-check.sh,
+# gpu_check_dry.sh GEN_CUDA SHARDC SRCDIR TEST_KERNELS_EMU STEP_COMPARE_BF16: scripts/gpu-check.sh,
 # the one script a GPU machine runs (device time is short and rare), run
 # here so that it cannot rot: nvidia-smi is a stand-in that reports an
 # H200, the programs are the emulated CUDA builds (SHARDC_GPU_PREBUILT) on
@@ -11,7 +11,7 @@
 # and pp=2) and its MFU must be the one
 # worked out by hand from the stand-in's tokens/s. (SHARDC_GPU_BUILD is a
 # path that cannot be made: refused programs fail at once instead of building.)
-tk=$(realpath "$4") # before lib.sh enters its scratch directory
+tk=$(realpath "$4") sc=$(realpath "$5") # before lib.sh enters its scratch directory
 source "$(dirname "$0")/lib.sh"
 mkdir -p fake bins
 cat > fake/nvidia-smi <<'SH'
@@ -42,6 +42,7 @@ fi
 SH
 chmod +x fake/nvidia-smi bins/gpt2_bf16
 cp "$tk" bins/test_kernels_cuda
+cp "$sc" bins/step_compare_cuda
 check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate -o bins/tinygpt_fp32 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
@@ -61,6 +62,9 @@ check "the attention benchmark ran each path (attention-bench.txt)" bash -c \
   "grep -q 'attention wmma .*(ran wmma' run.txt && grep -q 'attention mma.sync .*(ran mma.sync' run.txt &&
    grep -q 'attention simt .*(ran simt' run.txt && grep -q 'hd 64' out/attention-bench.txt"
 check "tinygpt fp32: 20 losses as the host's" grep -q "^ok   fp32: 20 losses within 1e-4" run.txt
+check "3 bf16 steps' gradients vs the host's, with the wmma and the mma.sync attention" bash -c \
+  "grep -q '^ok   bf16 gradients of 3 steps (wmma attention) vs the host.s: .* 0 failed' run.txt &&
+   grep -q '^ok   bf16 gradients of 3 steps (mma attention) vs the host.s: .* 0 failed' run.txt"
 check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bash -c \
   "grep -q 'largest batch that fits .*: 128 x 1024' run.txt && grep -q 'MFU 32.5% of 989 TFLOP/s' run.txt &&
    grep -q '^FAIL GPT-2 MFU below the 45% target' run.txt"
