@@ -118,6 +118,7 @@ __device__ __forceinline__ void ldsm(uint32_t *r, const bf16 *p)
 {
 #if SRK_MMA_SHUFFLES
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if ((uintptr_t)p & 15) __trap(); /* ldmatrix's rows are 16-byte aligned (.aligned): fail where the GPU would */
     uint64_t pw = (uint64_t)(uintptr_t)p;
     const uint32_t mine[2] = {(uint32_t)pw, (uint32_t)(pw >> 32)};
     Lanes x(mine, 2);
