@@ -95,6 +95,56 @@ __global__ void __launch_bounds__(32 * NORM_WARPS) layernorm_bwd_dx_kernel(TD *_
     }
 }
 
+/* layernorm_bwd_dx_kernel's arithmetic through 16-byte accesses (C % 8 == 0,
+ * 16-byte aligned tensors): lane l keeps the eights l, l + 32, ... of its row
+ * (NV8 of them, C <= 256 NV8) in registers; the row sums add in another
+ * order than the scalar kernel's, each element's update is the same */
+template <int NV8, class TD, class TG, class TX, class TW>
+__global__ void __launch_bounds__(32 * NORM_WARPS)
+    layernorm_bwd_dx8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x,
+                             const TW *__restrict__ w, const float *__restrict__ mean, const float *__restrict__ rstd,
+                             long N, int C)
+{
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31, c8 = C / 8;
+    if (row >= N) return;
+    const TX *xr = x + row * C;
+    const TG *gr = dout + row * C;
+    TD *dr = dx + row * C;
+    float m = mean[row], rs = rstd[row];
+    float sd = 0.0f, sdn = 0.0f, nv[NV8][8], dv[NV8][8];
+    SRK_UNROLL
+    for (int k = 0; k < NV8; k++) {
+        int c = lane + 32 * k;
+        float xv[8], gv[8], wv[8];
+        SRK_UNROLL
+        for (int e = 0; e < 8; e++) nv[k][e] = dv[k][e] = 0.0f;
+        if (c < c8) {
+            srk_ld8(xr + 8 * c, xv);
+            srk_ld8(gr + 8 * c, gv);
+            srk_ld8(w + 8 * c, wv);
+            SRK_UNROLL
+            for (int e = 0; e < 8; e++) {
+                nv[k][e] = (xv[e] - m) * rs;
+                dv[k][e] = gv[e] * wv[e];
+                sd += dv[k][e];
+                sdn += dv[k][e] * nv[k][e];
+            }
+        }
+    }
+    float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
+    SRK_UNROLL
+    for (int k = 0; k < NV8; k++) {
+        int c = lane + 32 * k;
+        if (c >= c8) continue;
+        float d[8];
+        srk_ld8(dr + 8 * c, d);
+        SRK_UNROLL
+        for (int e = 0; e < 8; e++) d[e] += (dv[k][e] - md - nv[k][e] * mdn) * rs;
+        srk_st8(dr + 8 * c, d);
+    }
+}
+
 template <class TO, class TX, class TW, class TB>
 void srk_layernorm_fwd(TO *out, float *mean, float *rstd, const TX *x, const TW *w, const TB *b, long N, long C,
                        float eps)
@@ -115,12 +165,22 @@ void srk_layernorm_bwd(TD *dx, TDW *dw, TDB *db, const TG *dout, const TX *x, co
 #define SRK_LN_DX(NV)                                                                                                \
     SR_LAUNCH((layernorm_bwd_dx_kernel<NV, TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x, w, \
               mean, rstd, N, (int)C)
-        if (nv <= 8) SRK_LN_DX(8);
+#define SRK_LN_DX8(NV8)                                                                                               \
+    SR_LAUNCH((layernorm_bwd_dx8_kernel<NV8, TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x, \
+              w, mean, rstd, N, (int)C)
+        if (C <= 1024 && srk_by8(C, dx, dout, x) && srk_by8(C, w, w)) {
+            long nv8 = (C / 8 + 31) / 32; /* eights per lane */
+            if (nv8 <= 1) SRK_LN_DX8(1);
+            else if (nv8 <= 2) SRK_LN_DX8(2);
+            else if (nv8 <= 3) SRK_LN_DX8(3);
+            else SRK_LN_DX8(4);
+        } else if (nv <= 8) SRK_LN_DX(8);
         else if (nv <= 16) SRK_LN_DX(16);
         else if (nv <= 24) SRK_LN_DX(24);
         else if (nv <= 32) SRK_LN_DX(32);
         else SRK_LN_DX(0);
 #undef SRK_LN_DX
+#undef SRK_LN_DX8
     }
     srk_colsum<CS_MODE_LN, TDW, TDB>(dw, db, 1.0f, dout, x, mean, rstd, N, C);
 }

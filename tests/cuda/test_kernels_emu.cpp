@@ -1074,6 +1074,7 @@ int main(int argc, char **argv)
             test_embedding<bf16>(53, 37, 29);
             test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
+            test_layernorm<bf16>(9, 8), test_layernorm<bf16>(9, 1024); /* one eight a row; four a lane */
             test_rmsnorm<bf16>(45, 37);
             test_fresh<bf16>();
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
@@ -1111,6 +1112,8 @@ int main(int argc, char **argv)
             test_layernorm<float>(45, 37), test_layernorm<float>(16, 768), test_layernorm<float>(1000, 5);
             /* the backward's row widths: in registers (300: 10 a lane, of 16) and not (1100 > 1024) */
             test_layernorm<float>(7, 300), test_layernorm<float>(5, 1100);
+            /* rows of eights: the 16-byte backward, 1 to 4 eights a lane (and 1032: the scalar one) */
+            test_layernorm<float>(9, 200), test_layernorm<float>(9, 296), test_layernorm<float>(9, 1032);
             test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
             test_fresh<float>();
