@@ -453,15 +453,6 @@ int cg_step_runs(Ir *ir, const IrBwd *b, int mode)
     return mode == BW_INPUT ? any_act : any_param;
 }
 
-/* the stage's backward steps in order, grouped into functions like the
- * forward: steps the runtime sums once per step are left out, zb-h1's
- * halves (mode BW_INPUT, BW_WEIGHT) keep the steps with activation or
- * parameter gradients; each activation gradient is cleared before the first
- * step that adds to it (not a received one, not in the weight half), unless
- * that step's template takes $z: then the call is told to overwrite it
- * instead (not for a tensor-parallel rank-0-only gradient, which the other
- * ranks never write, nor for one the step writes twice); the grad_ready hook
- * follows the step that completes a parameter's gradient */
 /* step b's gradient operands as the walk meets them: each is marked in
  * zeroed; bit k of the result when $dK is this step's first write and its
  * template overwrites it ($z); the ones to clear before the call go to
