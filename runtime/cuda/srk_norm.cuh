@@ -223,6 +223,34 @@ __global__ void rmsnorm_bwd_dx_kernel(TD *__restrict__ dx, const TG *__restrict_
     for (int j = lane; j < C; j += 32) srk_acc(&dr[j], rs * (srk_ld(gr[j]) * srk_ld(w[j]) - srk_ld(xr[j]) * c));
 }
 
+/* rmsnorm_bwd_dx_kernel's arithmetic through 16-byte accesses (C % 8 == 0,
+ * 16-byte aligned tensors), the row read twice as there; the row sum adds
+ * in another order, each element's update is the same */
+template <class TD, class TG, class TX, class TW>
+__global__ void rmsnorm_bwd_dx8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x,
+                                       const TW *__restrict__ w, const float *__restrict__ rstd, long N, int C)
+{
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31, c8 = C / 8;
+    if (row >= N) return;
+    const TX *xr = x + row * C;
+    const TG *gr = dout + row * C;
+    TD *dr = dx + row * C;
+    float rs = rstd[row], dot = 0.0f, xv[8], gv[8], wv[8], d[8];
+    for (int c = lane; c < c8; c += 32) {
+        srk_ld8(xr + 8 * c, xv), srk_ld8(gr + 8 * c, gv), srk_ld8(w + 8 * c, wv);
+        SRK_UNROLL
+        for (int e = 0; e < 8; e++) dot += gv[e] * wv[e] * xv[e];
+    }
+    float k = rs * rs * srk_warp_sum(dot) / (float)C;
+    for (int c = lane; c < c8; c += 32) {
+        srk_ld8(xr + 8 * c, xv), srk_ld8(gr + 8 * c, gv), srk_ld8(w + 8 * c, wv), srk_ld8(dr + 8 * c, d);
+        SRK_UNROLL
+        for (int e = 0; e < 8; e++) d[e] += rs * (gv[e] * wv[e] - xv[e] * k);
+        srk_st8(dr + 8 * c, d);
+    }
+}
+
 template <class TO, class TX, class TW>
 void srk_rmsnorm_fwd(TO *out, float *rstd, const TX *x, const TW *w, long N, long C, float eps)
 {
@@ -237,8 +265,12 @@ void srk_rmsnorm_bwd(TD *dx, TDW *dw, const TG *dout, const TX *x, const TW *w, 
     if (N <= 0 || C <= 0) return;
     if (dx) {
         unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
-        SR_LAUNCH((rmsnorm_bwd_dx_kernel<TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x, w,
-                  rstd, N, (int)C);
+        if (srk_by8(C, dx, dout, x) && srk_by8(C, w, w))
+            SR_LAUNCH((rmsnorm_bwd_dx8_kernel<TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x,
+                      w, rstd, N, (int)C);
+        else
+            SR_LAUNCH((rmsnorm_bwd_dx_kernel<TD, TG, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, dx, dout, x,
+                      w, rstd, N, (int)C);
     }
     srk_colsum<CS_MODE_RMS, TDW, float>(dw, (float *)NULL, 1.0f, dout, x, NULL, rstd, N, C);
 }

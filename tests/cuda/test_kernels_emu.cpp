@@ -1075,7 +1075,7 @@ int main(int argc, char **argv)
             test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
             test_layernorm<bf16>(9, 8), test_layernorm<bf16>(9, 1024); /* one eight a row; four a lane */
-            test_rmsnorm<bf16>(45, 37);
+            test_rmsnorm<bf16>(45, 37), test_rmsnorm<bf16>(9, 8), test_rmsnorm<bf16>(9, 768);
             test_fresh<bf16>();
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
             /* hd 8: SIMT; hd 32, 64, 128: tensor cores, one and several 64-row tiles; with wmma (the
@@ -1115,6 +1115,7 @@ int main(int argc, char **argv)
             /* rows of eights: the 16-byte backward, 1 to 4 eights a lane (and 1032: the scalar one) */
             test_layernorm<float>(9, 200), test_layernorm<float>(9, 296), test_layernorm<float>(9, 1032);
             test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
+            test_rmsnorm<float>(9, 296), test_rmsnorm<float>(5, 1032); /* rows of eights: the 16-byte dx */
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
             test_fresh<float>();
             test_crossentropy(37, 101), test_crossentropy(4, 50257), test_crossentropy(37, 101, 90),
