@@ -13,14 +13,16 @@
  * Storage: parameters, their gradients, aux buffers (norm statistics, loss
  * lse, attention lse) and the loss are float. Activations and their
  * gradients are `act_t`: __nv_bfloat16 in a bf16 program, float in an fp32
- * one, except the logits (the sampler reads them as float) and the loss.
+ * one, except the loss (the logits too are bf16: sr_exec.logits_bf16 for the
+ * sampler).
  * The kernel wrappers are templates over each operand's type, so a call
  * picks its instance from the buffer types written here.
  * Workspace slots are memplan's; their bytes are recomputed from the storage
  * types (a bf16 slot is half the size), and the attention aux is its lse and
  * a copy of the output, not the host's (B, NH, T, T) probabilities.
  * Fusions: matmul -> add(bias parameter) [-> gelu], adjacent and with no
- * other reader of the intermediate, become one GEMM with a cuBLASLt epilogue.
+ * other reader of the intermediate, become one GEMM with a cuBLASLt epilogue;
+ * in the backward, d matmul + d gelu (c_fuse).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "codegen_cuda.h"
@@ -121,9 +123,8 @@ static void plan_storage(CGen *g)
             if ((v->kind == VK_GRAD) != pass) continue;
             int s = ST_F32;
             if (v->dtype == DT_I32 || v->kind == VK_INPUT) s = ST_I32;
-            else if (v->kind == VK_GRAD && g->bf16 && v->primal == g->logits) s = ST_ACT; /* read as bf16 by its GEMMs */
             else if (v->kind == VK_GRAD) s = ir_value(ir, v->primal)->kind == VK_PARAM ? ST_F32 : g->store[v->primal];
-            else if (v->kind == VK_OP && g->bf16 && i != ir->output && i != g->logits && !boundary(ir, i)) s = ST_ACT;
+            else if (v->kind == VK_OP && g->bf16 && i != ir->output && !boundary(ir, i)) s = ST_ACT;
             g->store[i] = (char)s;
         }
 }
@@ -370,7 +371,10 @@ static void emit_stage(CGen *g, int s, int logits)
     if (last) {
         fprintf(f, "    srk_site(__FILE__, __LINE__, \"loss\");\n");
         fprintf(f, "    e->loss = srk_get_scalar(%s);\n", buf(g, ir->output));
-        fprintf(f, "    e->logits = %s; /* device memory */\n", buf(g, logits));
+        if (g->store[logits] == ST_ACT) /* bf16, as the LM head's GEMM writes them */
+            fprintf(f, "    e->logits_bf16 = (const uint16_t *)%s; /* device memory */\n", buf(g, logits));
+        else
+            fprintf(f, "    e->logits = %s; /* device memory */\n", buf(g, logits));
     } else {
         fprintf(f, "    e->act_out = %s;\n", buf(g, st->act_out));
     }

@@ -463,6 +463,7 @@ sr_status rt_pipe_forward(run *r, sr_exec *e, int *last)
         } else {
             e->loss = x.loss;
             e->logits = x.logits;
+            e->logits_bf16 = x.logits_bf16;
             *last = 1;
         }
     }

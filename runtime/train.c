@@ -929,10 +929,21 @@ static sr_status sample(run *r)
         s = forward_whole(r, &e, &last);
         if (s != SR_OK) break;
         double tok = -1; /* -1: no logits */
-        if (last && e.logits) {
+        if (last && (e.logits || e.logits_bf16)) {
             /* under tensor parallelism each rank holds V/tp columns of the logits */
             int Vl = V / r->grid.tp;
-            r->be->d2h(row + (size_t)V, e.logits + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(float));
+            float *mine = row + (size_t)V;
+            if (e.logits) {
+                r->be->d2h(mine, e.logits + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(float));
+            } else { /* bf16 bits into the upper half of the row's float room, widened in place
+                      * upwards (float j never reaches the bits of j + 1 on) */
+                uint16_t *bits = (uint16_t *)(mine + Vl) - Vl;
+                r->be->d2h(bits, e.logits_bf16 + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(uint16_t));
+                for (int j = 0; j < Vl; j++) {
+                    uint32_t u = (uint32_t)bits[j] << 16;
+                    memcpy(&mine[j], &u, sizeof u);
+                }
+            }
             if (r->grid.tp > 1)
                 s = sr_comm_allgather(r->grid.tp_comm, row + (size_t)V, row, Vl, "logits for sampling", NULL);
             else

@@ -79,6 +79,7 @@ typedef struct sr_exec {
     uint64_t seed, step;     /* for the counter-based dropout */
     int64_t row0;            /* global index of this microbatch's first row (B*T units) */
     float *logits;           /* set by forward: (B, T, vocab) when the model has a loss head */
+    const uint16_t *logits_bf16; /* instead of logits in a bf16 CUDA program: bf16 bits, device memory */
     /* called by backward as soon as parameter `param`'s gradient is final
      * for this microbatch (its last contribution added), so the runtime can
      * launch the all-reduce of a complete bucket while backward goes on.

@@ -155,9 +155,18 @@ int main(int argc, char **argv)
         if (s == 1) {
             long nl = (long)B * T * H->vocab;
             logits_c.resize((size_t)nl);
-            be->d2h(logits_c.data(), ce.logits, sizeof(float) * (size_t)nl);
+            if (ce.logits_bf16) { /* a bf16 program's: widened here */
+                std::vector<uint16_t> bits((size_t)nl);
+                be->d2h(bits.data(), ce.logits_bf16, sizeof(uint16_t) * (size_t)nl);
+                for (long i = 0; i < nl; i++) {
+                    uint32_t u = (uint32_t)bits[(size_t)i] << 16;
+                    memcpy(&logits_c[(size_t)i], &u, sizeof u);
+                }
+            } else {
+                be->d2h(logits_c.data(), ce.logits, sizeof(float) * (size_t)nl);
+            }
             double e = rel_err(logits_c.data(), he.logits, nl);
-            check(e <= tol_grad, "step 1 logits (B, T, vocab) as float: rel err %.2g", e);
+            check(e <= tol_grad, "step 1 logits (B, T, vocab): rel err %.2g", e);
         }
         H->backward(&he);
         C->backward(&ce);

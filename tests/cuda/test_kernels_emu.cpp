@@ -555,9 +555,12 @@ static void test_softmax(long N, long C)
 }
 
 /* logits are float in bf16 programs too (the sampler reads them) */
+/* logits and their gradient in T (bf16: as a bf16 program keeps them), the loss and lse in float */
+template <class T>
 static void test_crossentropy(long N, long V, long nv = 0)
 {
-    vec l = rnd(N * V, -4.0f, 4.0f), dl0 = rnd(N * V);
+    float tol = tol_for<T>(1e-5f);
+    vec l = rounded<T>(rnd(N * V, -4.0f, 4.0f)), dl0 = rounded<T>(rnd(N * V));
     std::vector<int32_t> t((size_t)N);
     for (long i = 0; i < N; i++) t[(size_t)i] = (int32_t)((i * 13 + 5) % V);
     t[1] = -100; /* ignored rows: no loss, no gradient, still counted in N */
@@ -565,15 +568,16 @@ static void test_crossentropy(long N, long V, long nv = 0)
     vec lse((size_t)N), dl = dl0;
     float loss = sr_crossentropy_fwd(lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv);
     sr_crossentropy_bwd(dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
-    float *d_l = up<float>(l), *d_lse = up<float>(vec((size_t)N)), *d_loss = up<float>(vec(1)), *d_dl = up<float>(dl0);
-    float *d_seed = up<float>(vec(1, 0.7f));
+    T *d_l = up<T>(l), *d_dl = up<T>(dl0);
+    float *d_lse = up<float>(vec((size_t)N)), *d_loss = up<float>(vec(1)), *d_seed = up<float>(vec(1, 0.7f));
     int32_t *d_t = up_i(t);
     srk_crossentropy_fwd(d_loss, d_lse, d_l, d_t, N, V, nv);
-    expect(fmt("crossentropy loss N=%ld V=%ld classes %ld", N, V, nv ? nv : V).c_str(), down(d_loss, 1),
+    /* the loss and lse from the same (rounded) logits: float sums, float's tolerance */
+    expect(fmt("crossentropy %s loss N=%ld V=%ld classes %ld", tname<T>(), N, V, nv ? nv : V).c_str(), down(d_loss, 1),
            vec(1, loss), 1e-5f);
     expect("crossentropy lse", down(d_lse, N), lse, 1e-5f);
     srk_crossentropy_bwd(d_dl, d_l, d_lse, d_t, d_seed, N, V, nv);
-    expect("crossentropy bwd (ignored targets, accumulates)", down(d_dl, N * V), dl, 1e-5f);
+    expect(fmt("crossentropy %s bwd (ignored targets, accumulates)", tname<T>()).c_str(), down(d_dl, N * V), dl, tol);
     check(fabsf(srk_get_scalar(d_loss) - loss) <= 1e-5f * fabsf(loss), "srk_get_scalar reads the loss back");
     no_error("crossentropy");
     for (const void *p : {(const void *)d_l, (const void *)d_lse, (const void *)d_loss, (const void *)d_dl,
@@ -1078,6 +1082,9 @@ int main(int argc, char **argv)
             test_rmsnorm<bf16>(45, 37), test_rmsnorm<bf16>(9, 8), test_rmsnorm<bf16>(9, 768);
             test_fresh<bf16>();
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
+            /* bf16 logits, as the LM head of a bf16 program writes them (50304: the 16-byte form) */
+            test_crossentropy<bf16>(37, 101), test_crossentropy<bf16>(37, 101, 90);
+            test_crossentropy<bf16>(4, 50304, 50257);
             /* hd 8: SIMT; hd 32, 64, 128: tensor cores, one and several 64-row tiles; with wmma (the
              * default) and with mma.sync (hd 32, 64), or only the one SHARDC_CUDA_ATTN names */
             int env_mode = srk_ctx.attn_mode;
@@ -1118,8 +1125,8 @@ int main(int argc, char **argv)
             test_rmsnorm<float>(9, 296), test_rmsnorm<float>(5, 1032); /* rows of eights: the 16-byte dx */
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
             test_fresh<float>();
-            test_crossentropy(37, 101), test_crossentropy(4, 50257), test_crossentropy(37, 101, 90),
-            test_crossentropy(4, 50304, 50257);
+            test_crossentropy<float>(37, 101), test_crossentropy<float>(4, 50257);
+            test_crossentropy<float>(37, 101, 90), test_crossentropy<float>(4, 50304, 50257);
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
             test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
         }

@@ -12,6 +12,7 @@
 #    as on a GPU: runtime/cuda/comm_nccl.c on the emulator's NCCL, which
 #    is MPI underneath);
 #    recomputation (fp32, and bf16 with d matmul + d gelu fused); bf16 at tp=2;
+#  - greedy sampling from the bf16 program (bf16 logits), at tp=1 and tp=2;
 #  - a LLaMA-style model (RoPE, RMSNorm, SwiGLU) in fp32, bf16 and at tp=2;
 #  - SHARDC_CUDA_PROFILE=1 reports every generated call site and changes no loss;
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
@@ -132,11 +133,31 @@ check "bf16 builds fuse d matmul with d gelu (4 layers)" test "$(grep -c 'srk_ma
 losses rcb.jsonl > rcb.txt
 check "bf16 with recomputation (--recompute block, dropout 0.1): 6 steps within 2e-2 of the host binary" \
   close h.txt rcb.txt 2e-2
+# sampling from a bf16 program: its logits are bf16 (sr_exec.logits_bf16), widened on the host;
+# greedy decoding from a host checkpoint of 30 steps, at tp=1 and at tp=2 (each rank's columns
+# widened, then gathered): nine in ten sampled bytes as the host's (bf16 may break a near tie)
+./tg_host $opts --steps 30 --save sck --save-every 30 > /dev/null
+smp="--steps 0 --load sck/step-00000030 --sample 40 --temperature 0 --quiet"
+./tg_host $opts $smp > s_host.txt 2> /dev/null
+./tgb_cuda $opts $smp > s_bf16.txt 2> s_bf16.err
+same_text() { # same_text A B: as long, and at least 90% the same bytes
+  $py - "$1" "$2" <<'PY'
+import sys
+a, b = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+same = sum(x == y for x, y in zip(a, b))
+print("   %d of %d bytes the same" % (same, len(a)))
+sys.exit(0 if len(a) == len(b) and len(a) > 30 and same >= 0.9 * len(a) else 1)
+PY
+}
+check "bf16 sampling (greedy, 40 tokens): as the host binary's" same_text s_host.txt s_bf16.txt
 if command -v mpirun >/dev/null; then
   "$gen" "$m" --bf16 --tp 2 --cuda tg2b.cu --build tg2b_cuda --emulate
   mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 --steps 4 --log c2b.jsonl
   losses c2b.jsonl > c2b.txt
   check "bf16 at tp=2 over NCCL: 4 steps within 2e-2 of the host binary's tp=2" close h2.txt c2b.txt 2e-2
+  mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 $smp > s_bf16tp.txt 2> /dev/null
+  check "bf16 sampling at tp=2 (each rank's bf16 columns gathered): as the host binary's" \
+    same_text s_host.txt s_bf16tp.txt
 fi
 
 # SHARDC_CUDA_PROFILE=1: the device time of every generated call, by .model site, at exit;
