@@ -218,22 +218,24 @@ if(SHARDC_CUDA_LIBRARY)
   # the bf16 step comparison compiled for the GPU (gpu-check.sh runs it): every parameter's
   # gradient of the nvcc-built tinygpt against the host program's, where a loss comparison
   # at bf16's 2e-2 would not see a wrong gradient
-  set(_sc ${CMAKE_BINARY_DIR}/step_compare_cuda)
-  set(_scd ${CMAKE_CURRENT_BINARY_DIR}/step_compare_cuda.d)
-  file(MAKE_DIRECTORY ${_scd})
-  configure_file(${_tc}/step_compare.cpp ${_scd}/step_compare.cu COPYONLY)
-  set(_nvcc_common ${SHARDC_NVCC_EXECUTABLE} -ccbin ${CMAKE_CXX_COMPILER} -std=c++20 -O3 -lineinfo -cudart shared
-    ${_gencode} -I${_root}/runtime/include -I${_root}/runtime/cuda -I${_root}/tests)
-  add_custom_command(OUTPUT ${_sc}
-    COMMAND ${CMAKE_C_COMPILER} -std=c11 -O2 -fopenmp -c -Dmain=host_main -Dsr_main=host_capture
-      -I${_root}/runtime/include ${_gen}/tinygpt_host.c -o ${_scd}/host.o
-    COMMAND ${_nvcc_common} -DSR_NO_MAIN -Dmain=cuda_main -c ${_gen}/tinygpt_bf16.cu -o ${_scd}/tinygpt_bf16.o
-    COMMAND ${_nvcc_common} ${_scd}/step_compare.cu ${_scd}/tinygpt_bf16.o ${_scd}/host.o
-      ${SHARDC_CUDA_LIBRARY} $<TARGET_FILE:shardrt> -lcublasLt -lcublas -lcudart -Xcompiler -fopenmp
-      ${_srk_link} -lopenblas -lm -o ${_sc}
-    DEPENDS ${_scd}/step_compare.cu ${_gen}/tinygpt_host.c ${_gen}/tinygpt_bf16.cu ${_root}/tests/check.h shardrt
-      shardrt_cuda ${_srk_headers}
-    COMMENT "nvcc: step_compare_cuda (tinygpt bf16 against the host program)"
-    VERBATIM)
-  add_custom_target(step_compare_cuda_nvcc ALL DEPENDS ${_sc})
+  if(TARGET step_compare_bf16) # its generated sources come from the emulator's section
+    set(_sc ${CMAKE_BINARY_DIR}/step_compare_cuda)
+    set(_scd ${CMAKE_CURRENT_BINARY_DIR}/step_compare_cuda.d)
+    file(MAKE_DIRECTORY ${_scd})
+    configure_file(${_tc}/step_compare.cpp ${_scd}/step_compare.cu COPYONLY)
+    set(_nvcc_common ${SHARDC_NVCC_EXECUTABLE} -ccbin ${CMAKE_CXX_COMPILER} -std=c++20 -O3 -lineinfo -cudart shared
+      ${_gencode} -I${_root}/runtime/include -I${_root}/runtime/cuda -I${_root}/tests)
+    add_custom_command(OUTPUT ${_sc}
+      COMMAND ${CMAKE_C_COMPILER} -std=c11 -O2 -fopenmp -c -Dmain=host_main -Dsr_main=host_capture
+        -I${_root}/runtime/include ${_gen}/tinygpt_host.c -o ${_scd}/host.o
+      COMMAND ${_nvcc_common} -DSR_NO_MAIN -Dmain=cuda_main -c ${_gen}/tinygpt_bf16.cu -o ${_scd}/tinygpt_bf16.o
+      COMMAND ${_nvcc_common} ${_scd}/step_compare.cu ${_scd}/tinygpt_bf16.o ${_scd}/host.o
+        ${SHARDC_CUDA_LIBRARY} $<TARGET_FILE:shardrt> -lcublasLt -lcublas -lcudart -Xcompiler -fopenmp
+        ${_srk_link} -lopenblas -lm -o ${_sc}
+      DEPENDS ${_scd}/step_compare.cu ${_gen}/tinygpt_host.c ${_gen}/tinygpt_bf16.cu ${_root}/tests/check.h shardrt
+        shardrt_cuda ${_srk_headers}
+      COMMENT "nvcc: step_compare_cuda (tinygpt bf16 against the host program)"
+      VERBATIM)
+    add_custom_target(step_compare_cuda_nvcc ALL DEPENDS ${_sc})
+  endif()
 endif()
