@@ -12,26 +12,30 @@
 #      or, given SHARDC_GPU_PREBUILT=DIR (gpu-build.sh's programs, built
 #      where nvcc is and carried), runs those first and builds at the end,
 #      checking that the programs built here give the same results;
-#   2. runs every CUDA kernel against the host kernels on the device, then
-#      times the attention kernels alone (wmma, mma.sync, SIMT) at GPT-2's shape;
-#   3. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
+#   2. whether cuDNN's attention can run (libcudnn.so.9 loads, plans build):
+#      the other attention paths below are SHARDC_GPU_ATTN_PATHS (default
+#      "mma cudnn"), less cudnn when it cannot;
+#   3. runs every CUDA kernel against the host kernels on the device (the
+#      attention on each path), then times the attention alone (wmma,
+#      mma.sync, SIMT, cuDNN) at GPT-2's shape;
+#   4. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
 #      from the same data and seed: losses within 1e-4 relative; and the bf16
-#      CUDA binary, with the default attention kernels and with mma.sync's
-#      (SHARDC_CUDA_ATTN=mma): within 2e-2; and 3 bf16 steps of tinygpt side by
-#      side with the host program (step_compare_cuda): every parameter's
-#      gradient within 1e-1 of the host's, with each attention path;
-#   4. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
+#      CUDA binary, with the default attention kernels and with each other
+#      path (SHARDC_CUDA_ATTN=mma, cudnn): within 2e-2; and 3 bf16 steps of
+#      tinygpt side by side with the host program (step_compare_cuda): every
+#      parameter's gradient within 1e-1 of the host's, with each path;
+#   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
-#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); 14 steps with the
-#      mma.sync attention kernels: their MFU, losses as the default's; 4 steps under
-#      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line (and the
-#      attention's with mma.sync);
+#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); 14 steps with each
+#      other attention path: its MFU, losses as the default's; 4 steps under
+#      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line (and
+#      the attention's on each other path);
 #      and, where Nsight Compute is, one step's kernels by name (ncu.csv);
-#   5. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
+#   6. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
 #      refuses two ranks on one device (its error must say to use --comm mpi),
 #      over the MPI path (--comm mpi: staged through page-locked host memory);
-#   6. two pipeline stages on the GPU (--pp 2, block recomputation), over
-#      the comm path step 5 found: losses as one rank's.
+#   7. two pipeline stages on the GPU (--pp 2, block recomputation), over
+#      the comm path step 6 found: losses as one rank's.
 # Exit status: 0 when every check passed.
 set -u -o pipefail
 log=$(realpath -m "${1:-gpu-check.log}")
@@ -142,6 +146,13 @@ if [ ! -f "$cuda_home/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
   fi
 fi
 
+# cuDNN (SHARDC_CUDA_ATTN=cudnn dlopens libcudnn.so.9): a PyTorch image has it in nvidia-cudnn's package
+d=$(pylib libcudnn)
+if [ -n "$d" ]; then
+  export LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH
+  echo "   cuDNN from the Python package in $d"
+fi
+
 progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host"
 loads() { # loads DIR: every program there, with every library it needs found
   local p
@@ -177,6 +188,20 @@ if [ -z "$bins" ]; then
 fi
 
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
+# the attention paths besides the default (wmma) that the checks below run too
+attn_alt=""
+for a in ${SHARDC_GPU_ATTN_PATHS:-mma cudnn}; do
+  if [ "$a" = cudnn ]; then
+    stage "cuDNN attention"
+    if timeout 120 "$bins/test_kernels_cuda" --cudnn-probe > "$w/cudnn.txt" 2>&1; then
+      ok "$(tail -1 "$w/cudnn.txt")"
+    else
+      bad "$(tail -1 "$w/cudnn.txt" | head -c 400) -- the cudnn path is left out below"
+      continue
+    fi
+  fi
+  attn_alt+=" $a"
+done
 for i in $(seq 60); do cat "$src"/stdlib/*.model "$src"/examples/*.model "$src"/docs/*.md 2>/dev/null; done |
   head -c 2000000 > "$w/text.txt"
 # tinygpt's batch and sequence (SHARDC_GPU_TINYGPT: smaller for the emulated dry run)
@@ -209,11 +234,12 @@ host_losses() { # the host binary's 20 losses, once
   timeout 300 "$bins/tinygpt_host" $opts --log "$w/host.jsonl" --threads "$(nproc)" || bad "host tinygpt run"
   losses "$w/host.jsonl" > "$w/h.txt"
 }
-tinygpt() { # tinygpt BINS: fp32, bf16 and bf16 with mma.sync attention (SHARDC_GPU_PRECISIONS) against the host
-  local p tol prog attn
-  for p in ${SHARDC_GPU_PRECISIONS:-fp32 bf16 bf16-mma}; do
+tinygpt() { # tinygpt BINS: fp32, bf16 and bf16 on each other attention path (SHARDC_GPU_PRECISIONS) against the host
+  local p tol prog attn a dflt="fp32 bf16"
+  for a in $attn_alt; do dflt+=" bf16-$a"; done
+  for p in ${SHARDC_GPU_PRECISIONS:-$dflt}; do
     tol=1e-4; [ $p != fp32 ] && tol=2e-2
-    prog=tinygpt_${p%-mma}; attn=wmma; [ $p = bf16-mma ] && attn=mma
+    prog=tinygpt_${p%%-*}; attn=wmma; [ "$p" != "${p#*-}" ] && attn=${p#*-}
     rm -f "$w/$p.jsonl"
     if SHARDC_CUDA_ATTN=$attn timeout 120 "$1/$prog" $opts --log "$w/$p.jsonl" > "$w/$p.txt" 2>&1; then
       losses "$w/$p.jsonl" > "$w/$p.l"
@@ -225,7 +251,7 @@ tinygpt() { # tinygpt BINS: fp32, bf16 and bf16 with mma.sync attention (SHARDC_
 }
 step_compare() { # step_compare BINS: 3 bf16 steps' gradients against the host's, with each attention path
   local attn
-  for attn in wmma mma; do
+  for attn in wmma $attn_alt; do
     if SHARDC_CUDA_ATTN=$attn timeout 120 "$1/step_compare_cuda" --bf16 --steps 3 --batch 4 --seq 64 \
       > "$out/step-compare-$attn.txt" 2>&1; then
       ok "bf16 gradients of 3 steps ($attn attention) vs the host's: $(tail -1 "$out/step-compare-$attn.txt")"
@@ -286,26 +312,30 @@ if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt
   timeout 300 "$g2" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" || bad "GPT-2 30 steps"
   cp "$w/gpt2.jsonl" "$out/gpt2.jsonl"
   mfu "$w/gpt2.jsonl" $B && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
-  # the mma.sync attention kernels (SHARDC_CUDA_ATTN=mma): not the default until measured here
-  echo "   attention on mma.sync (SHARDC_CUDA_ATTN=mma), 14 steps:"
-  if SHARDC_CUDA_ATTN=mma timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/mma.jsonl" > "$w/mma.txt" 2>&1; then
-    cp "$w/mma.jsonl" "$out/gpt2-mma.jsonl"
-    mfu "$w/mma.jsonl" $B
-    losses "$w/gpt2.jsonl" | head -14 > "$w/wmma.l"; losses "$w/mma.jsonl" > "$w/mma.l"
-    close "$w/wmma.l" "$w/mma.l" 1e-2 && ok "mma.sync attention: GPT-2's 14 losses within 1e-2 of the default's" ||
-      bad "mma.sync attention: GPT-2's losses differ from the default's"
-  else
-    bad "GPT-2 with SHARDC_CUDA_ATTN=mma"; why "$w/mma.txt" "$g2" $bench --batch $B
-  fi
+  # the other attention paths (mma.sync kernels, cuDNN): not the default until measured here
+  for a in $attn_alt; do
+    echo "   attention on $a (SHARDC_CUDA_ATTN=$a), 14 steps:"
+    if SHARDC_CUDA_ATTN=$a timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/$a.jsonl" > "$w/$a.txt" 2>&1; then
+      cp "$w/$a.jsonl" "$out/gpt2-$a.jsonl"
+      mfu "$w/$a.jsonl" $B
+      losses "$w/gpt2.jsonl" | head -14 > "$w/wmma.l"; losses "$w/$a.jsonl" > "$w/$a.l"
+      close "$w/wmma.l" "$w/$a.l" 1e-2 && ok "$a attention: GPT-2's 14 losses within 1e-2 of the default's" ||
+        bad "$a attention: GPT-2's losses differ from the default's"
+    else
+      bad "GPT-2 with SHARDC_CUDA_ATTN=$a"; SHARDC_CUDA_ATTN=$a why "$w/$a.txt" "$g2" $bench --batch $B
+    fi
+  done
   echo "   clocks, power, temperature at the start: $(cat "$w/smi.txt")"
   SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
     bad "GPT-2 under SHARDC_CUDA_PROFILE=1"
   grep -A 25 "cuda profile" "$out/gpt2-profile.txt"
-  # where the mma.sync kernels leave the time: the attention rows, against the profile above
-  SHARDC_CUDA_ATTN=mma SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile-mma.txt" 2>&1 ||
-    bad "GPT-2 under SHARDC_CUDA_ATTN=mma SHARDC_CUDA_PROFILE=1"
-  echo "   with SHARDC_CUDA_ATTN=mma:"
-  grep -E "cuda profile|causal_attention" "$out/gpt2-profile-mma.txt"
+  # where the other paths leave the time: the attention rows, against the profile above
+  for a in $attn_alt; do
+    SHARDC_CUDA_ATTN=$a SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 \
+      > "$out/gpt2-profile-$a.txt" 2>&1 || bad "GPT-2 under SHARDC_CUDA_ATTN=$a SHARDC_CUDA_PROFILE=1"
+    echo "   with SHARDC_CUDA_ATTN=$a:"
+    grep -E "cuda profile|causal_attention" "$out/gpt2-profile-$a.txt"
+  done
 fi
 if command -v ncu > /dev/null; then
   # every kernel of one step (batch 8), by name: which kernel of a slow site is the slow one

@@ -42,3 +42,32 @@ if [ "$(/usr/bin/python3 -c "import transformers; print(transformers.__version__
   $SUDO /usr/bin/python3 -m pip install -q --break-system-packages "transformers==$hf_version" ||
     echo "setup: warning: transformers $hf_version could not be installed; Hugging Face checks will be skipped"
 fi
+
+# cuDNN's frontend (header-only C++; NVIDIA's, MIT-licensed) for the CUDA
+# backend's cuDNN attention (SHARDC_CUDA_ATTN=cudnn), where nvcc is: its
+# headers, from the wheel on the Python package index, into
+# /opt/cudnn-frontend/include, where CMake looks. Optional: without them that
+# path is not built (CMake says so) and everything else is.
+fe_version=1.32.0
+fe_dir=/opt/cudnn-frontend
+if { command -v nvcc || [ -x /usr/local/cuda/bin/nvcc ]; } > /dev/null &&
+   [ "$(cat "$fe_dir/VERSION" 2>/dev/null)" != "$fe_version" ]; then
+  echo "setup: installing cuDNN frontend $fe_version headers into $fe_dir"
+  fe_tmp=$(mktemp -d)
+  if /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$fe_tmp" "nvidia-cudnn-frontend==$fe_version" &&
+     $SUDO /usr/bin/python3 - "$fe_tmp" "$fe_dir" "$fe_version" <<'PY'
+import glob, os, shutil, sys, zipfile
+tmp, dest, version = sys.argv[1:4]
+whl = zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0])
+stage = os.path.join(tmp, "x")
+whl.extractall(stage, [n for n in whl.namelist() if n.startswith("include/")])
+shutil.rmtree(dest, ignore_errors=True)
+os.makedirs(dest)
+shutil.move(os.path.join(stage, "include"), os.path.join(dest, "include"))
+open(os.path.join(dest, "VERSION"), "w").write(version + "\n")
+PY
+  then :; else
+    echo "setup: warning: the cuDNN frontend headers could not be installed; the cuDNN attention will not be built"
+  fi
+  rm -rf "$fe_tmp"
+fi

@@ -70,8 +70,9 @@ int srk_configure(int use_bf16)
     srk_ctx.attn_mode = SRK_ATTN_WMMA;
     if (s && !strcmp(s, "simt")) srk_ctx.attn_mode = SRK_ATTN_SIMT;
     else if (s && !strcmp(s, "mma")) srk_ctx.attn_mode = SRK_ATTN_MMA;
+    else if (s && !strcmp(s, "cudnn")) srk_ctx.attn_mode = SRK_ATTN_CUDNN;
     else if (s && *s && strcmp(s, "wmma") != 0)
-        srk_fail("SHARDC_CUDA_ATTN=%s: expected wmma (the default), mma or simt", s);
+        srk_fail("SHARDC_CUDA_ATTN=%s: expected wmma (the default), mma, cudnn or simt", s);
     return srk_ctx.failed;
 }
 

@@ -11,6 +11,11 @@
 #  - shardrt_cuda (libshardrt_cuda.a): the same sources compiled by nvcc for
 #    SHARDC_CUDA_ARCHS; only where nvcc is found, otherwise one status line
 #    and nothing else.
+#  - attention_cudnn.cpp (cuDNN's fused attention, SHARDC_CUDA_ATTN=cudnn):
+#    host C++ in both; in libshardrt_cuda.a built against cuDNN's frontend
+#    (header-only; scripts/setup.sh puts it in /opt/cudnn-frontend, or set
+#    SHARDC_CUDNN_FRONTEND_INCLUDE) where it and cudnn.h are found, else the
+#    stub that says it is not built. The programs dlopen libcudnn.so.9.
 # The paths the compiler needs to build CUDA programs are compiled into
 # codegen_cuda.c (each can be overridden by the environment variable of the
 # same name, see drv_build_cuda).
@@ -51,6 +56,7 @@ if(SHARDC_HAVE_NCCL)
     set(_srk_libdir ${CUDAToolkit_LIBRARY_DIR})
   endif()
 endif()
+list(APPEND _srk_link -ldl) # attention_cudnn.cpp opens libcudnn (libc has dlopen from glibc 2.34)
 list(JOIN _srk_link " " _srk_link_str)
 
 set(_srk_defs
@@ -72,7 +78,7 @@ if(SHARDC_CUDA_EMU)
   target_compile_definitions(comm_nccl_emu PRIVATE SR_HAVE_NCCL=1 srcomm_nccl_ops=srcomm_nccl_emu_ops)
   target_compile_options(comm_nccl_emu PRIVATE ${SHARDC_WARN})
   target_link_libraries(comm_nccl_emu PRIVATE MPI::MPI_C)
-  add_library(shardrt_cuda_emu STATIC ${_srk_cu} ${_srk_dir}/emu/cuda_emu.cpp ${_srk_dir}/emu/nccl_emu.cpp
+  add_library(shardrt_cuda_emu STATIC ${_srk_cu} ${_srk_dir}/attention_cudnn.cpp ${_srk_dir}/emu/cuda_emu.cpp ${_srk_dir}/emu/nccl_emu.cpp
     $<TARGET_OBJECTS:comm_nccl_emu>)
   # .cu sources as C++ against emu/cuda_emu.h
   set_source_files_properties(${_srk_cu} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-x;c++")
@@ -111,6 +117,26 @@ else()
       VERBATIM)
     list(APPEND _srk_objs ${_obj})
   endforeach()
+  # cuDNN's attention: host C++ against the frontend's headers and cudnn.h
+  find_path(SHARDC_CUDNN_FRONTEND_INCLUDE cudnn_frontend.h
+    HINTS ENV CUDNN_FRONTEND_INCLUDE PATHS /opt/cudnn-frontend/include)
+  find_path(SHARDC_CUDNN_INCLUDE cudnn.h HINTS ENV CUDNN_INCLUDE PATHS ${_srk_cuda_home}/include /usr/local/include)
+  set(_srk_cudnn_flags "")
+  if(SHARDC_CUDNN_FRONTEND_INCLUDE AND SHARDC_CUDNN_INCLUDE)
+    set(_srk_cudnn_flags -DSRK_HAVE_CUDNN_FE=1 -isystem ${SHARDC_CUDNN_FRONTEND_INCLUDE} -isystem ${SHARDC_CUDNN_INCLUDE})
+    message(STATUS "shardc cuda: cuDNN attention (SHARDC_CUDA_ATTN=cudnn) against ${SHARDC_CUDNN_FRONTEND_INCLUDE}")
+  else()
+    message(STATUS "shardc cuda: cuDNN attention NOT built (no cudnn_frontend.h or cudnn.h; scripts/setup.sh "
+      "installs the frontend, or set SHARDC_CUDNN_FRONTEND_INCLUDE)")
+  endif()
+  set(_obj ${CMAKE_BINARY_DIR}/shardrt_cuda/attention_cudnn.o)
+  add_custom_command(OUTPUT ${_obj}
+    COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -O2 -fPIC -Wall -Wextra ${SHARDC_WARN} ${_srk_cudnn_flags}
+      -isystem ${_srk_cuda_home}/include -c ${_srk_dir}/attention_cudnn.cpp -o ${_obj}
+    DEPENDS ${_srk_dir}/attention_cudnn.cpp ${_srk_dir}/srk_cudnn.h
+    COMMENT "attention_cudnn.cpp (cuDNN attention)"
+    VERBATIM)
+  list(APPEND _srk_objs ${_obj})
   set(SHARDC_CUDA_LIBRARY ${CMAKE_BINARY_DIR}/libshardrt_cuda.a)
   add_custom_command(OUTPUT ${SHARDC_CUDA_LIBRARY}
     COMMAND ${CMAKE_COMMAND} -E rm -f ${SHARDC_CUDA_LIBRARY}

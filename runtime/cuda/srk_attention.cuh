@@ -18,7 +18,10 @@
  *    This is the path of --precision fp32 and of odd head sizes.
  *  - tensor cores (srk_attention_tc.cuh, bf16 with hd % 16 == 0 and
  *    hd <= 128): the same tiling with the two products of each tile on
- *    nvcuda::wmma bf16 fragments with float accumulators.
+ *    nvcuda::wmma bf16 fragments with float accumulators (or mma.sync,
+ *    srk_attention_mma.cuh, under SHARDC_CUDA_ATTN=mma).
+ * and cuDNN's fused attention under SHARDC_CUDA_ATTN=cudnn
+ * (srk_attention_cudnn.cuh).
  * The backward is two kernels, dk/dv by key tiles and dq by query tiles, so
  * that no gradient needs atomics: results are deterministic.
  */
@@ -255,6 +258,7 @@ __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, con
 }
 
 #include "srk_attention_tc.cuh"
+#include "srk_attention_cudnn.cuh"
 
 /* ---- wrappers ------------------------------------------------------------------------------------ */
 /* out (B,T,C); aux: see the top of this file */
@@ -265,6 +269,7 @@ void srk_attention_fwd(TO *out, float *aux, const TQ *q, const TK *k, const TV *
     int hd = (int)(C / NH);
     float scale = 1.0f / sqrtf((float)hd);
     TO *copy = srk_attn_out_copy<TO>(aux, B, T, NH);
+    if (srk_attn_cudnn_fwd(out, copy, aux, q, k, v, (int)B, (int)T, (int)C, (int)NH, scale)) return;
     if (srk_attn_tc_fwd(out, copy, aux, q, k, v, (int)B, (int)T, (int)C, (int)NH, scale)) return;
     size_t smem = sizeof(float) * ((size_t)(2 * AF_BR + 2 * AF_BC) * (hd + 1) + (size_t)AF_BR * (AF_BC + 1));
     if (smem > 227 * 1024) {
@@ -288,6 +293,7 @@ void srk_attention_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, c
     float scale = 1.0f / sqrtf((float)hd);
     float *lse = aux, *delta = aux + srk_attn_lse_floats(B, T, NH);
     const TG *o = srk_attn_out_copy<TG>(aux, B, T, NH);
+    if (srk_attn_cudnn_bwd(dq, dk, dv, dout, q, k, v, o, lse, (int)B, (int)T, (int)C, (int)NH, scale, fresh)) return;
     long rows = B * NH * T;
     SR_LAUNCH((attn_delta_kernel<TG, TG>), (unsigned)((rows + 7) / 8), 256, 0, srk_ctx.stream, delta, dout, o, (int)T,
               (int)C, (int)NH, hd, rows);

@@ -46,11 +46,15 @@ enum srk_scratch_id {
     SRK_SCR_LT_WS,    /* cuBLASLt workspace */
     SRK_SCR_TP,       /* tensor-parallel staging (reduce-scatter backward) */
     SRK_SCR_HOST,     /* device-side scalars read back by the host */
+    SRK_SCR_CUDNN_WS, /* cuDNN attention's workspace */
+    SRK_SCR_ATTN_DQ,  /* cuDNN attention's gradients where they cannot go to their tensors */
+    SRK_SCR_ATTN_DK,
+    SRK_SCR_ATTN_DV,
     SRK_SCR__COUNT
 };
 
 /* causal attention kernels in bf16 programs (fp32 programs always take SIMT) */
-enum { SRK_ATTN_WMMA = 0, SRK_ATTN_SIMT, SRK_ATTN_MMA };
+enum { SRK_ATTN_WMMA = 0, SRK_ATTN_SIMT, SRK_ATTN_MMA, SRK_ATTN_CUDNN };
 
 typedef struct srk_context {
     int bf16;               /* 1: bf16 compute (the program's precision) */
@@ -76,6 +80,7 @@ typedef struct srk_context {
     int attn_mode;           /* SRK_ATTN_*: SHARDC_CUDA_ATTN, read by srk_configure */
     long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */
     long attn_mma_launches;  /* of those, the mma.sync ones */
+    long attn_cudnn_calls;   /* attention forwards and backwards run by cuDNN */
 } srk_context;
 
 extern srk_context srk_ctx;

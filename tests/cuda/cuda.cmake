@@ -11,6 +11,10 @@
 #   _shuffle                   each grid resumed in reverse / shuffled order: a kernel that
 #                              races (reads a value another thread writes without a barrier)
 #                              gives a different result under one of the three orders
+#   cuda_kernels_emu_cudnn     the kernel test under SHARDC_CUDA_ATTN=cudnn with a host stand-in
+#                              for cuDNN (tests/cuda/cudnn_standin.cpp): the cuDNN path's
+#                              wrapper (scratch gradients and their adds, the output's copy,
+#                              lse from forward to backward) in every attention case
 #   cuda_step_emu_fp32         tinygpt: 3 steps of the CUDA program vs the host program, fp32
 #   cuda_step_emu_fp32_dropout the same with dropout 0.1 (same random masks)
 #   cuda_step_emu_bf16         the bf16 program vs the host program (2e-2)
@@ -38,6 +42,10 @@
 #                              programs and a stand-in GPT-2: its checks, fallbacks and MFU sum
 #   cuda_nvcc_examples         (nvcc only) every example's CUDA binary was built and, on a
 #                              machine without a GPU, says so in one line and exits non-zero
+#   cuda_cudnn_graph           (nvcc and cuDNN's frontend) the cuDNN attention's graphs, forward
+#                              and backward, for the examples' shapes, accepted by the frontend's
+#                              validate() for sm_80 and sm_90 (a stand-in libcudart answers its
+#                              device questions), the forward refused for sm_75
 #   cuda_nvcc_resources        (nvcc only) every kernel of GPT-2's bf16 and fp32 programs, per
 #                              architecture: registers x block size and static shared memory
 #                              within what a launch may use (tests/cuda/nvcc_resources.sh)
@@ -67,6 +75,17 @@ if(TARGET shardrt_cuda_emu)
   # the test prints the order it ran under: a typo in EMU_SCHEDULE must not pass as forward
   set_tests_properties(cuda_kernels_emu_reverse PROPERTIES PASS_REGULAR_EXPRESSION "resume order of threads and blocks: reverse.* 0 failed")
   set_tests_properties(cuda_kernels_emu_shuffle PROPERTIES PASS_REGULAR_EXPRESSION "resume order of threads and blocks: shuffle.* 0 failed")
+
+  # the same with cudnn_standin.cpp answering srk_cudnn.h on the host: SHARDC_CUDA_ATTN=cudnn's
+  # wrapper through every attention case (cuDNN itself runs only on a GPU)
+  add_executable(test_kernels_emu_cudnn ${_tc}/test_kernels_emu.cpp ${_tc}/cudnn_standin.cpp)
+  set_target_properties(test_kernels_emu_cudnn PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+  target_link_libraries(test_kernels_emu_cudnn PRIVATE shardrt_cuda_emu shardrt)
+  target_include_directories(test_kernels_emu_cudnn PRIVATE ${_root}/tests)
+  target_compile_options(test_kernels_emu_cudnn PRIVATE ${SHARDC_WARN})
+  add_test(NAME cuda_kernels_emu_cudnn COMMAND test_kernels_emu_cudnn)
+  set_tests_properties(cuda_kernels_emu_cudnn PROPERTIES ENVIRONMENT "SHARDC_CUDA_ATTN=cudnn"
+    PASS_REGULAR_EXPRESSION "attention bf16 hd 64 runs on cuDNN.* 0 failed")
 
   # ---- whole steps: the host and CUDA programs of tinygpt side by side ---------------
   # generated at build time of these (test-only) targets, built by a ctest fixture so
@@ -237,5 +256,20 @@ if(SHARDC_CUDA_LIBRARY)
       COMMENT "nvcc: step_compare_cuda (tinygpt bf16 against the host program)"
       VERBATIM)
     add_custom_target(step_compare_cuda_nvcc ALL DEPENDS ${_sc})
+  endif()
+  # the cuDNN attention's graphs through the cuDNN frontend's validate() without a GPU:
+  # fake_cudart answers its device questions, libcudnn.so.9 is the real one (skipped without it)
+  if(SHARDC_CUDNN_FRONTEND_INCLUDE AND SHARDC_CUDNN_INCLUDE)
+    find_library(SHARDC_CUDNN_LIBRARY NAMES libcudnn.so.9 HINTS ${_srk_cuda_home}/lib64 ${_srk_cuda_home}/lib)
+    add_library(fake_cudart SHARED ${_tc}/fake_cudart.c)
+    target_compile_options(fake_cudart PRIVATE ${SHARDC_WARN})
+    # the object libshardrt_cuda.a holds, not a second 1-minute compile of the frontend
+    add_executable(test_cudnn_graph ${_tc}/test_cudnn_graph.cpp ${CMAKE_BINARY_DIR}/shardrt_cuda/attention_cudnn.o)
+    target_include_directories(test_cudnn_graph PRIVATE ${_root}/runtime/cuda)
+    target_compile_options(test_cudnn_graph PRIVATE ${SHARDC_WARN})
+    target_link_libraries(test_cudnn_graph PRIVATE ${CMAKE_DL_LIBS})
+    add_test(NAME cuda_cudnn_graph COMMAND test_cudnn_graph)
+    set_tests_properties(cuda_cudnn_graph PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT
+      "CUDNN_FRONTEND_CUDART_LIB_NAME=$<TARGET_FILE:fake_cudart>;SHARDC_CUDNN_LIB=${SHARDC_CUDNN_LIBRARY}")
   endif()
 endif()

@@ -9,7 +9,9 @@
 # script's own checks must pass (kernels, fp32 losses vs the host, bf16
 # with the mma.sync attention vs the host, the --comm mpi fallback at dp=2
 # and pp=2) and its MFU must be the one
-# worked out by hand from the stand-in's tokens/s. (SHARDC_GPU_BUILD is a
+# worked out by hand from the stand-in's tokens/s. cuDNN's attention
+# cannot run on the emulator: a last run checks that its probe fails
+# plainly and that the script goes on without it. (SHARDC_GPU_BUILD is a
 # path that cannot be made: refused programs fail at once instead of building.)
 tk=$(realpath "$4") sc=$(realpath "$5") # before lib.sh enters its scratch directory
 source "$(dirname "$0")/lib.sh"
@@ -49,6 +51,7 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
 PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16-mma" \
+  SHARDC_GPU_ATTN_PATHS=mma \
   SHARDC_GPU_TINYGPT="--batch 4 --seq 32" SHARDC_GPU_ATTN_BENCH="1 64 128 2 1" \
   SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
   > run.txt 2>&1
@@ -71,8 +74,8 @@ check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bas
 check "tinygpt bf16 with the mma.sync attention (SHARDC_CUDA_ATTN=mma): losses as the host's" \
   grep -q "^ok   bf16-mma: 20 losses within 2e-2" run.txt
 check "GPT-2 with the mma.sync attention: 14 steps, its MFU, losses compared with the default's" bash -c \
-  "grep -A4 'attention on mma.sync' run.txt | grep -q 'MFU 32.5% of 989' &&
-   grep -q \"^ok   mma.sync attention: GPT-2's 14 losses within 1e-2\" run.txt"
+  "grep -A4 'attention on mma (SHARDC_CUDA_ATTN=mma)' run.txt | grep -q 'MFU 32.5% of 989' &&
+   grep -q \"^ok   mma attention: GPT-2's 14 losses within 1e-2\" run.txt"
 check "the profile is printed and kept (gpt2-profile.txt), and mma.sync's (gpt2-profile-mma.txt)" bash -c \
   "grep -q 'nn.model:80 causal_attention' run.txt && grep -q 'cuda profile' out/gpt2-profile.txt &&
    grep -A2 'with SHARDC_CUDA_ATTN=mma:' run.txt | grep -q 'nn.model:80 causal_attention' &&
@@ -86,9 +89,18 @@ check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '
   bash -c "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run.txt) -eq 1 ]"
 # 600000 tokens/s: 48.7%, the target met, and the script's exit status 0
 PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=600000 \
+  SHARDC_GPU_ATTN_PATHS=mma \
   bash "$src/scripts/gpu-check.sh" "$w/out2/gpu-check.log" > run2.txt 2>&1
 rc=$?
 check "600000 tokens/s is 48.7% MFU: the target met, exit status 0 (got $rc)" bash -c \
   "[ $rc -eq 0 ] && grep -q 'MFU 48.7% of 989 TFLOP/s' run2.txt && grep -q '^ok   GPT-2 MFU >= 45%' run2.txt"
+# the default attention paths (mma cudnn) where cuDNN cannot run (the emulator's runtime
+# has none): the probe fails, says why, and leaves cudnn out; no other stage
+PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=none \
+  bash "$src/scripts/gpu-check.sh" "$w/out3/gpu-check.log" > run3.txt 2>&1
+rc=$?
+check "no cuDNN: one FAIL that says why and that the cudnn path is left out (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run3.txt) -eq 1 ] &&
+   grep -q '^FAIL cuDNN attention unavailable: this runtime was built without .* the cudnn path is left out' run3.txt"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

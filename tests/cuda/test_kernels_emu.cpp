@@ -601,16 +601,19 @@ static void test_attention(long B, long T_, long C, long NH)
     T *d_dq = up<T>(dq0), *d_dk = up<T>(dk0), *d_dv = up<T>(dv0);
     float *d_aux = NULL;
     cudaMalloc((void **)&d_aux, srk_attention_aux_bytes(B, T_, C, NH, sizeof(T)));
-    long tc0 = srk_ctx.attn_tc_launches, mma0 = srk_ctx.attn_mma_launches;
+    long tc0 = srk_ctx.attn_tc_launches, mma0 = srk_ctx.attn_mma_launches, cd0 = srk_ctx.attn_cudnn_calls;
     srk_attention_fwd(d_o, d_aux, d_q, d_k, d_v, B, T_, C, NH);
     long hd = C / NH;
-    bool want_tc = srk_dt<T>::value == SRK_BF16 && (hd == 32 || hd == 64 || hd == 128) &&
-                   srk_ctx.attn_mode != SRK_ATTN_SIMT;
+    bool bf = srk_dt<T>::value == SRK_BF16;
+    bool want_cudnn = bf && srk_ctx.attn_mode == SRK_ATTN_CUDNN && hd % 16 == 0 && hd >= 32 && hd <= 128;
+    bool want_tc = !want_cudnn && bf && (hd == 32 || hd == 64 || hd == 128) && srk_ctx.attn_mode != SRK_ATTN_SIMT;
     bool want_mma = want_tc && hd <= 64 && srk_ctx.attn_mode == SRK_ATTN_MMA;
-    const char *path = srk_ctx.attn_mma_launches > mma0 ? "tensor cores (mma.sync)"
-                       : srk_ctx.attn_tc_launches > tc0 ? "tensor cores (wmma)"
-                                                        : "the SIMT kernels";
-    check((srk_ctx.attn_tc_launches > tc0) == want_tc && (srk_ctx.attn_mma_launches > mma0) == want_mma,
+    const char *path = srk_ctx.attn_cudnn_calls > cd0     ? "cuDNN"
+                       : srk_ctx.attn_mma_launches > mma0 ? "tensor cores (mma.sync)"
+                       : srk_ctx.attn_tc_launches > tc0   ? "tensor cores (wmma)"
+                                                          : "the SIMT kernels";
+    check((srk_ctx.attn_tc_launches > tc0) == want_tc && (srk_ctx.attn_mma_launches > mma0) == want_mma &&
+              (srk_ctx.attn_cudnn_calls > cd0) == want_cudnn,
           "attention %s hd %ld runs on %s", tname<T>(), hd, path);
     expect(fmt("attention %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld, %s)", tname<T>(), B, T_, C, NH, C / NH, path).c_str(),
            down(d_o, n), out, tol);
@@ -635,12 +638,53 @@ static void test_attention(long B, long T_, long C, long NH)
     expect(fmt("attention %s bwd, fresh: dq", tname<T>()).c_str(), down(d_dq3, n), dq3, tol);
     expect(fmt("attention %s bwd, fresh: dk", tname<T>()).c_str(), down(d_dk3, n), dk3, tol);
     expect(fmt("attention %s bwd, fresh: dv", tname<T>()).c_str(), down(d_dv3, n), dv3, tol);
-    dfree(d_dq3), dfree(d_dk3), dfree(d_dv3);
+    /* fresh 5: dq and dv overwritten, dk accumulates (each gradient reads its own bit) */
+    T *d_dq5 = up<T>(nan_n), *d_dk5 = up<T>(dk0), *d_dv5 = up<T>(nan_n);
+    srk_attention_bwd(d_dq5, d_dk5, d_dv5, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH, 5);
+    expect(fmt("attention %s bwd, fresh 5: dq", tname<T>()).c_str(), down(d_dq5, n), dq3, tol);
+    expect(fmt("attention %s bwd, fresh 5: dk accumulates", tname<T>()).c_str(), down(d_dk5, n), dk, tol);
+    expect(fmt("attention %s bwd, fresh 5: dv", tname<T>()).c_str(), down(d_dv5, n), dv3, tol);
+    dfree(d_dq3), dfree(d_dk3), dfree(d_dv3), dfree(d_dq5), dfree(d_dk5), dfree(d_dv5);
     no_error("attention");
     for (const void *p : {(const void *)d_q, (const void *)d_k, (const void *)d_v, (const void *)d_g, (const void *)d_o,
                           (const void *)d_dq, (const void *)d_dk, (const void *)d_dv, (const void *)d_aux,
                           (const void *)d_dk2, (const void *)d_dv2})
         dfree(p);
+}
+
+/* cuDNN's attention can run here: it loads and plans a small shape both ways (else why, once) */
+static bool cudnn_usable(const char **why = NULL)
+{
+    static int known = -1;
+    static char err[512];
+    if (known < 0) {
+        known = srk_cudnn_attn_workspace(0, 1, 64, 64, 1, 0.125f, err, sizeof err) >= 0 &&
+                srk_cudnn_attn_workspace(1, 1, 64, 64, 1, 0.125f, err, sizeof err) >= 0;
+        if (!known) printf("# cuDNN attention (SHARDC_CUDA_ATTN=cudnn) not tested here: %s\n", err);
+    }
+    if (why) *why = err;
+    return known == 1;
+}
+
+/* SHARDC_CUDA_ATTN=cudnn where cuDNN cannot run (the emulator's runtime never has it): the
+ * first attention call records an error that says why; nothing else runs */
+static void test_cudnn_unavailable(void)
+{
+    const char *why;
+    if (cudnn_usable(&why)) return;
+    int mode = srk_ctx.attn_mode;
+    srk_ctx.attn_mode = SRK_ATTN_CUDNN;
+    long B = 1, T = 16, C = 64, NH = 1, n = B * T * C, tc0 = srk_ctx.attn_tc_launches;
+    bf16 *q = up<bf16>(rnd(n)), *o = up<bf16>(vec((size_t)n));
+    float *aux = NULL;
+    cudaMalloc((void **)&aux, srk_attention_aux_bytes(B, T, C, NH, sizeof(bf16)));
+    srk_attention_fwd(o, aux, q, q, q, B, T, C, NH);
+    check(srk_ctx.failed && strstr(srk_ctx.err, "SHARDC_CUDA_ATTN=cudnn: ") && strstr(srk_ctx.err, why) &&
+              srk_ctx.attn_tc_launches == tc0,
+          "SHARDC_CUDA_ATTN=cudnn without cuDNN: the attention fails and says why (%s)", srk_ctx.err);
+    srk_ctx.failed = 0;
+    srk_ctx.attn_mode = mode;
+    for (const void *p : {(const void *)q, (const void *)o, (const void *)aux}) dfree(p);
 }
 
 /* ---- fresh gradients ($z): the call overwrites, never reads ------------------------------------ */
@@ -980,7 +1024,7 @@ static void test_emulator(void)
 #endif
 
 /* --bench-attention B T C NH ITERS: bf16 causal attention's forward and backward on each
- * path (wmma, mma.sync, SIMT), ms per call and TFLOP/s (forward 2 B NH T^2 hd with the
+ * path (wmma, mma.sync, SIMT, and cuDNN where it runs), ms per call and TFLOP/s (forward 2 B NH T^2 hd with the
  * causal half left out, backward 2.5 times that: five products to the forward's two).
  * Timed on the host around a synchronized loop, after one warm-up call. */
 static double now_ms(void)
@@ -1002,11 +1046,13 @@ static int bench_attention(long B, long T, long C, long NH, int iters)
     cudaMalloc((void **)&aux, srk_attention_aux_bytes(B, T, C, NH, sizeof(bf16)));
     double flop = 2.0 * B * NH * (double)T * T * (double)(C / NH);
     printf("# bf16 causal attention B=%ld T=%ld C=%ld NH=%ld (hd %ld), %d calls each\n", B, T, C, NH, C / NH, iters);
-    static const char *names[] = {"wmma", "simt", "mma.sync"};
+    static const char *names[] = {"wmma", "simt", "mma.sync", "cudnn"};
     int rc = 0;
-    for (int mode : {SRK_ATTN_WMMA, SRK_ATTN_MMA, SRK_ATTN_SIMT}) {
+    std::vector<int> modes = {SRK_ATTN_WMMA, SRK_ATTN_MMA, SRK_ATTN_SIMT};
+    if (cudnn_usable()) modes.push_back(SRK_ATTN_CUDNN);
+    for (int mode : modes) {
         srk_ctx.attn_mode = mode;
-        long mma0 = srk_ctx.attn_mma_launches, tc0 = srk_ctx.attn_tc_launches;
+        long mma0 = srk_ctx.attn_mma_launches, tc0 = srk_ctx.attn_tc_launches, cd0 = srk_ctx.attn_cudnn_calls;
         double ms[2];
         for (int bwd = 0; bwd < 2; bwd++) {
             for (int it = -1; it < iters; it++) {
@@ -1020,8 +1066,10 @@ static int bench_attention(long B, long T, long C, long NH, int iters)
             cudaDeviceSynchronize();
             ms[bwd] = (ms[bwd] + now_ms()) / iters;
         }
-        const char *ran = srk_ctx.attn_mma_launches > mma0 ? "mma.sync"
-                          : srk_ctx.attn_tc_launches > tc0 ? "wmma" : "simt";
+        const char *ran = srk_ctx.attn_cudnn_calls > cd0     ? "cudnn"
+                          : srk_ctx.attn_mma_launches > mma0 ? "mma.sync"
+                          : srk_ctx.attn_tc_launches > tc0   ? "wmma"
+                                                             : "simt";
         printf("attention %-8s (ran %-8s): forward %8.3f ms %6.1f TFLOP/s   backward %8.3f ms %6.1f TFLOP/s\n",
                names[mode], ran, ms[0], flop / (ms[0] * 1e9), ms[1], 2.5 * flop / (ms[1] * 1e9));
         if (srk_ctx.failed) {
@@ -1043,6 +1091,13 @@ int main(int argc, char **argv)
     if (st != SR_OK) {
         printf("FAIL backend init: %s\n0 passed, 1 failed\n", sr_errmsg());
         return 1;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--cudnn-probe")) { /* gpu-check: can the cuDNN attention run here */
+        srk_configure(1);
+        const char *why;
+        bool ok = cudnn_usable(&why);
+        printf(ok ? "cuDNN attention: plans for both directions built\n" : "cuDNN attention unavailable: %s\n", why);
+        return ok ? 0 : 1;
     }
     if (argc == 7 && !strcmp(argv[1], "--bench-attention"))
         return bench_attention(atol(argv[2]), atol(argv[3]), atol(argv[4]), atol(argv[5]), atoi(argv[6]));
@@ -1089,6 +1144,7 @@ int main(int argc, char **argv)
              * default) and with mma.sync (hd 32, 64), or only the one SHARDC_CUDA_ATTN names */
             int env_mode = srk_ctx.attn_mode;
             std::vector<int> modes = {SRK_ATTN_WMMA, SRK_ATTN_MMA};
+            if (cudnn_usable()) modes.push_back(SRK_ATTN_CUDNN); /* where cuDNN loads: a GPU */
             if (getenv("SHARDC_CUDA_ATTN")) modes = {env_mode};
             for (int mode : modes) {
                 srk_ctx.attn_mode = mode;
@@ -1097,6 +1153,7 @@ int main(int argc, char **argv)
                 test_attention<bf16>(1, 130, 256, 2), test_attention<bf16>(1, 150, 96, 3);
             }
             srk_ctx.attn_mode = env_mode;
+            test_cudnn_unavailable();
         } else {
             test_matmul<float>(37, 19, 23, false), test_matmul<float>(64, 96, 48, false);
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);
