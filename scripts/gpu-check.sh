@@ -147,10 +147,17 @@ if [ ! -f "$cuda_home/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
 fi
 
 # cuDNN (SHARDC_CUDA_ATTN=cudnn dlopens libcudnn.so.9): a PyTorch image has it in nvidia-cudnn's package
+# and a build here needs cudnn.h and the frontend's headers (carried in .gpu-deps by gpu-deps.sh)
 d=$(pylib libcudnn)
 if [ -n "$d" ]; then
   export LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH
   echo "   cuDNN from the Python package in $d"
+  [ -f "$cuda_home/include/cudnn.h" ] || [ ! -f "$d/../include/cudnn.h" ] ||
+    cmake_extra+=(-DSHARDC_CUDNN_INCLUDE="$(realpath "$d/../include")")
+fi
+fe=${SHARDC_GPU_DEPS:-$src/.gpu-deps}/cudnn-frontend/include
+if [ ! -f /opt/cudnn-frontend/include/cudnn_frontend.h ] && [ -f "$fe/cudnn_frontend.h" ]; then
+  cmake_extra+=(-DSHARDC_CUDNN_FRONTEND_INCLUDE="$(realpath "$fe")")
 fi
 
 progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host"

@@ -20,5 +20,11 @@ pkgs="openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev
   libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200 libpsm2-2 libpsm-infinipath1 libltdl7 libnuma1 libxnvctrl0
   libmunge2 libudev1 libquadmath0"
 apt-get download $pkgs 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
+# cuDNN's frontend headers (scripts/setup.sh installs them here): the cuDNN
+# attention in a build on the GPU machine
+rm -rf cudnn-frontend
+if [ -f /opt/cudnn-frontend/include/cudnn_frontend.h ]; then
+  mkdir cudnn-frontend && cp -r /opt/cudnn-frontend/include cudnn-frontend/
+fi
 n=$(ls ./*.deb | wc -l)
 echo "gpu-deps: $n packages, $(du -sh . | cut -f1), in $dir"
