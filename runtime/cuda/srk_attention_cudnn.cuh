@@ -8,7 +8,8 @@
  *
  * Head sizes 32 to 128 in steps of 16 (within what cuDNN's flash attention
  * takes, a multiple of 8, and where its kernels are tuned) with 16-byte
- * aligned tensors; other shapes stay on the other kernels. cuDNN
+ * aligned tensors, on sm_80 and later (its bf16 flash attention's floor);
+ * other shapes and GPUs stay on the other kernels. cuDNN
  * failing (not found, no plan for the shape) is an error, not a fallback:
  * the user asked for it.
  */
@@ -20,8 +21,15 @@
 static inline int srk_attn_cudnn_fits(int C, int NH, const void *a, const void *b, const void *c, const void *d)
 {
     int hd = C / NH;
-    return srk_ctx.attn_mode == SRK_ATTN_CUDNN && srk_ctx.bf16 && hd % 16 == 0 && hd >= 32 && hd <= 128 &&
+    return srk_ctx.attn_mode == SRK_ATTN_CUDNN && srk_ctx.bf16 && srk_ctx.cc_major >= 8 && hd % 16 == 0 && hd >= 32 &&
+           hd <= 128 &&
            (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15u) == 0;
+}
+
+/* cuDNN's error, with the .model site it ran for */
+static inline void srk_attn_cudnn_fail(const char *err)
+{
+    srk_fail("SHARDC_CUDA_ATTN=cudnn: %s (at %s)", err, srk_ctx.site_what ? srk_ctx.site_what : "attention");
 }
 
 /* the workspace of one direction, or NULL with the error recorded */
@@ -31,7 +39,7 @@ static inline void *srk_attn_cudnn_ws(int bwd, int B, int T, int C, int NH, floa
     long n = srk_cudnn_attn_workspace(bwd, B, T, C, NH, scale, err, sizeof err);
     *ok = n >= 0;
     if (n < 0) {
-        srk_fail("SHARDC_CUDA_ATTN=cudnn: %s", err);
+        srk_attn_cudnn_fail(err);
         return NULL;
     }
     void *w = n > 0 ? srk_scratch(SRK_SCR_CUDNN_WS, (size_t)n) : NULL;
@@ -52,7 +60,7 @@ static inline int srk_attn_cudnn_fwd(TO *out, TO *copy, float *lse, const TQ *q,
         if (!ok) return 1;
         char err[512];
         if (srk_cudnn_attn_fwd((void *)srk_ctx.stream, ws, out, lse, q, k, v, B, T, C, NH, scale, err, sizeof err)) {
-            srk_fail("SHARDC_CUDA_ATTN=cudnn: %s", err);
+            srk_attn_cudnn_fail(err);
             return 1;
         }
         srk_ctx.attn_cudnn_calls++;
@@ -95,7 +103,7 @@ static inline int srk_attn_cudnn_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, 
         char err[512];
         if (srk_cudnn_attn_bwd((void *)srk_ctx.stream, ws, gq, gk, gv, dout, q, k, v, o, lse, B, T, C, NH, scale, err,
                                sizeof err)) {
-            srk_fail("SHARDC_CUDA_ATTN=cudnn: %s", err);
+            srk_attn_cudnn_fail(err);
             return 1;
         }
         srk_ctx.attn_cudnn_calls++;

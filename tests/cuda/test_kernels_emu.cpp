@@ -605,7 +605,8 @@ static void test_attention(long B, long T_, long C, long NH)
     srk_attention_fwd(d_o, d_aux, d_q, d_k, d_v, B, T_, C, NH);
     long hd = C / NH;
     bool bf = srk_dt<T>::value == SRK_BF16;
-    bool want_cudnn = bf && srk_ctx.attn_mode == SRK_ATTN_CUDNN && hd % 16 == 0 && hd >= 32 && hd <= 128;
+    bool want_cudnn = bf && srk_ctx.attn_mode == SRK_ATTN_CUDNN && srk_ctx.cc_major >= 8 && hd % 16 == 0 && hd >= 32 &&
+                      hd <= 128;
     bool want_tc = !want_cudnn && bf && (hd == 32 || hd == 64 || hd == 128) && srk_ctx.attn_mode != SRK_ATTN_SIMT;
     bool want_mma = want_tc && hd <= 64 && srk_ctx.attn_mode == SRK_ATTN_MMA;
     const char *path = srk_ctx.attn_cudnn_calls > cd0     ? "cuDNN"

@@ -191,7 +191,7 @@ check "no GPU: one line saying so ($(head -c 200 nogpu.txt))" bash -c "[ \$(wc -
 
 SHARDC_CUDA_ATTN=flash ./tgb_cuda $opts --steps 1 2> badattn.txt; rc=$?
 check "SHARDC_CUDA_ATTN=flash: exit 2, one line naming the choices (got $rc: $(head -c 200 badattn.txt))" bash -c \
-  "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected wmma (the default), mma or simt' badattn.txt"
+  "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected wmma (the default), mma, cudnn or simt' badattn.txt"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
