@@ -1,6 +1,7 @@
 #!/bin/bash
 # gpu-check.sh [LOG]: the CUDA backend on a real GPU, in one go (3 to 4
-# minutes on one H200; everything printed also goes to LOG, default
+# minutes on one H200 before the cuDNN path joined; about a minute and a
+# half more with it, estimated; everything printed also goes to LOG, default
 # gpu-check.log in the current directory, and the longer outputs go beside
 # it: kernels.txt, gpt2-profile.txt, build logs on failure):
 #   0. where mpicc, bison, flex or OpenBLAS are missing (a CUDA image with no
