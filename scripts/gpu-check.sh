@@ -205,6 +205,10 @@ for a in ${SHARDC_GPU_ATTN_PATHS:-mma cudnn}; do
       ok "$(tail -1 "$w/cudnn.txt")"
     else
       bad "$(tail -1 "$w/cudnn.txt" | head -c 400) -- the cudnn path is left out below"
+      # once more with the frontend's and cuDNN's own logs, kept for whoever reads this run
+      CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=stdout CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stdout \
+        timeout 120 "$bins/test_kernels_cuda" --cudnn-probe > "$out/cudnn-probe.txt" 2>&1
+      echo "   logs of the probe: cudnn-probe.txt ($(wc -l < "$out/cudnn-probe.txt") lines)"
       continue
     fi
   fi

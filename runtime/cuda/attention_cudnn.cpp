@@ -241,6 +241,12 @@ extern "C" int srk_cudnn_attn_check(int bwd, int B, int T, int C, int NH, float 
     return 0;
 }
 
+extern "C" long srk_cudnn_version(char *err, size_t errlen)
+{
+    if (!cd_load()) return cd_err(err, errlen, "%s", st.why.c_str());
+    return (long)fe::detail::get_backend_version();
+}
+
 extern "C" long srk_cudnn_attn_workspace(int bwd, int B, int T, int C, int NH, float scale, char *err, size_t errlen)
 {
     Plan *p = cd_plan(bwd, B, T, C, NH, scale, err, errlen);
@@ -279,6 +285,8 @@ extern "C" int srk_cudnn_attn_check(int, int, int, int, int, float, char *err, s
 {
     return cd_err(err, errlen, CD_NOT_BUILT);
 }
+
+extern "C" long srk_cudnn_version(char *err, size_t errlen) { return cd_err(err, errlen, CD_NOT_BUILT); }
 
 extern "C" long srk_cudnn_attn_workspace(int, int, int, int, int, float, char *err, size_t errlen)
 {

@@ -28,6 +28,9 @@ extern "C" {
  * compute capability), without a cuDNN handle: what the CPU test runs */
 int srk_cudnn_attn_check(int bwd, int B, int T, int C, int NH, float scale, char *err, size_t errlen);
 
+/* the cuDNN library's version (90100 for 9.1.0) once it loads, else -1 with why in err */
+long srk_cudnn_version(char *err, size_t errlen);
+
 /* bytes of workspace the forward (bwd 0) or backward (bwd 1) of this shape needs; -1 on failure */
 long srk_cudnn_attn_workspace(int bwd, int B, int T, int C, int NH, float scale, char *err, size_t errlen);
 

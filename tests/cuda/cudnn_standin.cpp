@@ -87,6 +87,8 @@ int fail(char *err, size_t n, const char *msg)
 
 } /* namespace */
 
+extern "C" long srk_cudnn_version(char *, size_t) { return 0; }
+
 extern "C" long srk_cudnn_attn_workspace(int, int, int, int, int, float, char *, size_t) { return WS_BYTES; }
 
 extern "C" int srk_cudnn_attn_fwd(void *, void *ws, void *o, float *lse, const void *q, const void *k, const void *v,

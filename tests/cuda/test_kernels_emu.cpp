@@ -1097,7 +1097,15 @@ int main(int argc, char **argv)
         srk_configure(1);
         const char *why;
         bool ok = cudnn_usable(&why);
-        printf(ok ? "cuDNN attention: plans for both directions built\n" : "cuDNN attention unavailable: %s\n", why);
+        char err[512];
+        long ver = srk_cudnn_version(err, sizeof err);
+        if (ok) /* GPT-2's shape at batch 8: what its workspaces come to */
+            printf("cuDNN %ld.%ld.%ld attention: plans for both directions built (GPT-2 at batch 8: workspace %ld and "
+                   "%ld bytes)\n", ver / 10000, ver / 100 % 100, ver % 100,
+                   srk_cudnn_attn_workspace(0, 8, 1024, 768, 12, 0.125f, err, sizeof err),
+                   srk_cudnn_attn_workspace(1, 8, 1024, 768, 12, 0.125f, err, sizeof err));
+        else
+            printf("cuDNN attention unavailable: %s\n", why);
         return ok ? 0 : 1;
     }
     if (argc == 7 && !strcmp(argv[1], "--bench-attention"))
