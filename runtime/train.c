@@ -799,9 +799,12 @@ static sr_status train(run *r)
         }
         SR_CHECK(sync_grads(r, k, &loss_sum, t_bwd_end));
         float loss = (float)(loss_sum / M);
-        if (!isfinite(loss))
+        if (!isfinite(loss)) {
+            /* a device error of the step (its first, recorded) is what happened, not the NaN it left */
+            SR_CHECK(r->be->sync());
             return sr_seterr(SR_ERR_STATE, "the loss became %g at step %ld; lower --lr or set --grad-clip",
                              (double)loss, k);
+        }
         if (o->dump_grads && k == r->start_step) SR_CHECK(rt_agree(r, rt_dump_grads(r, k), "--dump-grads"));
         sr_trace_begin(r->trace, SR_TRACK_COMPUTE, "optimizer");
         double norm;

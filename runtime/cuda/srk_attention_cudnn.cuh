@@ -26,10 +26,12 @@ static inline int srk_attn_cudnn_fits(int C, int NH, const void *a, const void *
            (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15u) == 0;
 }
 
-/* cuDNN's error, with the .model site it ran for */
+/* cuDNN's error, with the .model site and the generated line it ran for (as a kernel's error names them) */
 static inline void srk_attn_cudnn_fail(const char *err)
 {
-    srk_fail("SHARDC_CUDA_ATTN=cudnn: %s (at %s)", err, srk_ctx.site_what ? srk_ctx.site_what : "attention");
+    const char *f = srk_ctx.site_file ? srk_ctx.site_file : "(runtime)", *base = strrchr(f, '/');
+    srk_fail("SHARDC_CUDA_ATTN=cudnn: %s (%s, at %s:%d)", err, srk_ctx.site_what ? srk_ctx.site_what : "attention",
+             base ? base + 1 : f, srk_ctx.site_line);
 }
 
 /* the workspace of one direction, or NULL with the error recorded */

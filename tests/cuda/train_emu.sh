@@ -193,5 +193,11 @@ SHARDC_CUDA_ATTN=flash ./tgb_cuda $opts --steps 1 2> badattn.txt; rc=$?
 check "SHARDC_CUDA_ATTN=flash: exit 2, one line naming the choices (got $rc: $(head -c 200 badattn.txt))" bash -c \
   "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected wmma (the default), mma, cudnn or simt' badattn.txt"
 
+# SHARDC_CUDA_ATTN=cudnn where cuDNN cannot run (the emulator's runtime never has it): the first
+# attention stops the step with why, naming the .model site and the generated line, not a NaN loss
+SHARDC_CUDA_ATTN=cudnn ./tgb_cuda $opts --steps 1 > nocudnn.out 2> nocudnn.txt; rc=$?
+check "SHARDC_CUDA_ATTN=cudnn without cuDNN: exit 1, the error says why and where (got $rc: $(tail -1 nocudnn.txt | head -c 300))" \
+  bash -c "[ $rc -eq 1 ] && grep -q 'error: CUDA: SHARDC_CUDA_ATTN=cudnn: this runtime was built without cuDNN.* (nn.model:80 causal_attention, at [a-z_]*\.cu:[0-9]*)' nocudnn.txt && ! grep -q 'loss became' nocudnn.txt nocudnn.out"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
