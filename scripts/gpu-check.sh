@@ -325,12 +325,13 @@ if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt
   cp "$w/gpt2.jsonl" "$out/gpt2.jsonl"
   mfu "$w/gpt2.jsonl" $B && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
   # the other attention paths (mma.sync kernels, cuDNN): not the default until measured here
+  losses "$w/gpt2.jsonl" | head -14 > "$w/wmma.l"
   for a in $attn_alt; do
     echo "   attention on $a (SHARDC_CUDA_ATTN=$a), 14 steps:"
     if SHARDC_CUDA_ATTN=$a timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/$a.jsonl" > "$w/$a.txt" 2>&1; then
       cp "$w/$a.jsonl" "$out/gpt2-$a.jsonl"
       mfu "$w/$a.jsonl" $B
-      losses "$w/gpt2.jsonl" | head -14 > "$w/wmma.l"; losses "$w/$a.jsonl" > "$w/$a.l"
+      losses "$w/$a.jsonl" > "$w/$a.l"
       close "$w/wmma.l" "$w/$a.l" 1e-2 && ok "$a attention: GPT-2's 14 losses within 1e-2 of the default's" ||
         bad "$a attention: GPT-2's losses differ from the default's"
     else

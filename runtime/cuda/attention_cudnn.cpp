@@ -59,8 +59,7 @@ struct Plan {
 };
 
 struct State {
-    bool tried = false; /* cudnnCreate was called */
-    std::string why;    /* why cuDNN cannot be used, once loading it or cudnnCreate failed */
+    std::string why; /* why cuDNN cannot be used, once loading it or cudnnCreate failed */
     cudnnHandle_t handle = nullptr;
     std::map<std::tuple<int, int, int, int, int, float>, Plan> plans;
 };
@@ -93,8 +92,7 @@ bool cd_load()
 bool cd_open()
 {
     if (st.handle) return true;
-    if (!cd_load() || st.tried) return false;
-    st.tried = true;
+    if (!cd_load() || !st.why.empty()) return false; /* (a failed cudnnCreate is not retried) */
     try {
         cudnnStatus_t s = fe::detail::create_handle(&st.handle);
         if (s != CUDNN_STATUS_SUCCESS) {
@@ -110,35 +108,28 @@ bool cd_open()
     return true;
 }
 
-std::vector<int64_t> bhsd_dim(int B, int T, int C, int NH) { return {B, NH, T, C / NH}; }
-std::vector<int64_t> bhsd_stride(int T, int C, int NH) { return {(int64_t)T * C, C / NH, C, 1}; }
+using Tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
 
-std::shared_ptr<fe::graph::Tensor_attributes> bhsd(fe::graph::Graph &g, const char *name, int64_t uid, int B, int T,
-                                                    int C, int NH)
+/* a tensor's name, uid, type and layout: q, k, v, o and their gradients bf16 (B,T,C) seen as
+ * (B, NH, T, hd); Stats (the lse) float (B, NH, T, 1), packed */
+fe::graph::Tensor_attributes &lay(fe::graph::Tensor_attributes &t, const char *name, int64_t uid, int B, int T, int C,
+                                  int NH)
 {
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name(name)
-                        .set_uid(uid)
-                        .set_dim(bhsd_dim(B, T, C, NH))
-                        .set_stride(bhsd_stride(T, C, NH))
-                        .set_data_type(fe::DataType_t::BFLOAT16));
+    t.set_name(name).set_uid(uid);
+    if (uid == U_STATS)
+        return t.set_dim({B, NH, T, 1}).set_stride({(int64_t)NH * T, T, 1, 1}).set_data_type(fe::DataType_t::FLOAT);
+    return t.set_dim({B, NH, T, C / NH})
+        .set_stride({(int64_t)T * C, C / NH, C, 1})
+        .set_data_type(fe::DataType_t::BFLOAT16);
 }
-
-std::shared_ptr<fe::graph::Tensor_attributes> stats(fe::graph::Graph &g, int B, int T, int NH)
+Tensor input(fe::graph::Graph &g, const char *name, int64_t uid, int B, int T, int C, int NH)
 {
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name("stats")
-                        .set_uid(U_STATS)
-                        .set_dim({B, NH, T, 1})
-                        .set_stride({(int64_t)NH * T, T, 1, 1})
-                        .set_data_type(fe::DataType_t::FLOAT));
+    fe::graph::Tensor_attributes t;
+    return g.tensor(lay(t, name, uid, B, T, C, NH));
 }
-
-void set_out(const std::shared_ptr<fe::graph::Tensor_attributes> &t, const char *name, int64_t uid, int B, int T, int C,
-             int NH)
+void output(const Tensor &t, const char *name, int64_t uid, int B, int T, int C, int NH)
 {
-    t->set_output(true).set_name(name).set_uid(uid).set_dim(bhsd_dim(B, T, C, NH)).set_stride(bhsd_stride(T, C, NH));
-    t->set_data_type(fe::DataType_t::BFLOAT16);
+    lay(*t, name, uid, B, T, C, NH).set_output(true);
 }
 
 /* the SDPA graph of one direction and shape, not yet validated */
@@ -148,7 +139,7 @@ std::shared_ptr<fe::graph::Graph> cd_graph(int bwd, int B, int T, int C, int NH,
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    auto q = bhsd(*g, "q", U_Q, B, T, C, NH), k = bhsd(*g, "k", U_K, B, T, C, NH), v = bhsd(*g, "v", U_V, B, T, C, NH);
+    auto q = input(*g, "q", U_Q, B, T, C, NH), k = input(*g, "k", U_K, B, T, C, NH), v = input(*g, "v", U_V, B, T, C, NH);
     if (!bwd) {
         auto opt = fe::graph::SDPA_attributes()
                        .set_name("causal_attention")
@@ -156,20 +147,19 @@ std::shared_ptr<fe::graph::Graph> cd_graph(int bwd, int B, int T, int C, int NH,
                        .set_causal_mask(true)
                        .set_attn_scale(scale);
         auto [o, lse] = g->sdpa(q, k, v, opt);
-        set_out(o, "o", U_O, B, T, C, NH);
-        lse->set_output(true).set_name("stats").set_uid(U_STATS).set_data_type(fe::DataType_t::FLOAT);
-        lse->set_dim({B, NH, T, 1}).set_stride({(int64_t)NH * T, T, 1, 1});
+        output(o, "o", U_O, B, T, C, NH);
+        output(lse, "stats", U_STATS, B, T, C, NH);
     } else {
-        auto o = bhsd(*g, "o", U_O, B, T, C, NH), dO = bhsd(*g, "dout", U_DO, B, T, C, NH);
-        auto lse = stats(*g, B, T, NH);
+        auto o = input(*g, "o", U_O, B, T, C, NH), dO = input(*g, "dout", U_DO, B, T, C, NH);
+        auto lse = input(*g, "stats", U_STATS, B, T, C, NH);
         auto opt = fe::graph::SDPA_backward_attributes()
                        .set_name("causal_attention_backward")
                        .set_causal_mask(true)
                        .set_attn_scale(scale);
         auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dO, lse, opt);
-        set_out(dq, "dq", U_DQ, B, T, C, NH);
-        set_out(dk, "dk", U_DK, B, T, C, NH);
-        set_out(dv, "dv", U_DV, B, T, C, NH);
+        output(dq, "dq", U_DQ, B, T, C, NH);
+        output(dk, "dk", U_DK, B, T, C, NH);
+        output(dv, "dv", U_DV, B, T, C, NH);
     }
     return g;
 }

@@ -18,12 +18,13 @@
 
 #include "srk_cudnn.h"
 
-static inline int srk_attn_cudnn_fits(int C, int NH, const void *a, const void *b, const void *c, const void *d)
+static inline int srk_attn_cudnn_fits(int C, int NH, const void *a, const void *b, const void *c, const void *d,
+                                      const void *e)
 {
     int hd = C / NH;
     return srk_ctx.attn_mode == SRK_ATTN_CUDNN && srk_ctx.bf16 && srk_ctx.cc_major >= 8 && hd % 16 == 0 && hd >= 32 &&
-           hd <= 128 &&
-           (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15u) == 0;
+           hd <= 128 && srk_tc::aligned16(a) && srk_tc::aligned16(b) && srk_tc::aligned16(c) && srk_tc::aligned16(d) &&
+           srk_tc::aligned16(e);
 }
 
 /* cuDNN's error, with the .model site and the generated line it ran for (as a kernel's error names them) */
@@ -56,7 +57,7 @@ static inline int srk_attn_cudnn_fwd(TO *out, TO *copy, float *lse, const TQ *q,
 {
     if constexpr (srk_dt<TO>::value == SRK_BF16 && srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 &&
                   srk_dt<TV>::value == SRK_BF16) {
-        if (!srk_attn_cudnn_fits(C, NH, q, k, v, out) || ((uintptr_t)copy & 15u)) return 0;
+        if (!srk_attn_cudnn_fits(C, NH, q, k, v, out, copy)) return 0;
         int ok;
         void *ws = srk_attn_cudnn_ws(0, B, T, C, NH, scale, &ok);
         if (!ok) return 1;
@@ -77,7 +78,7 @@ template <class TD>
 static inline bf16 *srk_attn_cudnn_dst(TD *d, int fresh, size_t n, int scratch_id)
 {
     if constexpr (srk_dt<TD>::value == SRK_BF16)
-        if (d && fresh && ((uintptr_t)d & 15u) == 0) return (bf16 *)d;
+        if (d && fresh && srk_tc::aligned16(d)) return (bf16 *)d;
     return (bf16 *)srk_scratch(scratch_id, n * sizeof(bf16));
 }
 template <class TD>
@@ -93,7 +94,7 @@ static inline int srk_attn_cudnn_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, 
 {
     if constexpr (srk_dt<TG>::value == SRK_BF16 && srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 &&
                   srk_dt<TV>::value == SRK_BF16) {
-        if (!srk_attn_cudnn_fits(C, NH, q, k, v, dout) || ((uintptr_t)o & 15u)) return 0;
+        if (!srk_attn_cudnn_fits(C, NH, q, k, v, dout, o)) return 0;
         int ok;
         void *ws = srk_attn_cudnn_ws(1, B, T, C, NH, scale, &ok);
         if (!ok) return 1;
