@@ -22,7 +22,8 @@
  * a copy of the output, not the host's (B, NH, T, T) probabilities.
  * Fusions: matmul -> add(bias parameter) [-> gelu], adjacent and with no
  * other reader of the intermediate, become one GEMM with a cuBLASLt epilogue;
- * in the backward, d matmul + d gelu (c_fuse).
+ * dropout -> add (the residual add) one element-wise pass; in the backward,
+ * d matmul + d gelu (c_fuse).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "codegen_cuda.h"
@@ -115,7 +116,7 @@ static void plan_storage(CGen *g)
     for (int i = 0; i < nv; i++) g->aux_of_attn[i] = -1;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
-        if (op->kind == OP_ATTENTION) g->aux_of_attn[op->aux[0]] = i;
+        if (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_QKV) g->aux_of_attn[op->aux[0]] = i;
     }
     for (int pass = 0; pass < 2; pass++) /* gradients after their primals */
         for (int i = 0; i < nv; i++) {
@@ -172,11 +173,36 @@ static int same_slot(Ir *ir, int a, int b)
 /* an op the fused call can swallow: the next one in the same stage's forward */
 static int fusable(const IrOp *first, const IrOp *op) { return op->pstage == first->pstage && !op->recomp; }
 
+/* dropout -> add (a residual add of a dropped-out branch, the add its only reader): one pass,
+ * out = a + dropout(x), the dropout's output never written (no backward reads it). At p = 0
+ * that is the add alone */
+static int fuse_dropout_add(CGen *g, int i, char **call, char **what)
+{
+    Ir *ir = g->ir;
+    IrOp *dr = ir->ops.v[i];
+    if (dr->kind != OP_DROPOUT || i + 1 >= ir->ops.n) return 0;
+    IrOp *add = ir->ops.v[i + 1];
+    int d = dr->out, k = add->in[0] == d ? 0 : 1;
+    if (add->kind != OP_ADD || !fusable(dr, add) || add->in[k] != d || add->in[1 - k] == d || d == ir->output ||
+        d == g->logits || boundary(ir, d) || boundary(ir, add->out) || forward_readers(ir, d) != 1)
+        return 0;
+    Dim n = shape_numel(&ir_value(ir, d)->shape);
+    if (!dim_eq(shape_numel(&ir_value(ir, add->in[1 - k])->shape), n) || !dim_eq(shape_numel(&ir_value(ir, add->out)->shape), n))
+        return 0;
+    if ((ad_template_uses(ir_ops[OP_ADD].bwd) & (1u << k)) || (ad_template_uses(ir_ops[OP_DROPOUT].bwd) & (1u << 4)))
+        return 0;
+    *call = sx_fmt("srk_dropout_add_fwd(%s, %s, %s", buf(g, add->out), buf(g, add->in[1 - k]),
+                   expand(g, "$0, $n, e->dropout, e->seed, e->step, $id, (uint64_t)e->row0 * $s0)", dr, NULL, 0));
+    *what = "dropout+add";
+    return 2;
+}
+
 /* nonzero: ops i.. (2 or 3 of them) are one fused call, written to *call */
 static int fuse_at(CGen *g, int i, char **call, char **what)
 {
     Ir *ir = g->ir;
     IrOp *mm = ir->ops.v[i];
+    if (mm->kind == OP_DROPOUT) return fuse_dropout_add(g, i, call, what);
     if (mm->kind != OP_MATMUL || i + 1 >= ir->ops.n) return 0;
     IrOp *add = ir->ops.v[i + 1];
     int vm = mm->out;
@@ -223,6 +249,13 @@ static char *site(const IrOp *op, const char *what)
     return sx_fmt("%s\"", r);
 }
 
+/* the op as the .model names it, in sites (errors, the profile): $attention_qkv is the
+ * causal_attention the user wrote, its slices folded in (qkvpack.c) */
+static const char *user_name(const IrOp *op)
+{
+    return op->kind == OP_ATTENTION_QKV ? "causal_attention" : ir_ops[op->kind].name;
+}
+
 /* ---- the pieces of the forward and backward walks (cg_emit_forward/backward) ---- */
 static void c_open_fn(void *gp, const char *name) { open_fn(gp, name); }
 
@@ -244,7 +277,7 @@ static int c_op(void *gp, int i)
     }
     fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
             o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
-    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, ir_ops[op->kind].name), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL, 0));
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, user_name(op)), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL, 0));
     return 1;
 }
 
@@ -252,7 +285,7 @@ static void c_recompute(void *gp, IrOp *op)
 {
     CGen *g = gp;
     fprintf(g->f, "    /* %s:%d  recompute %s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name);
-    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("recompute %s", ir_ops[op->kind].name)),
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("recompute %s", user_name(op))),
             expand(g, ir_ops[op->kind].cuda_fwd, op, NULL, 0));
 }
 
@@ -287,7 +320,7 @@ static void c_zero(void *gp, IrOp *op, int d)
 static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
 {
     CGen *g = gp;
-    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", ir_ops[op->kind].name)),
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", user_name(op))),
             expand(g, cg_bwd_template(b, op, 1), op, b, fresh));
 }
 

@@ -9,8 +9,14 @@
  * transformer block that is the gradient through every bias add and the
  * branch side of every residual add.
  *
- * Left alone: a gradient with other writers (the residual stream's, which
- * its branch adds to), broadcast inputs (their gradient is a column sum),
+ * A gradient with other writers (the residual stream's, which its branch's
+ * LayerNorm adds to later) can still live in d(out)'s storage when the
+ * pass-through is its first write and every other step that reads d(out)
+ * runs before its next write: the copy goes, and the later writers add
+ * into d(out) in place (llm.c's residual gradient). Not with zb-h1's split
+ * backward, whose W pass reads d(out) after the B pass has added to it.
+ *
+ * Left alone: broadcast inputs (their gradient is a column sum),
  * parameters, the pipeline's sent and received values and the model's
  * output, the rank-0-only contributions of tensor parallelism, the
  * reduce-scatter steps, and values of another element type. Runs after the
@@ -44,6 +50,34 @@ static int pinned(Ir *ir, int v)
     return 0;
 }
 
+/* step m writes gradient d (a rule's input gradient, or an in-place sum) */
+static int writes_to(const IrBwd *c, int d)
+{
+    if (c->kind == BWD_ALLREDUCE) return c->dout == d;
+    if (c->kind != BWD_RULE) return 0;
+    for (int k = 0; k < 4; k++)
+        if (c->din[k] == d) return 1;
+    return 0;
+}
+
+/* d(a) = d(out) at step j, d(a)'s first write, with later writers: d(out) may hold d(a) when no
+ * step after j writes d(out) and every other reader of d(out) runs before d(a)'s next write */
+static int shareable(Ir *ir, int j, int d)
+{
+    IrBwd *b = ir->bwd.v[j];
+    if (ir->nstages > 1 && ir->split_backward) return 0;
+    for (int m = 0; m < j; m++)
+        if (writes_to(ir->bwd.v[m], d)) return 0;
+    int next = ir->bwd.n;
+    for (int m = j + 1; m < ir->bwd.n && next == ir->bwd.n; m++)
+        if (writes_to(ir->bwd.v[m], d)) next = m;
+    for (int m = j + 1; m < ir->bwd.n; m++) {
+        IrBwd *c = ir->bwd.v[m];
+        if (writes_to(c, b->dout) || (m >= next && c->kind == BWD_RULE && c->dout == b->dout)) return 0;
+    }
+    return 1;
+}
+
 int ga_alias(Program *P)
 {
     Ir *ir = &P->ir;
@@ -56,22 +90,31 @@ int ga_alias(Program *P)
         for (int k = 0; k < 4; k++)
             if (b->din[k] >= 0) writes[b->din[k]]++;
     }
+    /* first the copies with one writer (their readers then read d(out)'s original value), then
+     * the shared storage, whose check needs every such reader of d(out) in place */
+    for (int pass = 0; pass < 2; pass++)
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
         if (b->kind != BWD_RULE) continue;
         IrOp *op = BWD_OP(ir, b);
         for (int k = 0; k < op->nin; k++) {
             int d = b->din[k];
-            if (d < 0 || d == b->dout || writes[d] != 1 || ((b->gate >> k) & 1) || !passes_through(ir, b, k)) continue;
+            if (d < 0 || d == b->dout || writes[d] < 1 || ((b->gate >> k) & 1) || !passes_through(ir, b, k)) continue;
+            if ((writes[d] > 1) != pass) continue;
             IrValue *dv = ir_value(ir, d), *ov = ir_value(ir, b->dout);
             IrValue *pv = ir_value(ir, dv->primal), *po = ir_value(ir, ov->primal);
             if (pv->kind != VK_OP || po->kind != VK_OP || dv->dtype != ov->dtype) continue;
             if (pinned(ir, pv->id) || pinned(ir, po->id)) continue;
-            for (int m = 0; m < ir->bwd.n; m++) {
+            if (pass && !shareable(ir, j, d)) continue;
+            b->din[k] = -1;
+            for (int m = 0; m < ir->bwd.n; m++) { /* d's readers and its other writers: d(out)'s storage */
                 IrBwd *c = ir->bwd.v[m];
                 if (c->dout == d) c->dout = b->dout;
+                for (int i = 0; i < 4 && c->kind == BWD_RULE; i++)
+                    if (c->din[i] == d) c->din[i] = b->dout;
             }
-            b->din[k] = -1;
+            writes[b->dout] += writes[d] - 1;
+            writes[d] = 0;
         }
     }
     return 0;

@@ -31,6 +31,18 @@ IrOp *ir_op(Ir *ir, int id)
     return ir->ops.v[id];
 }
 
+/* ops becomes the op list: ids renumbered, and the defs of their outputs and aux buffers */
+void ir_set_ops(Ir *ir, Vec ops)
+{
+    ir->ops = ops;
+    for (int i = 0; i < ir->ops.n; i++) {
+        IrOp *op = ir->ops.v[i];
+        op->id = i;
+        ir_value(ir, op->out)->def = i;
+        for (int a = 0; a < ir_ops[op->kind].naux; a++) ir_value(ir, op->aux[a])->def = i;
+    }
+}
+
 int ir_new_value(Ir *ir, ValKind k, DType t, const Shape *s)
 {
     IrValue *v = sx_alloc(sizeof *v);

@@ -22,9 +22,12 @@ int drv_front(Program *P, const char *dump, FILE *out)
     return 0;
 }
 
-/* the back end: differentiate, plan memory (code generation is the caller's) */
+/* the back end: fold slices into attention, differentiate, recompute, cut the
+ * pipeline, alias gradients, plan memory (code generation is the caller's) */
 int drv_back(Program *P, const char *dump, FILE *out)
 {
+    if (qp_pack(P)) return 1;
+    ir_verify(&P->ir, "qkvpack");
     if (ad_differentiate(P)) return 1;
     ir_verify(&P->ir, "autodiff");
     if (dump && !strcmp(dump, "autodiff")) {

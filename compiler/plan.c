@@ -313,7 +313,8 @@ static const char *mm_tpl(const IrOp *op, int bwd)
     case OP_MATMUL:
     case OP_MATMUL_T:
         return bwd ? ir_ops[op->kind].flops_bwd : ir_ops[op->kind].flops_fwd;
-    case OP_ATTENTION: return bwd ? "8*$s0*$s1*$s1*$s2" : "4*$s0*$s1*$s1*$s2";
+    case OP_ATTENTION:
+    case OP_ATTENTION_QKV: return bwd ? "8*$s0*$s1*$s1*$s2" : "4*$s0*$s1*$s1*$s2";
     default: return NULL;
     }
 }

@@ -457,6 +457,23 @@ static int split_heads(ShapeCtx *c, Dim C, long long nh)
     return 0;
 }
 
+/* causal attention's heads, aux (B, NH, T, T) and sizes (B, T, C, NH), once c->out is set */
+static void attention_sizes(ShapeCtx *c, Dim C, long long nh)
+{
+    c->op->k[0] = (double)nh;
+    c->op->nk = 1;
+    Shape *a = &c->aux[0];
+    a->nd = 4;
+    a->d[0] = c->out.d[0];
+    a->d[1] = dim_const(nh);
+    a->d[2] = c->out.d[1];
+    a->d[3] = c->out.d[1];
+    c->op->sz[0] = c->out.d[0];
+    c->op->sz[1] = c->out.d[1];
+    c->op->sz[2] = C;
+    c->op->sz[3] = dim_const(nh);
+}
+
 static int shape_attention(ShapeCtx *c)
 {
     for (int i = 0; i < 3; i++) {
@@ -469,19 +486,29 @@ static int shape_attention(ShapeCtx *c)
     if (int_arg(c, 0, &nh, "the number of heads")) return -1;
     Dim C = c->in[0]->shape.d[2];
     if (split_heads(c, C, nh)) return -1;
-    c->op->k[0] = (double)nh;
-    c->op->nk = 1;
     c->out = c->in[0]->shape;
-    Shape *a = &c->aux[0];
-    a->nd = 4;
-    a->d[0] = c->out.d[0];
-    a->d[1] = dim_const(nh);
-    a->d[2] = c->out.d[1];
-    a->d[3] = c->out.d[1];
-    c->op->sz[0] = c->out.d[0];
-    c->op->sz[1] = c->out.d[1];
-    c->op->sz[2] = C;
-    c->op->sz[3] = dim_const(nh);
+    attention_sizes(c, C, nh);
+    return 0;
+}
+
+/* $attention_qkv(qkv, n_head): causal_attention of q, k, v packed along the
+ * last dimension of one (B, T, 3C) tensor (qkvpack.c makes it from three
+ * slices); the output, aux and sizes are causal_attention's */
+static int shape_attention_qkv(ShapeCtx *c)
+{
+    if (need_float(c, 0, "qkv") || need_rank(c, 0, 3, 3, "qkv")) return -1;
+    long long nh;
+    if (int_arg(c, 0, &nh, "the number of heads")) return -1;
+    Dim L = last_dim(c->in[0]);
+    if (!dim_is_const(L) || L.c % 3) {
+        sx_error(c->loc, "'$attention_qkv': the last dimension %s is not q|k|v", dim_str(L, IR_));
+        return -1;
+    }
+    Dim C = dim_const(L.c / 3);
+    if (split_heads(c, C, nh)) return -1;
+    c->out = c->in[0]->shape;
+    c->out.d[2] = C;
+    attention_sizes(c, C, nh);
     return 0;
 }
 

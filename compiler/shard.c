@@ -539,13 +539,7 @@ int shard_lower(Program *P)
         if (op->kind == OP_DROPOUT && w->sh.kind == SH_SPLIT && w->sh.dim == 2) op->kind = OP_DROPOUT_COL;
         vec_push(&ops, op);
     }
-    ir->ops = ops;
-    for (int i = 0; i < ir->ops.n; i++) {
-        IrOp *op = ir->ops.v[i];
-        op->id = i;
-        ir_value(ir, op->out)->def = i;
-        for (int a = 0; a < ir_ops[op->kind].naux; a++) ir_value(ir, op->aux[a])->def = i;
-    }
+    ir_set_ops(ir, ops);
     /* 2. local shapes of split values; the sequence split over tp ranks is
      * a symbol of its own, T / tp */
     if (P->layout.sequence_parallel) {

@@ -178,7 +178,8 @@ typedef enum ValKind {
     VK_PARAM,     /* trainable parameter */
     VK_OP,        /* output of an op */
     VK_AUX,       /* auxiliary buffer saved by an op */
-    VK_GRAD       /* gradient of `primal` (a parameter's lives in the gradient arena) */
+    VK_GRAD,      /* gradient of `primal` (a parameter's lives in the gradient arena) */
+    VK_DEAD       /* left by a pass that removed its op (qkvpack.c): nothing defines or reads it */
 } ValKind;
 
 typedef struct IrValue {
@@ -393,6 +394,8 @@ unsigned ad_template_uses(const char *tmpl);
 int mp_plan(Program *P);
 /* gradalias.c: a gradient that is a copy of another (add, sub, reshape) is read from that one */
 int ga_alias(Program *P);
+/* qkvpack.c: causal_attention of three slices of one q|k|v tensor reads it in place */
+int qp_pack(Program *P);
 /* the stage whose workspace holds v, or -1 when v is not in a workspace
  * (parameters, inputs, their gradients, the pipeline's boundary buffers) */
 int mp_home(const Ir *ir, const IrValue *v);
@@ -534,6 +537,8 @@ int rc_recompute(Program *P);
 IrValue *ir_value(Ir *ir, int id);
 IrOp *ir_op(Ir *ir, int id);
 int ir_new_value(Ir *ir, ValKind k, DType t, const Shape *s);
+/* ops becomes the op list: ids renumbered, the defs of their outputs and aux buffers set */
+void ir_set_ops(Ir *ir, Vec ops);
 int ir_verify(const Ir *ir, const char *after);
 void ir_dump(const Ir *ir, FILE *f);
 void ir_print_params(const Ir *ir, FILE *f);

@@ -2,7 +2,9 @@
  * online softmax (FlashAttention-2's algorithm): the (T, T) score matrix is
  * never stored. q, k, v, out are (B, T, C) with head h in columns
  * [h*hd, (h+1)*hd), hd = C / NH; scores are scaled by 1/sqrt(hd) and row t
- * attends to keys 0..t, as sr_attention_fwd.
+ * attends to keys 0..t, as sr_attention_fwd. The rows of q, k, v (and of
+ * dq, dk, dv) are L elements apart: L = C, or 3C where they are the parts
+ * of one packed q|k|v tensor read in place (srk_attention_qkv_fwd).
  *
  * The op's aux buffer (planned by the CUDA code generator, not the host's
  * (B, NH, T, T) probabilities) holds, in order:
@@ -60,7 +62,7 @@ static inline TO *srk_attn_out_copy(float *aux, long B, long T, long NH)
 /* ---- forward (SIMT) ----------------------------------------------------------------------- */
 template <class TO, class TQ, class TK, class TV>
 __global__ void attn_fwd_simt_kernel(TO *out, TO *out_copy, float *lse, const TQ *q, const TK *k, const TV *v, int T,
-                                     int C, int NH, int hd, float scale)
+                                     int C, int L, int NH, int hd, float scale)
 {
     // grid (ceil(T/AF_BR), NH, B); block AF_BR threads, thread = one query row
     SR_EXTERN_SHARED(float, sm);
@@ -71,10 +73,10 @@ __global__ void attn_fwd_simt_kernel(TO *out, TO *out_copy, float *lse, const TQ
     float *vs = ks + AF_BC * ld;       // (AF_BC, ld)
     float *ss = vs + AF_BC * ld;       // (AF_BR, AF_BC + 1) scores
     int b = blockIdx.z, h = blockIdx.y, r0 = blockIdx.x * AF_BR, tid = threadIdx.x, i = r0 + tid;
-    size_t base = (size_t)b * T * C + (size_t)h * hd;
+    size_t base = (size_t)b * T * C + (size_t)h * hd, bi = (size_t)b * T * L + (size_t)h * hd;
     for (int e = tid; e < AF_BR * hd; e += AF_BR) {
         int r = e / hd, d = e - r * hd;
-        qs[r * ld + d] = r0 + r < T ? srk_ld(q[base + (size_t)(r0 + r) * C + d]) * scale : 0.0f;
+        qs[r * ld + d] = r0 + r < T ? srk_ld(q[bi + (size_t)(r0 + r) * L + d]) * scale : 0.0f;
         os[r * ld + d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -83,8 +85,8 @@ __global__ void attn_fwd_simt_kernel(TO *out, TO *out_copy, float *lse, const TQ
         __syncthreads(); /* the previous tile is consumed */
         for (int e = tid; e < AF_BC * hd; e += AF_BR) {
             int r = e / hd, d = e - r * hd, j = c0 + r;
-            ks[r * ld + d] = j < T ? srk_ld(k[base + (size_t)j * C + d]) : 0.0f;
-            vs[r * ld + d] = j < T ? srk_ld(v[base + (size_t)j * C + d]) : 0.0f;
+            ks[r * ld + d] = j < T ? srk_ld(k[bi + (size_t)j * L + d]) : 0.0f;
+            vs[r * ld + d] = j < T ? srk_ld(v[bi + (size_t)j * L + d]) : 0.0f;
         }
         __syncthreads();
         int jn = i < T ? min(AF_BC, i - c0 + 1) : 0; /* keys c0..c0+jn-1 are visible to row i */
@@ -141,7 +143,7 @@ __global__ void attn_delta_kernel(float *delta, const TG *dout, const TO *o, int
 
 template <class TDK, class TDV, class TG, class TQ, class TK, class TV>
 __global__ void attn_bwd_kv_simt_kernel(TDK *dk, TDV *dv, const TG *dout, const TQ *q, const TK *k, const TV *v,
-                                        const float *lse, const float *delta, int T, int C, int NH, int hd,
+                                        const float *lse, const float *delta, int T, int C, int L, int NH, int hd,
                                         float scale, int fresh)
 {
     // grid (ceil(T/AB_BK), NH, B); block AB_BK threads, thread = one key row j (fresh: bit 1 dk, bit 2 dv):
@@ -157,12 +159,12 @@ __global__ void attn_bwd_kv_simt_kernel(TDK *dk, TDV *dv, const TG *dout, const 
     float *ls = gs + AB_BQ * ld;     // (AB_BQ) lse
     float *ds = ls + AB_BQ;          // (AB_BQ) delta
     int b = blockIdx.z, h = blockIdx.y, c0 = blockIdx.x * AB_BK, tid = threadIdx.x, j = c0 + tid;
-    size_t base = (size_t)b * T * C + (size_t)h * hd;
+    size_t base = (size_t)b * T * C + (size_t)h * hd, bi = (size_t)b * T * L + (size_t)h * hd;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *del_bh = delta + ((size_t)b * NH + h) * T;
     for (int e = tid; e < AB_BK * hd; e += AB_BK) {
         int r = e / hd, d = e - r * hd, jj = c0 + r;
-        ks[r * ld + d] = jj < T ? srk_ld(k[base + (size_t)jj * C + d]) : 0.0f;
-        vs[r * ld + d] = jj < T ? srk_ld(v[base + (size_t)jj * C + d]) : 0.0f;
+        ks[r * ld + d] = jj < T ? srk_ld(k[bi + (size_t)jj * L + d]) : 0.0f;
+        vs[r * ld + d] = jj < T ? srk_ld(v[bi + (size_t)jj * L + d]) : 0.0f;
         dks[r * ld + d] = 0.0f;
         dvs[r * ld + d] = 0.0f;
     }
@@ -170,7 +172,7 @@ __global__ void attn_bwd_kv_simt_kernel(TDK *dk, TDV *dv, const TG *dout, const 
         __syncthreads();
         for (int e = tid; e < AB_BQ * hd; e += AB_BK) {
             int r = e / hd, d = e - r * hd, i = r0 + r;
-            qs[r * ld + d] = i < T ? srk_ld(q[base + (size_t)i * C + d]) : 0.0f;
+            qs[r * ld + d] = i < T ? srk_ld(q[bi + (size_t)i * L + d]) : 0.0f;
             gs[r * ld + d] = i < T ? srk_ld(dout[base + (size_t)i * C + d]) : 0.0f;
         }
         for (int r = tid; r < AB_BQ; r += AB_BK) {
@@ -200,15 +202,15 @@ __global__ void attn_bwd_kv_simt_kernel(TDK *dk, TDV *dv, const TG *dout, const 
     }
     if (j < T)
         for (int d = 0; d < hd; d++) {
-            if (dk) srk_put(&dk[base + (size_t)j * C + d], dks[tid * ld + d], fresh >> 1 & 1);
-            if (dv) srk_put(&dv[base + (size_t)j * C + d], dvs[tid * ld + d], fresh >> 2 & 1);
+            if (dk) srk_put(&dk[bi + (size_t)j * L + d], dks[tid * ld + d], fresh >> 1 & 1);
+            if (dv) srk_put(&dv[bi + (size_t)j * L + d], dvs[tid * ld + d], fresh >> 2 & 1);
         }
 }
 
 template <class TDQ, class TG, class TQ, class TK, class TV>
 __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, const TK *k, const TV *v,
-                                       const float *lse, const float *delta, int T, int C, int NH, int hd, float scale,
-                                       int fresh)
+                                       const float *lse, const float *delta, int T, int C, int L, int NH, int hd,
+                                       float scale, int fresh)
 {
     // grid (ceil(T/AQ_BR), NH, B); block AQ_BR threads, thread = one query row i (fresh: bit 0 dq):
     // dq_i += scale * sum_{j <= i} p_ij (dout_i . v_j - delta_i) k_j
@@ -220,10 +222,10 @@ __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, con
     float *ks = dqs + AQ_BR * ld;    // (AQ_BC, ld)
     float *vs = ks + AQ_BC * ld;     // (AQ_BC, ld)
     int b = blockIdx.z, h = blockIdx.y, r0 = blockIdx.x * AQ_BR, tid = threadIdx.x, i = r0 + tid;
-    size_t base = (size_t)b * T * C + (size_t)h * hd;
+    size_t base = (size_t)b * T * C + (size_t)h * hd, bi = (size_t)b * T * L + (size_t)h * hd;
     for (int e = tid; e < AQ_BR * hd; e += AQ_BR) {
         int r = e / hd, d = e - r * hd, ii = r0 + r;
-        qs[r * ld + d] = ii < T ? srk_ld(q[base + (size_t)ii * C + d]) : 0.0f;
+        qs[r * ld + d] = ii < T ? srk_ld(q[bi + (size_t)ii * L + d]) : 0.0f;
         gs[r * ld + d] = ii < T ? srk_ld(dout[base + (size_t)ii * C + d]) : 0.0f;
         dqs[r * ld + d] = 0.0f;
     }
@@ -234,8 +236,8 @@ __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, con
         __syncthreads();
         for (int e = tid; e < AQ_BC * hd; e += AQ_BR) {
             int r = e / hd, d = e - r * hd, j = c0 + r;
-            ks[r * ld + d] = j < T ? srk_ld(k[base + (size_t)j * C + d]) : 0.0f;
-            vs[r * ld + d] = j < T ? srk_ld(v[base + (size_t)j * C + d]) : 0.0f;
+            ks[r * ld + d] = j < T ? srk_ld(k[bi + (size_t)j * L + d]) : 0.0f;
+            vs[r * ld + d] = j < T ? srk_ld(v[bi + (size_t)j * L + d]) : 0.0f;
         }
         __syncthreads();
         int jn = i < T ? min(AQ_BC, i - c0 + 1) : 0;
@@ -254,23 +256,25 @@ __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, con
         }
     }
     if (i < T)
-        for (int d = 0; d < hd; d++) srk_put(&dq[base + (size_t)i * C + d], dqs[tid * ld + d], fresh & 1);
+        for (int d = 0; d < hd; d++) srk_put(&dq[bi + (size_t)i * L + d], dqs[tid * ld + d], fresh & 1);
 }
 
 #include "srk_attention_tc.cuh"
 #include "srk_attention_cudnn.cuh"
 
 /* ---- wrappers ------------------------------------------------------------------------------------ */
-/* out (B,T,C); aux: see the top of this file */
+/* out (B,T,C); q, k, v rows L apart (0: C); aux: see the top of this file */
 template <class TO, class TQ, class TK, class TV>
-void srk_attention_fwd(TO *out, float *aux, const TQ *q, const TK *k, const TV *v, long B, long T, long C, long NH)
+void srk_attention_fwd(TO *out, float *aux, const TQ *q, const TK *k, const TV *v, long B, long T, long C, long NH,
+                       long L = 0)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0) return;
+    if (!L) L = C;
     int hd = (int)(C / NH);
     float scale = 1.0f / sqrtf((float)hd);
     TO *copy = srk_attn_out_copy<TO>(aux, B, T, NH);
-    if (srk_attn_cudnn_fwd(out, copy, aux, q, k, v, (int)B, (int)T, (int)C, (int)NH, scale)) return;
-    if (srk_attn_tc_fwd(out, copy, aux, q, k, v, (int)B, (int)T, (int)C, (int)NH, scale)) return;
+    if (srk_attn_cudnn_fwd(out, copy, aux, q, k, v, (int)B, (int)T, (int)C, (int)L, (int)NH, scale)) return;
+    if (srk_attn_tc_fwd(out, copy, aux, q, k, v, (int)B, (int)T, (int)C, (int)L, (int)NH, scale)) return;
     size_t smem = sizeof(float) * ((size_t)(2 * AF_BR + 2 * AF_BC) * (hd + 1) + (size_t)AF_BR * (AF_BC + 1));
     if (smem > 227 * 1024) {
         srk_fail("causal_attention: head size %d is too large for the attention kernel (at most 280)", hd);
@@ -279,25 +283,29 @@ void srk_attention_fwd(TO *out, float *aux, const TQ *q, const TK *k, const TV *
     SRK_SMEM_AT_LEAST((attn_fwd_simt_kernel<TO, TQ, TK, TV>), smem);
     dim3 grid((unsigned)((T + AF_BR - 1) / AF_BR), (unsigned)NH, (unsigned)B);
     SR_LAUNCH((attn_fwd_simt_kernel<TO, TQ, TK, TV>), grid, AF_BR, smem, srk_ctx.stream, out, copy, aux, q, k, v,
-              (int)T, (int)C, (int)NH, hd, scale);
+              (int)T, (int)C, (int)L, (int)NH, hd, scale);
 }
 
 /* dq, dk, dv (B,T,C) += the gradients; dout (B,T,C); aux as the forward left it; fresh (the code
- * generator's $z): bit 0 dq, 1 dk, 2 dv start at zero, uncleared, and are overwritten */
+ * generator's $z): bit 0 dq, 1 dk, 2 dv start at zero, uncleared, and are overwritten; the rows of
+ * q, k, v, dq, dk, dv are L apart (0: C) */
 template <class TDQ, class TDK, class TDV, class TG, class TQ, class TK, class TV>
 void srk_attention_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, const TK *k, const TV *v, float *aux,
-                       long B, long T, long C, long NH, int fresh = 0)
+                       long B, long T, long C, long NH, int fresh = 0, long L = 0)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0 || (!dq && !dk && !dv)) return;
+    if (!L) L = C;
     int hd = (int)(C / NH);
     float scale = 1.0f / sqrtf((float)hd);
     float *lse = aux, *delta = aux + srk_attn_lse_floats(B, T, NH);
     const TG *o = srk_attn_out_copy<TG>(aux, B, T, NH);
-    if (srk_attn_cudnn_bwd(dq, dk, dv, dout, q, k, v, o, lse, (int)B, (int)T, (int)C, (int)NH, scale, fresh)) return;
+    if (srk_attn_cudnn_bwd(dq, dk, dv, dout, q, k, v, o, lse, (int)B, (int)T, (int)C, (int)L, (int)NH, scale, fresh))
+        return;
     long rows = B * NH * T;
     SR_LAUNCH((attn_delta_kernel<TG, TG>), (unsigned)((rows + 7) / 8), 256, 0, srk_ctx.stream, delta, dout, o, (int)T,
               (int)C, (int)NH, hd, rows);
-    if (srk_attn_tc_bwd(dq, dk, dv, dout, q, k, v, lse, delta, (int)B, (int)T, (int)C, (int)NH, scale, fresh)) return;
+    if (srk_attn_tc_bwd(dq, dk, dv, dout, q, k, v, lse, delta, (int)B, (int)T, (int)C, (int)L, (int)NH, scale, fresh))
+        return;
     dim3 gkv((unsigned)((T + AB_BK - 1) / AB_BK), (unsigned)NH, (unsigned)B);
     size_t skv = sizeof(float) * ((size_t)(4 * AB_BK + 2 * AB_BQ) * (hd + 1) + 2 * AB_BQ);
     dim3 gq((unsigned)((T + AQ_BR - 1) / AQ_BR), (unsigned)NH, (unsigned)B);
@@ -309,13 +317,30 @@ void srk_attention_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, c
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((attn_bwd_kv_simt_kernel<TDK, TDV, TG, TQ, TK, TV>), skv);
         SR_LAUNCH((attn_bwd_kv_simt_kernel<TDK, TDV, TG, TQ, TK, TV>), gkv, AB_BK, skv, srk_ctx.stream, dk, dv, dout,
-                  q, k, v, (const float *)lse, (const float *)delta, (int)T, (int)C, (int)NH, hd, scale, fresh);
+                  q, k, v, (const float *)lse, (const float *)delta, (int)T, (int)C, (int)L, (int)NH, hd, scale, fresh);
     }
     if (dq) {
         SRK_SMEM_AT_LEAST((attn_bwd_q_simt_kernel<TDQ, TG, TQ, TK, TV>), sq);
         SR_LAUNCH((attn_bwd_q_simt_kernel<TDQ, TG, TQ, TK, TV>), gq, AQ_BR, sq, srk_ctx.stream, dq, dout, q, k, v,
-                  (const float *)lse, (const float *)delta, (int)T, (int)C, (int)NH, hd, scale, fresh);
+                  (const float *)lse, (const float *)delta, (int)T, (int)C, (int)L, (int)NH, hd, scale, fresh);
     }
+}
+
+/* q, k, v packed in qkv (B,T,3C) = q|k|v and read in place ($attention_qkv, compiler/qkvpack.c) */
+template <class TO, class TX>
+void srk_attention_qkv_fwd(TO *out, float *aux, const TX *qkv, long B, long T, long C, long NH)
+{
+    srk_attention_fwd(out, aux, qkv, qkv + C, qkv + 2 * C, B, T, C, NH, 3 * C);
+}
+
+/* d(qkv) (B,T,3C) += dq|dk|dv; fresh bit 0: d(qkv) starts here (all three parts are written) */
+template <class TD, class TG, class TX>
+void srk_attention_qkv_bwd(TD *dqkv, const TG *dout, const TX *qkv, float *aux, long B, long T, long C, long NH,
+                           int fresh = 0)
+{
+    if (!dqkv) return;
+    srk_attention_bwd(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, aux, B, T, C, NH,
+                      fresh & 1 ? 7 : 0, 3 * C);
 }
 
 #endif /* SRK_ATTENTION_CUH */

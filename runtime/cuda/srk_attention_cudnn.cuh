@@ -4,7 +4,9 @@
  * natural-log log-sum-exp the other paths keep) and copies out into the aux
  * buffer's copy of the output, which the backward hands cuDNN as O; the
  * backward needs no delta (cuDNN forms it). cuDNN overwrites dq, dk, dv: a
- * gradient that is not fresh bf16 goes through a scratch tensor and is added.
+ * gradient that is not fresh bf16 goes through a scratch tensor and is added
+ * (with q|k|v packed, dq|dk|dv are the parts of one d(qkv): one scratch of
+ * its size and one add).
  *
  * Head sizes 32 to 128 in steps of 16 (within what cuDNN's flash attention
  * takes, a multiple of 8, and where its kernels are tuned) with 16-byte
@@ -36,10 +38,10 @@ static inline void srk_attn_cudnn_fail(const char *err)
 }
 
 /* the workspace of one direction, or NULL with the error recorded */
-static inline void *srk_attn_cudnn_ws(int bwd, int B, int T, int C, int NH, float scale, int *ok)
+static inline void *srk_attn_cudnn_ws(int bwd, int B, int T, int C, int L, int NH, float scale, int *ok)
 {
     char err[512];
-    long n = srk_cudnn_attn_workspace(bwd, B, T, C, NH, scale, err, sizeof err);
+    long n = srk_cudnn_attn_workspace(bwd, B, T, C, L, NH, scale, err, sizeof err);
     *ok = n >= 0;
     if (n < 0) {
         srk_attn_cudnn_fail(err);
@@ -50,19 +52,20 @@ static inline void *srk_attn_cudnn_ws(int bwd, int B, int T, int C, int NH, floa
     return w;
 }
 
-/* 1 when cuDNN ran the forward (or failed, recorded): out (B,T,C), aux as srk_attention.cuh lays it out */
+/* 1 when cuDNN ran the forward (or failed, recorded): out (B,T,C), q, k, v rows L apart, aux as
+ * srk_attention.cuh lays it out */
 template <class TO, class TQ, class TK, class TV>
 static inline int srk_attn_cudnn_fwd(TO *out, TO *copy, float *lse, const TQ *q, const TK *k, const TV *v, int B, int T,
-                                     int C, int NH, float scale)
+                                     int C, int L, int NH, float scale)
 {
     if constexpr (srk_dt<TO>::value == SRK_BF16 && srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 &&
                   srk_dt<TV>::value == SRK_BF16) {
         if (!srk_attn_cudnn_fits(C, NH, q, k, v, out, copy)) return 0;
         int ok;
-        void *ws = srk_attn_cudnn_ws(0, B, T, C, NH, scale, &ok);
+        void *ws = srk_attn_cudnn_ws(0, B, T, C, L, NH, scale, &ok);
         if (!ok) return 1;
         char err[512];
-        if (srk_cudnn_attn_fwd((void *)srk_ctx.stream, ws, out, lse, q, k, v, B, T, C, NH, scale, err, sizeof err)) {
+        if (srk_cudnn_attn_fwd((void *)srk_ctx.stream, ws, out, lse, q, k, v, B, T, C, L, NH, scale, err, sizeof err)) {
             srk_attn_cudnn_fail(err);
             return 1;
         }
@@ -87,29 +90,48 @@ static inline void srk_attn_cudnn_add(TD *d, const bf16 *got, int fresh, long n)
     if (d && (const void *)d != (const void *)got) srk_axpy(d, got, 1.0f, n, fresh);
 }
 
-/* 1 when cuDNN ran the backward (or failed, recorded); fresh as srk_attention_bwd's */
+/* 1 when cuDNN ran the backward (or failed, recorded); fresh as srk_attention_bwd's. With L != C,
+ * dq, dk, dv are the parts of one packed d(qkv) (dk = dq + C, dv = dq + 2C, L = 3C; fresh 0 or 7,
+ * srk_attention_qkv_bwd) */
 template <class TDQ, class TDK, class TDV, class TG, class TQ, class TK, class TV>
 static inline int srk_attn_cudnn_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, const TK *k, const TV *v,
-                                     const TG *o, const float *lse, int B, int T, int C, int NH, float scale, int fresh)
+                                     const TG *o, const float *lse, int B, int T, int C, int L, int NH, float scale,
+                                     int fresh)
 {
     if constexpr (srk_dt<TG>::value == SRK_BF16 && srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 &&
                   srk_dt<TV>::value == SRK_BF16) {
         if (!srk_attn_cudnn_fits(C, NH, q, k, v, dout, o)) return 0;
         int ok;
-        void *ws = srk_attn_cudnn_ws(1, B, T, C, NH, scale, &ok);
+        void *ws = srk_attn_cudnn_ws(1, B, T, C, L, NH, scale, &ok);
         if (!ok) return 1;
         size_t n = (size_t)B * T * C;
-        bf16 *gq = srk_attn_cudnn_dst(dq, fresh & 1, n, SRK_SCR_ATTN_DQ);
-        bf16 *gk = srk_attn_cudnn_dst(dk, fresh >> 1 & 1, n, SRK_SCR_ATTN_DK);
-        bf16 *gv = srk_attn_cudnn_dst(dv, fresh >> 2 & 1, n, SRK_SCR_ATTN_DV);
+        bf16 *gq, *gk, *gv;
+        if (L != C) { /* packed: d(qkv) itself, or one scratch laid out as it */
+            if (!dq || (const void *)dk != (const void *)(dq + C) || (const void *)dv != (const void *)(dq + 2 * C) ||
+                L != 3 * C || (fresh != 0 && fresh != 7)) {
+                srk_fail("cuDNN attention: packed gradients must be the three parts of one d(qkv)");
+                return 1;
+            }
+            gq = srk_attn_cudnn_dst(dq, fresh & 1, (size_t)B * T * L, SRK_SCR_ATTN_DQ);
+            gk = gq ? gq + C : NULL;
+            gv = gq ? gq + 2 * C : NULL;
+        } else {
+            gq = srk_attn_cudnn_dst(dq, fresh & 1, n, SRK_SCR_ATTN_DQ);
+            gk = srk_attn_cudnn_dst(dk, fresh >> 1 & 1, n, SRK_SCR_ATTN_DK);
+            gv = srk_attn_cudnn_dst(dv, fresh >> 2 & 1, n, SRK_SCR_ATTN_DV);
+        }
         if (!gq || !gk || !gv) return 1;
         char err[512];
-        if (srk_cudnn_attn_bwd((void *)srk_ctx.stream, ws, gq, gk, gv, dout, q, k, v, o, lse, B, T, C, NH, scale, err,
-                               sizeof err)) {
+        if (srk_cudnn_attn_bwd((void *)srk_ctx.stream, ws, gq, gk, gv, dout, q, k, v, o, lse, B, T, C, L, NH, scale,
+                               err, sizeof err)) {
             srk_attn_cudnn_fail(err);
             return 1;
         }
         srk_ctx.attn_cudnn_calls++;
+        if (L != C) {
+            srk_attn_cudnn_add(dq, gq, fresh & 1, (long)B * T * L);
+            return 1;
+        }
         srk_attn_cudnn_add(dq, gq, fresh & 1, (long)n);
         srk_attn_cudnn_add(dk, gk, fresh >> 1 & 1, (long)n);
         srk_attn_cudnn_add(dv, gv, fresh >> 2 & 1, (long)n);

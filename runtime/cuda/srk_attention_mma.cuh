@@ -222,7 +222,8 @@ __device__ __forceinline__ void flush(TD *grad, size_t base, int row0, int T, in
 /* ---- forward -------------------------------------------------------------------------------- */
 template <int HD, class TO>
 __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, float *lse, const bf16 *q, const bf16 *k,
-                                                      const bf16 *v, int T, int C, int NH, float scale, int vec)
+                                                      const bf16 *v, int T, int C, int LQ, int NH, float scale,
+                                                      int vec)
 {
 #if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B), the last query tiles (the most keys) first; warp w owns rows r0 + 16w .. +15
@@ -232,9 +233,9 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
     int b = blockIdx.z, h = blockIdx.y, r0 = (gridDim.x - 1 - blockIdx.x) * TILE;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int qw = r0 + 16 * w; /* this lane's rows: qw + g, qw + g + 8 */
-    size_t base = (size_t)b * T * C + (size_t)h * HD;
+    size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     float sl2 = scale * LOG2E;
-    srk_tc::load_tile<HD>(Qs, q + base, r0, T, C, vec);
+    srk_tc::load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
     __syncthreads();
     uint32_t qa[HD / 16][4];
     load_rows<HD>(qa, Qs + 16 * w * LDH);
@@ -244,8 +245,8 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
     int kend = min(T, r0 + TILE);
     for (int c0 = 0; c0 < kend; c0 += TILE) {
         __syncthreads();
-        srk_tc::load_tile<HD>(Ks, k + base, c0, T, C, vec);
-        srk_tc::load_tile<HD>(Vs, v + base, c0, T, C, vec);
+        srk_tc::load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
+        srk_tc::load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
         __syncthreads();
         if (c0 > qw + 15) continue; /* all in this warp's future */
         rows_times_tile<HD>(s, qa, Ks);
@@ -301,7 +302,8 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
 template <int HD, class TDK, class TDV>
 __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const bf16 *dout, const bf16 *q,
                                                          const bf16 *k, const bf16 *v, const float *lse,
-                                                         const float *delta, int T, int C, int NH, float scale, int vec,
+                                                         const float *delta, int T, int C, int LQ, int NH, float scale,
+                                                         int vec,
                                                          int fresh)
 {
 #if SRK_TC_DEVICE
@@ -313,11 +315,11 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
     int b = blockIdx.z, h = blockIdx.y, c0 = blockIdx.x * TILE;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int kw = c0 + 16 * w; /* this lane's keys: kw + g, kw + g + 8 */
-    size_t base = (size_t)b * T * C + (size_t)h * HD;
+    size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *del_bh = delta + ((size_t)b * NH + h) * T;
     float sl2 = scale * LOG2E;
-    srk_tc::load_tile<HD>(Ks, k + base, c0, T, C, vec);
-    srk_tc::load_tile<HD>(Vs, v + base, c0, T, C, vec);
+    srk_tc::load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
+    srk_tc::load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
     __syncthreads();
     uint32_t ka[HD / 16][4], va[HD / 16][4];
     load_rows<HD>(ka, Ks + 16 * w * LDH);
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
         for (int e = 0; e < 4; e++) dka[j][e] = dva[j][e] = 0.0f;
     for (int r0 = c0; r0 < T; r0 += TILE) {
         __syncthreads();
-        srk_tc::load_tile<HD>(Qs, q + base, r0, T, C, vec);
+        srk_tc::load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
         srk_tc::load_tile<HD>(Gs, dout + base, r0, T, C, vec);
         for (int r = threadIdx.x; r < TILE; r += THREADS) {
             ls[r] = r0 + r < T ? lse_bh[r0 + r] * LOG2E : 0.0f;
@@ -346,8 +348,8 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
         probs_times_tile<HD>(dva, st, Gs);  /* dV += P^T dO */
         probs_times_tile<HD>(dka, dpt, Qs); /* dK += dS^T Q */
     }
-    if (dk) flush<HD>(dk, base, kw, T, C, dka, fresh >> 1 & 1);
-    if (dv) flush<HD>(dv, base, kw, T, C, dva, fresh >> 2 & 1);
+    if (dk) flush<HD>(dk, bi, kw, T, LQ, dka, fresh >> 1 & 1);
+    if (dv) flush<HD>(dv, bi, kw, T, LQ, dva, fresh >> 2 & 1);
 #else
     __trap(); /* bf16 mma.sync needs sm_80; the host never launches this there */
 #endif
@@ -357,7 +359,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
 template <int HD, class TDQ>
 __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dout, const bf16 *q, const bf16 *k,
                                                         const bf16 *v, const float *lse, const float *delta, int T,
-                                                        int C, int NH, float scale, int vec, int fresh)
+                                                        int C, int LQ, int NH, float scale, int vec, int fresh)
 {
 #if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B), the last query tiles first; warp w owns rows r0 + 16w .. +15, keys j <= i
@@ -368,9 +370,9 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     int b = blockIdx.z, h = blockIdx.y, r0 = (gridDim.x - 1 - blockIdx.x) * TILE;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int qw = r0 + 16 * w;
-    size_t base = (size_t)b * T * C + (size_t)h * HD;
+    size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     float sl2 = scale * LOG2E;
-    srk_tc::load_tile<HD>(Qs, q + base, r0, T, C, vec);
+    srk_tc::load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
     srk_tc::load_tile<HD>(Gs, dout + base, r0, T, C, vec);
     __syncthreads();
     uint32_t qa[HD / 16][4], ga[HD / 16][4];
@@ -387,8 +389,8 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     int kend = min(T, r0 + TILE);
     for (int c0 = 0; c0 < kend; c0 += TILE) {
         __syncthreads();
-        srk_tc::load_tile<HD>(Ks, k + base, c0, T, C, vec);
-        srk_tc::load_tile<HD>(Vs, v + base, c0, T, C, vec);
+        srk_tc::load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
+        srk_tc::load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
         __syncthreads();
         if (c0 > qw + 15) continue;
         rows_times_tile<HD>(s, qa, Ks);  /* S (16 queries, 64 keys) */
@@ -401,7 +403,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
             }
         probs_times_tile<HD>(dqa, dp, Ks); /* dQ += dS K */
     }
-    flush<HD>(dq, base, qw, T, C, dqa, fresh & 1);
+    flush<HD>(dq, bi, qw, T, LQ, dqa, fresh & 1);
 #else
     __trap(); /* bf16 mma.sync needs sm_80; the host never launches this there */
 #endif
@@ -409,32 +411,34 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
 
 template <int HD, class TO>
 static void launch_fwd(TO *out, TO *copy, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int C,
-                       int NH, float scale)
+                       int LQ, int NH, float scale)
 {
-    int vec = srk_tc::tiles_vec(C, q, k, v);
+    int vec = srk_tc::tiles_vec(C, LQ, q, k, v);
     size_t smem = Lay<HD>::fwd;
     SRK_SMEM_AT_LEAST((fwd_kernel<HD, TO>), smem);
     dim3 grid = srk_tc::tile_grid(B, T, NH);
-    SR_LAUNCH((fwd_kernel<HD, TO>), grid, THREADS, smem, srk_ctx.stream, out, copy, lse, q, k, v, T, C, NH, scale, vec);
+    SR_LAUNCH((fwd_kernel<HD, TO>), grid, THREADS, smem, srk_ctx.stream, out, copy, lse, q, k, v, T, C, LQ, NH, scale,
+              vec);
     srk_ctx.attn_tc_launches++, srk_ctx.attn_mma_launches++;
 }
 
 template <int HD, class TDQ, class TDK, class TDV>
 static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, const bf16 *k, const bf16 *v,
-                       const float *lse, const float *delta, int B, int T, int C, int NH, float scale, int fresh)
+                       const float *lse, const float *delta, int B, int T, int C, int LQ, int NH, float scale,
+                       int fresh)
 {
-    int vec = srk_tc::tiles_vec(C, q, k, v, g);
+    int vec = srk_tc::tiles_vec(C, LQ, q, k, v, g);
     size_t smem = Lay<HD>::bwd;
     dim3 grid = srk_tc::tile_grid(B, T, NH);
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((bwd_kv_kernel<HD, TDK, TDV>), smem);
         SR_LAUNCH((bwd_kv_kernel<HD, TDK, TDV>), grid, THREADS, smem, srk_ctx.stream, dk, dv, g, q, k, v, lse, delta, T,
-                  C, NH, scale, vec, fresh);
+                  C, LQ, NH, scale, vec, fresh);
     }
     if (dq) {
         SRK_SMEM_AT_LEAST((bwd_q_kernel<HD, TDQ>), smem);
-        SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, NH,
-                  scale, vec, fresh);
+        SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, LQ,
+                  NH, scale, vec, fresh);
     }
     srk_ctx.attn_tc_launches++, srk_ctx.attn_mma_launches++;
 }

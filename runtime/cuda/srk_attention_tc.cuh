@@ -127,7 +127,8 @@ __device__ __forceinline__ void flush_acc(TD *grad, size_t base, int j0, int T, 
 /* ---- forward ------------------------------------------------------------------------------ */
 template <int HD, class TO>
 __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, float *lse, const bf16 *q, const bf16 *k,
-                                                      const bf16 *v, int T, int C, int NH, float scale, int vec)
+                                                      const bf16 *v, int T, int C, int LQ, int NH, float scale,
+                                                      int vec)
 {
 #if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B); warp w owns query rows r0 + 16w .. +15
@@ -142,16 +143,16 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, rr = lane >> 1, half = lane & 1;
     float *Sw = Ss + w * 16 * LDS, *Ow = Os + w * 16 * LDO;
     bf16 *Pw = Ps + w * 16 * LDP;
-    size_t base = (size_t)b * T * C + (size_t)h * HD;
-    load_tile<HD>(Qs, q + base, r0, T, C, vec);
+    size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
+    load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
     for (int e = lane; e < 16 * HD; e += 32) Ow[(e / HD) * LDO + e % HD] = 0.0f;
     int qi = r0 + w * 16 + rr; /* the lane pair (2rr, 2rr+1) owns this row, 32 columns each */
     float m = -INFINITY, l = 0.0f;
     int kend = min(T, r0 + TILE);
     for (int c0 = 0; c0 < kend; c0 += TILE) {
         __syncthreads();
-        load_tile<HD>(Ks, k + base, c0, T, C, vec);
-        load_tile<HD>(Vs, v + base, c0, T, C, vec);
+        load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
+        load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
         __syncthreads();
         if (c0 > r0 + w * 16 + 15) continue; /* these keys are all in this warp's future */
         qk_tile<HD>(Sw, Qs + w * 16 * LDH, Ks);
@@ -201,8 +202,8 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
 template <int HD, class TDK, class TDV>
 __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const bf16 *dout, const bf16 *q,
                                                          const bf16 *k, const bf16 *v, const float *lse,
-                                                         const float *delta, int T, int C, int NH, float scale, int vec,
-                                                         int fresh)
+                                                         const float *delta, int T, int C, int LQ, int NH, float scale,
+                                                         int vec, int fresh)
 {
 #if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B); warp w owns key rows c0 + 16w .. +15; queries i >= j (fresh: bit 1 dk, 2 dv)
@@ -218,10 +219,10 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *St = Fs + w * 2 * 16 * LDS, *DPt = St + 16 * LDS;
     bf16 *Pt = Bs + w * 2 * 16 * LDP, *DSt = Pt + 16 * LDP;
-    size_t base = (size_t)b * T * C + (size_t)h * HD;
+    size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *del_bh = delta + ((size_t)b * NH + h) * T;
-    load_tile<HD>(Ks, k + base, c0, T, C, vec);
-    load_tile<HD>(Vs, v + base, c0, T, C, vec);
+    load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
+    load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
     Acc dka[HD / 16], dva[HD / 16];
     for (int d = 0; d < HD / 16; d++) {
         wmma::fill_fragment(dka[d], 0.0f);
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
     }
     for (int r0 = c0; r0 < T; r0 += TILE) {
         __syncthreads();
-        load_tile<HD>(Qs, q + base, r0, T, C, vec);
+        load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
         load_tile<HD>(Gs, dout + base, r0, T, C, vec);
         for (int r = threadIdx.x; r < TILE; r += THREADS) {
             ls[r] = r0 + r < T ? lse_bh[r0 + r] : 0.0f;
@@ -249,8 +250,8 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
         pv_acc<HD>(dva, Pt, Gs);  // dV += P^T dO
         pv_acc<HD>(dka, DSt, Qs); // dK += dS^T Q
     }
-    if (dk) flush_acc<HD>(dk, base, c0 + w * 16, T, C, dka, St, fresh >> 1 & 1);
-    if (dv) flush_acc<HD>(dv, base, c0 + w * 16, T, C, dva, St, fresh >> 2 & 1);
+    if (dk) flush_acc<HD>(dk, bi, c0 + w * 16, T, LQ, dka, St, fresh >> 1 & 1);
+    if (dv) flush_acc<HD>(dv, bi, c0 + w * 16, T, LQ, dva, St, fresh >> 2 & 1);
 #else
     __trap(); /* bf16 tensor cores need sm_80; the host never launches this there */
 #endif
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
 template <int HD, class TDQ>
 __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dout, const bf16 *q, const bf16 *k,
                                                         const bf16 *v, const float *lse, const float *delta, int T,
-                                                        int C, int NH, float scale, int vec, int fresh)
+                                                        int C, int LQ, int NH, float scale, int vec, int fresh)
 {
 #if SRK_TC_DEVICE
     // grid (ceil(T/64), NH, B); warp w owns query rows r0 + 16w .. +15; keys j <= i (fresh: bit 0 dq)
@@ -276,8 +277,8 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Sw = Fs + w * 2 * 16 * LDS, *DPw = Sw + 16 * LDS;
     bf16 *DSw = Bs + w * 2 * 16 * LDP;
-    size_t base = (size_t)b * T * C + (size_t)h * HD;
-    load_tile<HD>(Qs, q + base, r0, T, C, vec);
+    size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
+    load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
     load_tile<HD>(Gs, dout + base, r0, T, C, vec);
     for (int r = threadIdx.x; r < TILE; r += THREADS) {
         ls[r] = r0 + r < T ? lse[((size_t)b * NH + h) * T + r0 + r] : 0.0f;
@@ -288,8 +289,8 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     int kend = min(T, r0 + TILE);
     for (int c0 = 0; c0 < kend; c0 += TILE) {
         __syncthreads();
-        load_tile<HD>(Ks, k + base, c0, T, C, vec);
-        load_tile<HD>(Vs, v + base, c0, T, C, vec);
+        load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
+        load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
         __syncthreads();
         if (c0 > r0 + w * 16 + 15) continue;
         qk_tile<HD>(Sw, Qs + w * 16 * LDH, Ks);  // S (16 queries, 64 keys)
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
         __syncwarp();
         pv_acc<HD>(dqa, DSw, Ks); // dQ += dS K
     }
-    flush_acc<HD>(dq, base, r0 + w * 16, T, C, dqa, Sw, fresh & 1);
+    flush_acc<HD>(dq, bi, r0 + w * 16, T, LQ, dqa, Sw, fresh & 1);
 #else
     __trap(); /* bf16 tensor cores need sm_80; the host never launches this there */
 #endif
@@ -314,42 +315,44 @@ static inline int enabled(void)
     return srk_ctx.attn_mode != SRK_ATTN_SIMT && srk_ctx.bf16 && srk_ctx.cc_major >= 8;
 }
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-/* both tensor-core families: load_tile's 16-byte form (rows of eights, every tensor aligned),
- * and the grid of 64-row tiles */
-static inline int tiles_vec(int C, const void *q, const void *k, const void *v, const void *g = NULL)
+/* both tensor-core families: load_tile's 16-byte form (rows of eights, every tensor aligned;
+ * q, k, v rows LQ apart, dout's C), and the grid of 64-row tiles */
+static inline int tiles_vec(int C, int LQ, const void *q, const void *k, const void *v, const void *g = NULL)
 {
-    return C % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && (!g || aligned16(g));
+    return C % 8 == 0 && LQ % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && (!g || aligned16(g));
 }
 static inline dim3 tile_grid(int B, int T, int NH) { return dim3((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B); }
 
 template <int HD, class TO>
 static void launch_fwd(TO *out, TO *copy, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int C,
-                       int NH, float scale)
+                       int LQ, int NH, float scale)
 {
-    int vec = tiles_vec(C, q, k, v);
+    int vec = tiles_vec(C, LQ, q, k, v);
     size_t smem = Lay<HD>::fwd;
     SRK_SMEM_AT_LEAST((fwd_kernel<HD, TO>), smem);
     dim3 grid = tile_grid(B, T, NH);
-    SR_LAUNCH((fwd_kernel<HD, TO>), grid, THREADS, smem, srk_ctx.stream, out, copy, lse, q, k, v, T, C, NH, scale, vec);
+    SR_LAUNCH((fwd_kernel<HD, TO>), grid, THREADS, smem, srk_ctx.stream, out, copy, lse, q, k, v, T, C, LQ, NH, scale,
+              vec);
     srk_ctx.attn_tc_launches++;
 }
 
 template <int HD, class TDQ, class TDK, class TDV>
 static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, const bf16 *k, const bf16 *v,
-                       const float *lse, const float *delta, int B, int T, int C, int NH, float scale, int fresh)
+                       const float *lse, const float *delta, int B, int T, int C, int LQ, int NH, float scale,
+                       int fresh)
 {
-    int vec = tiles_vec(C, q, k, v, g);
+    int vec = tiles_vec(C, LQ, q, k, v, g);
     size_t smem = Lay<HD>::bwd;
     dim3 grid = tile_grid(B, T, NH);
     if (dk || dv) {
         SRK_SMEM_AT_LEAST((bwd_kv_kernel<HD, TDK, TDV>), smem);
         SR_LAUNCH((bwd_kv_kernel<HD, TDK, TDV>), grid, THREADS, smem, srk_ctx.stream, dk, dv, g, q, k, v, lse, delta, T,
-                  C, NH, scale, vec, fresh);
+                  C, LQ, NH, scale, vec, fresh);
     }
     if (dq) {
         SRK_SMEM_AT_LEAST((bwd_q_kernel<HD, TDQ>), smem);
-        SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, NH,
-                  scale, vec, fresh);
+        SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, LQ,
+                  NH, scale, vec, fresh);
     }
     srk_ctx.attn_tc_launches++;
 }
@@ -360,19 +363,19 @@ static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, 
 /* 1 when the tensor-core path ran the forward (aux as srk_attention.cuh lays it out) */
 template <class TO, class TQ, class TK, class TV>
 static inline int srk_attn_tc_fwd(TO *out, TO *copy, float *aux, const TQ *q, const TK *k, const TV *v, int B, int T,
-                                  int C, int NH, float scale)
+                                  int C, int LQ, int NH, float scale)
 {
     if constexpr (srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 && srk_dt<TV>::value == SRK_BF16) {
         if (!srk_tc::enabled()) return 0;
         if (srk_ctx.attn_mode == SRK_ATTN_MMA) switch (C / NH) {
-            case 32: srk_mma::launch_fwd<32>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
-            case 64: srk_mma::launch_fwd<64>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
+            case 32: srk_mma::launch_fwd<32>(out, copy, aux, q, k, v, B, T, C, LQ, NH, scale); return 1;
+            case 64: srk_mma::launch_fwd<64>(out, copy, aux, q, k, v, B, T, C, LQ, NH, scale); return 1;
             default: break; /* hd 128 would spill registers: wmma */
             }
         switch (C / NH) {
-        case 32: srk_tc::launch_fwd<32>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
-        case 64: srk_tc::launch_fwd<64>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
-        case 128: srk_tc::launch_fwd<128>(out, copy, aux, q, k, v, B, T, C, NH, scale); return 1;
+        case 32: srk_tc::launch_fwd<32>(out, copy, aux, q, k, v, B, T, C, LQ, NH, scale); return 1;
+        case 64: srk_tc::launch_fwd<64>(out, copy, aux, q, k, v, B, T, C, LQ, NH, scale); return 1;
+        case 128: srk_tc::launch_fwd<128>(out, copy, aux, q, k, v, B, T, C, LQ, NH, scale); return 1;
         default: return 0;
         }
     }
@@ -381,21 +384,21 @@ static inline int srk_attn_tc_fwd(TO *out, TO *copy, float *aux, const TQ *q, co
 
 template <class TDQ, class TDK, class TDV, class TG, class TQ, class TK, class TV>
 static inline int srk_attn_tc_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *g, const TQ *q, const TK *k, const TV *v,
-                                  const float *lse, const float *delta, int B, int T, int C, int NH, float scale,
-                                  int fresh)
+                                  const float *lse, const float *delta, int B, int T, int C, int LQ, int NH,
+                                  float scale, int fresh)
 {
     if constexpr (srk_dt<TQ>::value == SRK_BF16 && srk_dt<TK>::value == SRK_BF16 && srk_dt<TV>::value == SRK_BF16 &&
                   srk_dt<TG>::value == SRK_BF16) {
         if (!srk_tc::enabled()) return 0;
         if (srk_ctx.attn_mode == SRK_ATTN_MMA) switch (C / NH) {
-            case 32: srk_mma::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
-            case 64: srk_mma::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
+            case 32: srk_mma::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, LQ, NH, scale, fresh); return 1;
+            case 64: srk_mma::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, LQ, NH, scale, fresh); return 1;
             default: break;
             }
         switch (C / NH) {
-        case 32: srk_tc::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
-        case 64: srk_tc::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
-        case 128: srk_tc::launch_bwd<128>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, NH, scale, fresh); return 1;
+        case 32: srk_tc::launch_bwd<32>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, LQ, NH, scale, fresh); return 1;
+        case 64: srk_tc::launch_bwd<64>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, LQ, NH, scale, fresh); return 1;
+        case 128: srk_tc::launch_bwd<128>(dq, dk, dv, g, q, k, v, lse, delta, B, T, C, LQ, NH, scale, fresh); return 1;
         default: return 0;
         }
     }

@@ -328,12 +328,9 @@ __device__ __forceinline__ void srk_ce_see(float &m, float &s, float x)
         s += expf(x - m); /* NaN stays NaN, as the host's; -inf adds nothing */
     }
 }
-/* float rows 16-byte aligned: the 16-byte loop, else the scalar one (block-uniform) */
-template <class TL>
-__device__ __forceinline__ bool srk_ce_vec(const TL *row)
-{
-    return std::is_same<TL, float>::value && ((uintptr_t)row & 15u) == 0;
-}
+/* a row 16-byte aligned: the loop over eights through 16-byte accesses (srk_ld8: float or bf16),
+ * else the scalar one (block-uniform) */
+__device__ __forceinline__ bool srk_ce_vec(const void *row) { return ((uintptr_t)row & 15u) == 0; }
 template <class TL>
 __global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *logits, const int32_t *targets, int V,
                                          int ld)
@@ -345,12 +342,13 @@ __global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *l
     float m = -INFINITY, s = 0.0f;
     int j0 = 0;
     if (srk_ce_vec(lr)) {
-        const float4 *l4 = (const float4 *)(const void *)lr;
-        for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
-            float4 x = l4[q];
-            srk_ce_see(m, s, x.x), srk_ce_see(m, s, x.y), srk_ce_see(m, s, x.z), srk_ce_see(m, s, x.w);
+        for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
+            float x[8];
+            srk_ld8(lr + 8 * q, x);
+            SRK_UNROLL
+            for (int k = 0; k < 8; k++) srk_ce_see(m, s, x[k]);
         }
-        j0 = V / 4 * 4;
+        j0 = V / 8 * 8;
     }
     for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_ce_see(m, s, srk_ld(lr[j]));
     float mx = srk_block_max(m);
@@ -390,17 +388,19 @@ __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const flo
     float sc = dloss[0] / (float)N, l = lse[row];
     const TL *lr = logits + row * ld;
     int j0 = 0;
-    if (std::is_same<TD, float>::value && srk_ce_vec(lr) && ((uintptr_t)dr & 15u) == 0) {
-        const float4 *l4 = (const float4 *)(const void *)lr;
-        float4 *d4 = (float4 *)(void *)dr;
-        for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
-            float4 x = l4[q], d = fresh ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : d4[q];
-            int j = 4 * q;
-            d.x += srk_ce_grad(x.x, l, sc, j, t), d.y += srk_ce_grad(x.y, l, sc, j + 1, t);
-            d.z += srk_ce_grad(x.z, l, sc, j + 2, t), d.w += srk_ce_grad(x.w, l, sc, j + 3, t);
-            d4[q] = d;
+    if (srk_ce_vec(lr) && srk_ce_vec(dr)) {
+        for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
+            float x[8], d[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            srk_ld8(lr + 8 * q, x);
+            if (!fresh) srk_ld8(dr + 8 * q, d);
+            SRK_UNROLL
+            for (int k = 0; k < 8; k++) { /* as srk_put: fresh stores the term itself */
+                float g = srk_ce_grad(x[k], l, sc, 8 * q + k, t);
+                d[k] = fresh ? g : d[k] + g;
+            }
+            srk_st8(dr + 8 * q, d);
         }
-        j0 = V / 4 * 4;
+        j0 = V / 8 * 8;
     }
     for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_put(&dr[j], srk_ce_grad(srk_ld(lr[j]), l, sc, j, t), fresh);
 }

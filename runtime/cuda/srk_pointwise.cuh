@@ -598,6 +598,40 @@ void srk_dropout_fwd(TO *out, const TX *x, long n, float p, uint64_t seed, uint6
     SR_LAUNCH((dropout_kernel<0, TO, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out, x,
               n, p, 1.0f / (1.0f - p), key, base, 1);
 }
+/* out = a + dropout(x), the dropped-out value rounded to x's type as the unfused dropout stores it
+ * (the same bits as the two calls) */
+template <class TO, class TA, class TX>
+__global__ void dropout_add_kernel(TO *out, const TA *a, const TX *x, long n, float p, float scale, uint64_t key,
+                                   uint64_t base)
+{
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        float v = srk_rng_at(key, base + (uint64_t)i) >= p ? srk_ld(srk_to<TX>(srk_ld(x[i]) * scale)) : 0.0f;
+        out[i] = srk_to<TO>(srk_ld(a[i]) + v);
+    }
+}
+
+/* a residual add of a dropped-out branch, out (n) = a + dropout(x), in one pass: the code
+ * generator's fusion of dropout and the add that alone reads it (codegen_cuda.c); the mask is
+ * srk_dropout_fwd's for the same (seed, step, op, base), so srk_dropout_bwd undoes it. At p = 0
+ * (training without dropout, and every evaluation) the add alone: no copy of the branch */
+template <class TO, class TA, class TX>
+void srk_dropout_add_fwd(TO *out, const TA *a, const TX *x, long n, float p, uint64_t seed, uint64_t step, uint32_t op,
+                         uint64_t base)
+{
+    if (n <= 0) return;
+    if (!(p > 0.0f)) {
+        srk_add_fwd(out, a, x, n, n);
+        return;
+    }
+    if (p >= 1.0f) {
+        srk_copy(out, a, n);
+        return;
+    }
+    uint64_t key = srk_rng_key(seed, (step << 20) ^ (uint64_t)op);
+    SR_LAUNCH((dropout_add_kernel<TO, TA, TX>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, out,
+              a, x, n, p, 1.0f / (1.0f - p), key, base);
+}
+
 template <class TD, class TG>
 void srk_dropout_bwd(TD *dx, const TG *dout, long n, float p, uint64_t seed, uint64_t step, uint32_t op,
                      uint64_t base, int fresh = 0)

@@ -761,14 +761,14 @@ enum { ATT_TB = 64, ATT_ROWS_T = 16 };
  * stride C; ah (T,T) saves the probabilities, or is NULL and the block
  * scratch scr (ATT_TB,T) holds them. */
 static void attn_fwd_head(float *oh, float *ah, float *scr, const float *qh, const float *kh,
-                          const float *vh, int T, int C, int hd, float scale)
+                          const float *vh, int T, int C, int L, int hd, float scale)
 {
     for (int r0 = 0; r0 < T; r0 += ATT_TB) {
         int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, nr = r1 - r0;
         float *pb = ah ? ah + (size_t)r0 * T : scr; // (nr, T) block of probabilities
         // scores[r0:r1, 0:r1] = scale * q k^T, then softmax over 0..t per row
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hd, scale,
-                    qh + (size_t)r0 * C, C, kh, C, 0.0f, pb, T);
+                    qh + (size_t)r0 * L, L, kh, L, 0.0f, pb, T);
         for (int t = r0; t < r1; t++) {
             float *row = pb + (size_t)(t - r0) * T;
             softmax_row(row, row, t + 1);
@@ -776,33 +776,35 @@ static void attn_fwd_head(float *oh, float *ah, float *scr, const float *qh, con
         }
         // out[r0:r1] = P[r0:r1, 0:r1] v[0:r1]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, r1, 1.0f,
-                    pb, T, vh, C, 0.0f, oh + (size_t)r0 * C, C);
+                    pb, T, vh, L, 0.0f, oh + (size_t)r0 * C, C);
     }
 }
 
 /* One head, forward, row by row without scratch: the path when the scratch
  * cannot be allocated. rowbuf (T) stands in for a NULL ah. */
 static void attn_fwd_head_rows(float *oh, float *ah, float *rowbuf, const float *qh,
-                               const float *kh, const float *vh, int T, int C, int hd,
+                               const float *kh, const float *vh, int T, int C, int L, int hd,
                                float scale)
 {
     for (int t = 0; t < T; t++) {
         float *at = ah ? ah + (size_t)t * T : rowbuf;
         for (int t2 = 0; t2 <= t; t2++)
-            at[t2] = dot_f(qh + (size_t)t * C, kh + (size_t)t2 * C, hd) * scale;
+            at[t2] = dot_f(qh + (size_t)t * L, kh + (size_t)t2 * L, hd) * scale;
         softmax_row(at, at, t + 1);
         if (ah)
             for (int t2 = t + 1; t2 < T; t2++) at[t2] = 0.0f;
         float *ot = oh + (size_t)t * C;
         for (int i = 0; i < hd; i++) ot[i] = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) axpy_f(ot, at[t2], vh + (size_t)t2 * C, hd);
+        for (int t2 = 0; t2 <= t; t2++) axpy_f(ot, at[t2], vh + (size_t)t2 * L, hd);
     }
 }
 
-void sr_attention_fwd(float *out, float *att, const float *q, const float *k,
-                      const float *v, int B, int T, int C, int NH)
+/* q, k, v (and dq, dk, dv) rows L apart, out and dout rows C apart: L = C for
+ * three tensors, 3C for q|k|v packed in one (sr_attention_qkv_fwd) */
+static void attention_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
+                          int C, int NH, int L)
 {
-    // q, k, v, out (B,T,C), head h in columns [h*hd, (h+1)*hd); att (B,NH,T,T)
+    // q, k, v (B,T,L) head h in columns [h*hd, (h+1)*hd); out (B,T,C); att (B,NH,T,T)
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0) return;
     int hd = C / NH;
     float scale = 1.0f / sqrtf((float)hd);
@@ -814,14 +816,14 @@ void sr_attention_fwd(float *out, float *att, const float *q, const float *k,
         OMP(for collapse(2) schedule(static))
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
-                size_t off = (size_t)b * T * C + (size_t)h * hd; // (b, 0, h*hd)
+                size_t off = (size_t)b * T * C + (size_t)h * hd;  // (b, 0, h*hd) of out
+                size_t offi = (size_t)b * T * L + (size_t)h * hd; // ... of q, k, v
                 float *ah = att ? att + ((size_t)b * NH + h) * T * T : NULL;
                 if (!rows && (ah || scr)) {
-                    attn_fwd_head(out + off, ah, scr, q + off, k + off, v + off, T, C, hd, scale);
+                    attn_fwd_head(out + off, ah, scr, q + offi, k + offi, v + offi, T, C, L, hd, scale);
                 } else {
                     float rowbuf[T];
-                    attn_fwd_head_rows(out + off, ah, rowbuf, q + off, k + off, v + off,
-                                       T, C, hd, scale);
+                    attn_fwd_head_rows(out + off, ah, rowbuf, q + offi, k + offi, v + offi, T, C, L, hd, scale);
                 }
             }
         }
@@ -829,22 +831,34 @@ void sr_attention_fwd(float *out, float *att, const float *q, const float *k,
     }
 }
 
+void sr_attention_fwd(float *out, float *att, const float *q, const float *k,
+                      const float *v, int B, int T, int C, int NH)
+{
+    attention_fwd(out, att, q, k, v, B, T, C, NH, C);
+}
+
+void sr_attention_qkv_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    // qkv (B,T,3C) = q|k|v
+    attention_fwd(out, att, qkv, qkv + C, qkv + 2 * (size_t)C, B, T, C, NH, 3 * C);
+}
+
 /* One head, backward, with BLAS; ds (ATT_TB,T) is scratch for a block of
  * d scores. P = ah. dv += P^T dout; dP = dout v^T;
  * dS = P * (dP - rowsum(P * dP)) * scale; dq += dS k; dk += dS^T q. */
 static void attn_bwd_head(float *dqh, float *dkh, float *dvh, float *ds, const float *doh,
                           const float *qh, const float *kh, const float *vh, const float *ah,
-                          int T, int C, int hd, float scale)
+                          int T, int C, int L, int hd, float scale)
 {
     for (int r0 = 0; r0 < T; r0 += ATT_TB) {
         int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, nr = r1 - r0;
         const float *pb = ah + (size_t)r0 * T; // (nr, T), zero right of the diagonal
         if (dvh)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, nr, 1.0f,
-                        pb, T, doh + (size_t)r0 * C, C, 1.0f, dvh, C);
+                        pb, T, doh + (size_t)r0 * C, C, 1.0f, dvh, L);
         if (!dqh && !dkh) continue;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hd, 1.0f,
-                    doh + (size_t)r0 * C, C, vh, C, 0.0f, ds, T);
+                    doh + (size_t)r0 * C, C, vh, L, 0.0f, ds, T);
         for (int t = r0; t < r1; t++) {
             const float *prow = pb + (size_t)(t - r0) * T;
             float *drow = ds + (size_t)(t - r0) * T;
@@ -858,44 +872,43 @@ static void attn_bwd_head(float *dqh, float *dkh, float *dvh, float *ds, const f
         }
         if (dqh)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, r1, 1.0f,
-                        ds, T, kh, C, 1.0f, dqh + (size_t)r0 * C, C);
+                        ds, T, kh, L, 1.0f, dqh + (size_t)r0 * L, L);
         if (dkh)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hd, nr, 1.0f,
-                        ds, T, qh + (size_t)r0 * C, C, 1.0f, dkh, C);
+                        ds, T, qh + (size_t)r0 * L, L, 1.0f, dkh, L);
     }
 }
 
 /* One head, backward, row by row; datt (T) is the only scratch. */
 static void attn_bwd_head_rows(float *dqh, float *dkh, float *dvh, float *datt,
                                const float *doh, const float *qh, const float *kh,
-                               const float *vh, const float *ah, int T, int C, int hd,
+                               const float *vh, const float *ah, int T, int C, int L, int hd,
                                float scale)
 {
     for (int t = 0; t < T; t++) {
         const float *at = ah + (size_t)t * T, *gt = doh + (size_t)t * C;
         if (dvh)
-            for (int t2 = 0; t2 <= t; t2++) axpy_f(dvh + (size_t)t2 * C, at[t2], gt, hd);
+            for (int t2 = 0; t2 <= t; t2++) axpy_f(dvh + (size_t)t2 * L, at[t2], gt, hd);
         if (!dqh && !dkh) continue;
         double s = 0.0;
         for (int t2 = 0; t2 <= t; t2++) {
-            datt[t2] = dot_f(gt, vh + (size_t)t2 * C, hd);
+            datt[t2] = dot_f(gt, vh + (size_t)t2 * L, hd);
             s += (double)at[t2] * datt[t2];
         }
         float sf = (float)s;
         OMP(simd)
         for (int t2 = 0; t2 <= t; t2++) datt[t2] = at[t2] * (datt[t2] - sf) * scale;
         for (int t2 = 0; t2 <= t; t2++) {
-            if (dqh) axpy_f(dqh + (size_t)t * C, datt[t2], kh + (size_t)t2 * C, hd);
-            if (dkh) axpy_f(dkh + (size_t)t2 * C, datt[t2], qh + (size_t)t * C, hd);
+            if (dqh) axpy_f(dqh + (size_t)t * L, datt[t2], kh + (size_t)t2 * L, hd);
+            if (dkh) axpy_f(dkh + (size_t)t2 * L, datt[t2], qh + (size_t)t * L, hd);
         }
     }
 }
 
-void sr_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
-                      const float *q, const float *k, const float *v,
-                      const float *att, int B, int T, int C, int NH)
+static void attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                          const float *v, const float *att, int B, int T, int C, int NH, int L)
 {
-    // dout, q, k, v (B,T,C); att (B,NH,T,T) -> dq, dk, dv (B,T,C).
+    // dout (B,T,C); q, k, v, dq, dk, dv (B,T,L); att (B,NH,T,T).
     // Each (b,h) task writes only its own head's columns: no races.
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0) return;
     int hd = C / NH;
@@ -907,22 +920,37 @@ void sr_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
         OMP(for collapse(2) schedule(static))
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
-                size_t off = (size_t)b * T * C + (size_t)h * hd; // (b, 0, h*hd)
+                size_t off = (size_t)b * T * C + (size_t)h * hd, offi = (size_t)b * T * L + (size_t)h * hd;
                 const float *ah = att + ((size_t)b * NH + h) * T * T;
-                float *dqh = dq ? dq + off : NULL, *dkh = dk ? dk + off : NULL;
-                float *dvh = dv ? dv + off : NULL;
+                float *dqh = dq ? dq + offi : NULL, *dkh = dk ? dk + offi : NULL;
+                float *dvh = dv ? dv + offi : NULL;
                 if (ds) {
-                    attn_bwd_head(dqh, dkh, dvh, ds, dout + off, q + off, k + off, v + off,
-                                  ah, T, C, hd, scale);
+                    attn_bwd_head(dqh, dkh, dvh, ds, dout + off, q + offi, k + offi, v + offi, ah, T, C, L, hd,
+                                  scale);
                 } else {
                     float datt[T];
-                    attn_bwd_head_rows(dqh, dkh, dvh, datt, dout + off, q + off, k + off,
-                                       v + off, ah, T, C, hd, scale);
+                    attn_bwd_head_rows(dqh, dkh, dvh, datt, dout + off, q + offi, k + offi, v + offi, ah, T, C, L,
+                                       hd, scale);
                 }
             }
         }
         free(ds);
     }
+}
+
+void sr_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
+                      const float *q, const float *k, const float *v,
+                      const float *att, int B, int T, int C, int NH)
+{
+    attention_bwd(dq, dk, dv, dout, q, k, v, att, B, T, C, NH, C);
+}
+
+void sr_attention_qkv_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                          int NH)
+{
+    if (!dqkv) return;
+    attention_bwd(dqkv, dqkv + C, dqkv + 2 * (size_t)C, dout, qkv, qkv + C, qkv + 2 * (size_t)C, att, B, T, C, NH,
+                  3 * C);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -143,6 +143,11 @@ void sr_attention_fwd(float *out, float *att, const float *q, const float *k,
 void sr_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                       const float *q, const float *k, const float *v,
                       const float *att, int B, int T, int C, int NH);
+/* the same with q, k, v packed in one tensor qkv (B,T,3C) = q|k|v (a fused
+ * projection's output, read in place: no slices); dqkv (B,T,3C) += */
+void sr_attention_qkv_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void sr_attention_qkv_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                          int NH);
 
 /* x (M, K*n) -> out (M, n): chunk i of K equal chunks along the last dim */
 void sr_slice_fwd(float *out, const float *x, int M, int K, int n, int i);

@@ -54,5 +54,68 @@ grep -q "cli-bad.json" /tmp/cli.err && ok "corrupt --config names the file" || b
 "$shardc" check "$src/examples/gpt2.model" --tp 2 --set vocab_size=50304 --dump=shard > /tmp/cli.out
 n=$(grep -c "all-reduce" /tmp/cli.out)
 expect_eq "tp=2 GPT-2: all-reduces forward (1 embedding + 2 per block)" "$n" "25"
+
+# qkvpack.c: causal_attention of slice(qkv, 0..2, 3) reads q|k|v where the projection wrote
+# them; a slice read elsewhere (v below) or out of order keeps the slices
+"$shardc" build "$src/examples/gpt2.model" -o /tmp/cli-gpt2 --dump=autodiff > /tmp/cli.out 2>&1
+expect_eq "GPT-2: attentions reading q|k|v in place" "$(grep -c '= \$attention_qkv(%[0-9]*, 12)' /tmp/cli.out)" "12"
+expect_eq "GPT-2: slices left" "$(grep -c '= slice(' /tmp/cli.out)" "0"
+expect_eq "GPT-2: backward steps writing d(qkv)" "$(grep -c '^  \$attention_qkv.grad(' /tmp/cli.out)" "12"
+"$shardc" build "$src/examples/gpt2.model" --tp 2 --set vocab_size=50304 -o /tmp/cli-gpt2 --dump=autodiff > /tmp/cli.out 2>&1
+expect_eq "tp=2 GPT-2: attentions of a rank's 6 heads reading q|k|v in place" "$(grep -c '= \$attention_qkv(%[0-9]*, 6)' /tmp/cli.out)" "12"
+cat > /tmp/cli-qkv.model <<'M'
+use "nn"
+config {
+  V = 64
+  C = 32
+}
+train {
+  batch = 2
+  seq = 8
+}
+block Attn(x: f32[B, T, C], first: int) -> f32[B, T, C] {
+  qkv = c_attn: Linear(x, 3 * C)
+  q = slice(qkv, first, 3)
+  k = slice(qkv, 1, 3)
+  v = slice(qkv, 2, 3)
+  return causal_attention(q, k, v, 2) + v
+}
+model M(idx: i32[B, T], targets: i32[B, T]) -> f32[] {
+  x = wte: Embedding(idx, V, C)
+  y = a: Attn(x, 0)
+  z = b: Attn(y, 1)
+  return cross_entropy(matmul_t(z, wte.weight), targets, V)
+}
+M
+"$shardc" build /tmp/cli-qkv.model -o /tmp/cli-qkv --dump=autodiff > /tmp/cli.out 2>&1
+expect_eq "v read twice, q = slice 1: slices kept" "$(grep -c '= slice(' /tmp/cli.out) $(grep -c '= causal_attention(' /tmp/cli.out) $(grep -c 'attention_qkv' /tmp/cli.out)" "6 2 0"
+# gradalias.c: the residual stream's gradient lives in the storage of the gradient it starts
+# as (its copy in the residual add's backward, and the clearing before it, are gone)
+rm -rf /tmp/cli-src
+"$shardc" build "$src/examples/gpt2.model" -o /tmp/cli-gpt2 --emit-src /tmp/cli-src > /dev/null 2>&1
+expect_eq "GPT-2 host program: residual add backward steps" "$(grep -c 'nn.model:9[23]  d add' /tmp/cli-src/cli-gpt2.c)" "0"
+expect_eq "GPT-2 host program: gradients cleared" "$(grep -c 'sr_zero(' /tmp/cli-src/cli-gpt2.c)" "101"
+# ... but not where a step reading d(out) writes d(a) after it: h = a + gelu(a), whose gelu
+# backward reads d(h) (its output's gradient is a copy of it) and adds to d(a)
+cat > /tmp/cli-ga.model <<'M'
+use "nn"
+config {
+  V = 64
+  C = 32
+}
+train {
+  batch = 2
+  seq = 8
+}
+model M(idx: i32[B, T], targets: i32[B, T]) -> f32[] {
+  a = lin: Linear(wte: Embedding(idx, V, C), C)
+  h = a + gelu(a)
+  return cross_entropy(matmul_t(h, wte.weight), targets, V)
+}
+M
+rm -rf /tmp/cli-src
+"$shardc" build /tmp/cli-ga.model -o /tmp/cli-ga --emit-src /tmp/cli-src > /dev/null 2>&1
+expect_eq "h = a + gelu(a): d(a) kept apart from d(h) (its copy stays)" "$(grep -A2 'cli-ga.model:12  d add' /tmp/cli-src/cli-ga.c | grep -c 'sr_add_bwd(F(')" "1"
+rm -rf /tmp/cli-gpt2 /tmp/cli-qkv /tmp/cli-qkv.model /tmp/cli-src /tmp/cli-ga /tmp/cli-ga.model
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

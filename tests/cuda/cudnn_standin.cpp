@@ -54,6 +54,20 @@ void up(void *d, const std::vector<float> &f)
     for (size_t i = 0; i < f.size(); i++) h[i] = to_bf16(f[i]);
     cudaMemcpy(d, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
 }
+/* rows of C elements L apart on the device <-> (rows, C) on the host; up_rows leaves the
+ * elements between the rows as they are (the other parts of a packed q|k|v) */
+std::vector<float> down_rows(const void *d, size_t rows, int C, int L)
+{
+    std::vector<float> all = down(d, (rows - 1) * L + C), f(rows * C);
+    for (size_t r = 0; r < rows; r++) memcpy(&f[r * C], &all[r * L], C * sizeof(float));
+    return f;
+}
+void up_rows(void *d, const std::vector<float> &f, size_t rows, int C, int L)
+{
+    std::vector<float> all = down(d, (rows - 1) * L + C);
+    for (size_t r = 0; r < rows; r++) memcpy(&all[r * L], &f[r * C], C * sizeof(float));
+    up(d, all);
+}
 
 /* lse (B, NH, T) of the scaled causal scores */
 std::vector<float> lse_of(const std::vector<float> &q, const std::vector<float> &k, int B, int T, int C, int NH,
@@ -89,14 +103,15 @@ int fail(char *err, size_t n, const char *msg)
 
 extern "C" long srk_cudnn_version(char *, size_t) { return 0; }
 
-extern "C" long srk_cudnn_attn_workspace(int, int, int, int, int, float, char *, size_t) { return WS_BYTES; }
+extern "C" long srk_cudnn_attn_workspace(int, int, int, int, int, int, float, char *, size_t) { return WS_BYTES; }
 
 extern "C" int srk_cudnn_attn_fwd(void *, void *ws, void *o, float *lse, const void *q, const void *k, const void *v,
-                                  int B, int T, int C, int NH, float scale, char *err, size_t errlen)
+                                  int B, int T, int C, int L, int NH, float scale, char *err, size_t errlen)
 {
     if (!ws) return fail(err, errlen, "no workspace");
-    size_t n = (size_t)B * T * C;
-    std::vector<float> hq = down(q, n), hk = down(k, n), hv = down(v, n), out(n), att((size_t)B * NH * T * T);
+    size_t n = (size_t)B * T * C, rows = (size_t)B * T;
+    std::vector<float> hq = down_rows(q, rows, C, L), hk = down_rows(k, rows, C, L), hv = down_rows(v, rows, C, L);
+    std::vector<float> out(n), att((size_t)B * NH * T * T);
     sr_attention_fwd(out.data(), att.data(), hq.data(), hk.data(), hv.data(), B, T, C, NH);
     up(o, out);
     std::vector<float> l = lse_of(hq, hk, B, T, C, NH, scale);
@@ -106,12 +121,13 @@ extern "C" int srk_cudnn_attn_fwd(void *, void *ws, void *o, float *lse, const v
 
 extern "C" int srk_cudnn_attn_bwd(void *, void *ws, void *dq, void *dk, void *dv, const void *dout, const void *q,
                                   const void *k, const void *v, const void *o, const float *lse, int B, int T, int C,
-                                  int NH, float scale, char *err, size_t errlen)
+                                  int L, int NH, float scale, char *err, size_t errlen)
 {
     if (!ws) return fail(err, errlen, "no workspace");
     if (!dq || !dk || !dv) return fail(err, errlen, "cuDNN writes all three gradients: one is NULL");
-    size_t n = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    std::vector<float> hq = down(q, n), hk = down(k, n), hv = down(v, n), hg = down(dout, n), ho = down(o, n);
+    size_t n = (size_t)B * T * C, nl = (size_t)B * NH * T, rows = (size_t)B * T;
+    std::vector<float> hq = down_rows(q, rows, C, L), hk = down_rows(k, rows, C, L), hv = down_rows(v, rows, C, L);
+    std::vector<float> hg = down(dout, n), ho = down(o, n);
     std::vector<float> out(n), att(nl * T), gq(n), gk(n), gv(n), hl(nl);
     sr_attention_fwd(out.data(), att.data(), hq.data(), hk.data(), hv.data(), B, T, C, NH);
     for (size_t i = 0; i < n; i++)
@@ -124,6 +140,6 @@ extern "C" int srk_cudnn_attn_bwd(void *, void *ws, void *dq, void *dk, void *dv
             return fail(err, errlen, "the lse handed to the backward is not the forward's");
     sr_attention_bwd(gq.data(), gk.data(), gv.data(), hg.data(), hq.data(), hk.data(), hv.data(), att.data(), B, T, C,
                      NH);
-    up(dq, gq), up(dk, gk), up(dv, gv);
+    up_rows(dq, gq, rows, C, L), up_rows(dk, gk, rows, C, L), up_rows(dv, gv, rows, C, L);
     return 0;
 }

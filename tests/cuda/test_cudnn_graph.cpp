@@ -20,21 +20,22 @@
 
 static int failed = 0, passed = 0;
 
-static void expect(int bwd, int B, int T, int C, int NH, const char *cc, int ok)
+/* L: the row stride of q, k, v and their gradients (3C: the parts of one packed q|k|v) */
+static void expect(int bwd, int B, int T, int C, int L, int NH, const char *cc, int ok)
 {
     char err[1024] = "";
     setenv("SHARDC_FAKE_CC", cc, 1);
-    int rc = srk_cudnn_attn_check(bwd, B, T, C, NH, 1.0f / sqrtf((float)(C / NH)), err, sizeof err);
+    int rc = srk_cudnn_attn_check(bwd, B, T, C, L, NH, 1.0f / sqrtf((float)(C / NH)), err, sizeof err);
     int good = ok ? rc == 0 : rc != 0;
-    printf("%s %s B %d T %d C %d NH %d on sm_%s: %s%s%s\n", good ? "ok  " : "FAIL", bwd ? "backward" : "forward ", B, T,
-           C, NH, cc, ok ? "valid" : "refused", rc ? " -- " : "", rc ? err : "");
+    printf("%s %s B %d T %d C %d%s NH %d on sm_%s: %s%s%s\n", good ? "ok  " : "FAIL", bwd ? "backward" : "forward ", B,
+           T, C, L != C ? " (q|k|v packed)" : "", NH, cc, ok ? "valid" : "refused", rc ? " -- " : "", rc ? err : "");
     good ? passed++ : failed++;
 }
 
 int main(void)
 {
     char err[1024];
-    if (srk_cudnn_attn_check(0, 1, 64, 64, 1, 0.125f, err, sizeof err) && strstr(err, "cannot load")) {
+    if (srk_cudnn_attn_check(0, 1, 64, 64, 64, 1, 0.125f, err, sizeof err) && strstr(err, "cannot load")) {
         printf("skipped: %s\n", err);
         return 77;
     }
@@ -42,10 +43,13 @@ int main(void)
     static const int shapes[][4] = {{8, 1024, 768, 12}, {4, 64, 128, 4}, {2, 256, 1024, 8}, {3, 100, 256, 4}};
     for (const auto &s : shapes)
         for (int bwd = 0; bwd < 2; bwd++) {
-            expect(bwd, s[0], s[1], s[2], s[3], "90", 1);
-            expect(bwd, s[0], s[1], s[2], s[3], "80", 1);
+            for (int packed = 0; packed < 2; packed++) {
+                int L = packed ? 3 * s[2] : s[2];
+                expect(bwd, s[0], s[1], s[2], L, s[3], "90", 1);
+                expect(bwd, s[0], s[1], s[2], L, s[3], "80", 1);
+            }
         }
-    expect(0, 8, 1024, 768, 12, "75", 0);
+    expect(0, 8, 1024, 768, 768, 12, "75", 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -396,8 +396,19 @@ static void test_dropout(long n, float p)
     srk_dropout_bwd(d_dx, d_g, n, p, 1337, 5, 17, 1000);
     expect(fmt("dropout %s p=%g fwd (same mask as the host)", tname<T>(), p).c_str(), down(d_o, n), out, tol);
     expect(fmt("dropout %s p=%g bwd", tname<T>(), p).c_str(), down(d_dx, n), dx, tol);
+    /* the residual add fused in (codegen_cuda.c): the bits of dropout then add, also with out over x */
+    vec a = rounded<T>(rnd(n));
+    T *d_a = up<T>(a), *d_sum = up<T>(vec((size_t)n)), *d_f = up<T>(vec((size_t)n)), *d_in = up<T>(x);
+    srk_add_fwd(d_sum, d_a, d_o, n, n);
+    srk_dropout_add_fwd(d_f, d_a, d_x, n, p, 1337, 5, 17, 1000);
+    srk_dropout_add_fwd(d_in, d_a, d_in, n, p, 1337, 5, 17, 1000);
+    expect(fmt("dropout+add %s p=%g: the bits of dropout, then add", tname<T>(), p).c_str(), down(d_f, n),
+           down(d_sum, n), 0.0f);
+    expect(fmt("dropout+add %s p=%g, out over x: the same", tname<T>(), p).c_str(), down(d_in, n), down(d_sum, n), 0.0f);
     no_error("dropout");
-    for (const void *q : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx}) dfree(q);
+    for (const void *q : {(const void *)d_x, (const void *)d_o, (const void *)d_g, (const void *)d_dx, (const void *)d_a,
+                          (const void *)d_sum, (const void *)d_f, (const void *)d_in})
+        dfree(q);
 }
 
 template <class T>
@@ -586,6 +597,15 @@ static void test_crossentropy(long N, long V, long nv = 0)
 }
 
 /* ---- attention ------------------------------------------------------------------------------- */
+/* which path ran since the counters read tc0, mma0, cd0 */
+static const char *attn_path_since(long tc0, long mma0, long cd0)
+{
+    return srk_ctx.attn_cudnn_calls > cd0     ? "cuDNN"
+           : srk_ctx.attn_mma_launches > mma0 ? "tensor cores (mma.sync)"
+           : srk_ctx.attn_tc_launches > tc0   ? "tensor cores (wmma)"
+                                              : "the SIMT kernels";
+}
+
 template <class T>
 static void test_attention(long B, long T_, long C, long NH)
 {
@@ -609,10 +629,7 @@ static void test_attention(long B, long T_, long C, long NH)
                       hd <= 128;
     bool want_tc = !want_cudnn && bf && (hd == 32 || hd == 64 || hd == 128) && srk_ctx.attn_mode != SRK_ATTN_SIMT;
     bool want_mma = want_tc && hd <= 64 && srk_ctx.attn_mode == SRK_ATTN_MMA;
-    const char *path = srk_ctx.attn_cudnn_calls > cd0     ? "cuDNN"
-                       : srk_ctx.attn_mma_launches > mma0 ? "tensor cores (mma.sync)"
-                       : srk_ctx.attn_tc_launches > tc0   ? "tensor cores (wmma)"
-                                                          : "the SIMT kernels";
+    const char *path = attn_path_since(tc0, mma0, cd0);
     check((srk_ctx.attn_tc_launches > tc0) == want_tc && (srk_ctx.attn_mma_launches > mma0) == want_mma &&
               (srk_ctx.attn_cudnn_calls > cd0) == want_cudnn,
           "attention %s hd %ld runs on %s", tname<T>(), hd, path);
@@ -653,14 +670,48 @@ static void test_attention(long B, long T_, long C, long NH)
         dfree(p);
 }
 
+/* q|k|v packed in one (B, T, 3C) tensor and read in place ($attention_qkv, compiler/qkvpack.c):
+ * against the host's packed kernels; d(qkv) accumulating, then fresh from NaN (the three parts
+ * are all written) */
+template <class T>
+static void test_attention_qkv(long B, long T_, long C, long NH)
+{
+    float tol = tol_for<T>(2e-5f);
+    long n = B * T_ * C, n3 = 3 * n;
+    vec x = rounded<T>(rnd(n3)), g = rounded<T>(rnd(n)), dx0 = rounded<T>(rnd(n3));
+    vec out((size_t)n), att((size_t)(B * NH * T_ * T_)), dx = dx0, dx1((size_t)n3);
+    sr_attention_qkv_fwd(out.data(), att.data(), x.data(), (int)B, (int)T_, (int)C, (int)NH);
+    sr_attention_qkv_bwd(dx.data(), g.data(), x.data(), att.data(), (int)B, (int)T_, (int)C, (int)NH);
+    sr_attention_qkv_bwd(dx1.data(), g.data(), x.data(), att.data(), (int)B, (int)T_, (int)C, (int)NH);
+    T *d_x = up<T>(x), *d_g = up<T>(g), *d_o = up<T>(vec((size_t)n)), *d_dx = up<T>(dx0);
+    T *d_dx1 = up<T>(vec((size_t)n3, NAN));
+    float *d_aux = NULL;
+    cudaMalloc((void **)&d_aux, srk_attention_aux_bytes(B, T_, C, NH, sizeof(T)));
+    long tc0 = srk_ctx.attn_tc_launches, mma0 = srk_ctx.attn_mma_launches, cd0 = srk_ctx.attn_cudnn_calls;
+    srk_attention_qkv_fwd(d_o, d_aux, d_x, B, T_, C, NH);
+    const char *path = attn_path_since(tc0, mma0, cd0);
+    expect(fmt("attention q|k|v packed %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld, %s)", tname<T>(), B, T_, C, NH, C / NH,
+               path).c_str(),
+           down(d_o, n), out, tol);
+    srk_attention_qkv_bwd(d_dx, d_g, d_x, d_aux, B, T_, C, NH);
+    expect(fmt("attention q|k|v packed %s bwd: d(qkv) accumulates", tname<T>()).c_str(), down(d_dx, n3), dx, tol);
+    srk_attention_qkv_bwd(d_dx1, d_g, d_x, d_aux, B, T_, C, NH, 1);
+    expect(fmt("attention q|k|v packed %s bwd, fresh: d(qkv) overwritten", tname<T>()).c_str(), down(d_dx1, n3), dx1,
+           tol);
+    no_error("attention q|k|v packed");
+    for (const void *p : {(const void *)d_x, (const void *)d_g, (const void *)d_o, (const void *)d_dx,
+                          (const void *)d_dx1, (const void *)d_aux})
+        dfree(p);
+}
+
 /* cuDNN's attention can run here: it loads and plans a small shape both ways (else why, once) */
 static bool cudnn_usable(const char **why = NULL)
 {
     static int known = -1;
     static char err[512];
     if (known < 0) {
-        known = srk_cudnn_attn_workspace(0, 1, 64, 64, 1, 0.125f, err, sizeof err) >= 0 &&
-                srk_cudnn_attn_workspace(1, 1, 64, 64, 1, 0.125f, err, sizeof err) >= 0;
+        known = srk_cudnn_attn_workspace(0, 1, 64, 64, 64, 1, 0.125f, err, sizeof err) >= 0 &&
+                srk_cudnn_attn_workspace(1, 1, 64, 64, 64, 1, 0.125f, err, sizeof err) >= 0;
         if (!known) printf("# cuDNN attention (SHARDC_CUDA_ATTN=cudnn) not tested here: %s\n", err);
     }
     if (why) *why = err;
@@ -1099,11 +1150,11 @@ int main(int argc, char **argv)
         bool ok = cudnn_usable(&why);
         char err[512];
         long ver = srk_cudnn_version(err, sizeof err);
-        if (ok) /* GPT-2's shape at batch 8: what its workspaces come to */
+        if (ok) /* GPT-2's shape at batch 8 (q|k|v packed, as its program runs): what its workspaces come to */
             printf("cuDNN %ld.%ld.%ld attention: plans for both directions built (GPT-2 at batch 8: workspace %ld and "
                    "%ld bytes)\n", ver / 10000, ver / 100 % 100, ver % 100,
-                   srk_cudnn_attn_workspace(0, 8, 1024, 768, 12, 0.125f, err, sizeof err),
-                   srk_cudnn_attn_workspace(1, 8, 1024, 768, 12, 0.125f, err, sizeof err));
+                   srk_cudnn_attn_workspace(0, 8, 1024, 768, 3 * 768, 12, 0.125f, err, sizeof err),
+                   srk_cudnn_attn_workspace(1, 8, 1024, 768, 3 * 768, 12, 0.125f, err, sizeof err));
         else
             printf("cuDNN attention unavailable: %s\n", why);
         return ok ? 0 : 1;
@@ -1138,7 +1189,7 @@ int main(int argc, char **argv)
             test_activations<bf16>(777), test_activations<bf16>(776); /* 776 = 8 x 97: the 16-byte form */
             test_rope<bf16>(2, 37, 48, 3, 10000.0f), test_rope<bf16>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f);
             test_repeat_kv<bf16>(37, 2, 24, 3);
-            test_dropout<bf16>(1000, 0.1f);
+            test_dropout<bf16>(1000, 0.1f), test_dropout<bf16>(1000, 0.0f), test_dropout<bf16>(1000, 1.0f);
             test_embedding<bf16>(53, 37, 29);
             test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
@@ -1160,6 +1211,8 @@ int main(int argc, char **argv)
                 test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 70, 128, 2);
                 test_attention<bf16>(2, 19, 64, 1), test_attention<bf16>(2, 65, 64, 2);
                 test_attention<bf16>(1, 130, 256, 2), test_attention<bf16>(1, 150, 96, 3);
+                test_attention_qkv<bf16>(2, 19, 24, 3), test_attention_qkv<bf16>(2, 37, 64, 2);
+                test_attention_qkv<bf16>(1, 70, 128, 2), test_attention_qkv<bf16>(1, 130, 256, 2);
             }
             srk_ctx.attn_mode = env_mode;
             test_cudnn_unavailable();
@@ -1195,6 +1248,7 @@ int main(int argc, char **argv)
             test_crossentropy<float>(37, 101, 90), test_crossentropy<float>(4, 50304, 50257);
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
             test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
+            test_attention_qkv<float>(2, 37, 24, 3), test_attention_qkv<float>(1, 70, 128, 2);
         }
     }
     sr_backend_cuda.shutdown();

@@ -747,6 +747,34 @@ static void test_attention_fwd(int B, int T, int C, int NH)
     free(q), free(k), free(v), free(out), free(out2), free(att), free(ref), free(ratt);
 }
 
+/* q|k|v packed in one (B, T, 3C) tensor ($attention_qkv): the same bits as the three slices
+ * through sr_attention_fwd/bwd (the kernels only read and write rows 3C apart), forward and
+ * backward, T on the row path (<= 16) and the blocked one */
+static void test_attention_qkv(int B, int T, int C, int NH)
+{
+    long n = (long)B * T * C, na = (long)B * NH * T * T, rows = (long)B * T;
+    float *x = rand_buf(3 * n, -1, 1), *g = rand_buf(n, -1, 1), *dx = rand_buf(3 * n, -1, 1);
+    float *p[3], *dp[3], *out = zbuf(n), *att = zbuf(na), *outp = zbuf(n), *attp = zbuf(na);
+    for (int i = 0; i < 3; i++) {
+        p[i] = zbuf(n), dp[i] = zbuf(n);
+        sr_slice_fwd(p[i], x, (int)rows, 3, C, i);
+        sr_slice_fwd(dp[i], dx, (int)rows, 3, C, i); /* the accumulation starts from d(qkv)'s parts */
+    }
+    sr_attention_fwd(out, att, p[0], p[1], p[2], B, T, C, NH);
+    sr_attention_qkv_fwd(outp, attp, x, B, T, C, NH);
+    check(!memcmp(out, outp, n * sizeof(float)) && !memcmp(att, attp, na * sizeof(float)),
+          "attention_qkv_fwd B=%d T=%d C=%d NH=%d: the same bits as attention_fwd of the three slices", B, T, C, NH);
+    sr_attention_bwd(dp[0], dp[1], dp[2], g, p[0], p[1], p[2], att, B, T, C, NH);
+    sr_attention_qkv_bwd(dx, g, x, attp, B, T, C, NH);
+    int same = 1;
+    for (long r = 0; r < rows; r++)
+        for (int i = 0; i < 3; i++) same &= !memcmp(dx + (r * 3 + i) * C, dp[i] + r * C, C * sizeof(float));
+    check(same, "attention_qkv_bwd B=%d T=%d C=%d NH=%d: d(qkv) += the same bits as attention_bwd's dq|dk|dv", B, T, C,
+          NH);
+    for (int i = 0; i < 3; i++) free(p[i]), free(dp[i]);
+    free(x), free(g), free(dx), free(out), free(att), free(outp), free(attp);
+}
+
 static void test_slice_transpose_fwd(void)
 {
     int M = 5, K = 3, n = 4;
@@ -1103,6 +1131,7 @@ int main(void)
     test_attention_fwd(2, 5, 12, 3);
     test_attention_fwd(2, 33, 48, 3);
     test_attention_fwd(2, 70, 12, 2);
+    test_attention_qkv(2, 9, 12, 3), test_attention_qkv(2, 70, 48, 2);
     test_slice_transpose_fwd();
     test_crossentropy_fwd(5, 7);
     test_crossentropy_fwd(64, 1000);
