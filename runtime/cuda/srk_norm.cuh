@@ -145,6 +145,86 @@ __global__ void __launch_bounds__(32 * NORM_WARPS)
     }
 }
 
+/* layernorm_bwd_dx8_kernel's rows with the parameter gradients' column sums of the same pass,
+ * so srk_colsum does not read dout and x again: block c takes chunk c's rows [N c / chunks,
+ * N (c+1) / chunks), warp w the rows r0 + w, r0 + w + 8, ... in order, lane l the eights l,
+ * l + 32, ... of each; the lanes' sums (srk_cs_add's LN terms) stay in registers, then the warps'
+ * are added in warp order into pw, pb (chunks, C). Those are colsum_part8_kernel's rows, order
+ * and terms: the same bits (srk_layernorm_bwd finishes them as srk_colsum does) */
+template <int NV8, class TD, class TG, class TX, class TW>
+__global__ void __launch_bounds__(32 * NORM_WARPS, 2)
+    layernorm_bwd_dx8_sums_kernel(TD *__restrict__ dx, float *__restrict__ pw, float *__restrict__ pb,
+                                  const TG *__restrict__ dout, const TX *__restrict__ x, const TW *__restrict__ w,
+                                  const float *__restrict__ mean, const float *__restrict__ rstd, long N, int C,
+                                  int chunks)
+{
+    __shared__ float sw[256 * NV8], sb[256 * NV8];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c8 = C / 8, ch = blockIdx.x;
+    long r0 = N * ch / chunks, r1 = N * (ch + 1) / chunks;
+    float aw[NV8][8], ab[NV8][8];
+    SRK_UNROLL
+    for (int k = 0; k < NV8; k++)
+        SRK_UNROLL
+        for (int e = 0; e < 8; e++) aw[k][e] = ab[k][e] = 0.0f;
+    for (long row = r0 + warp; row < r1; row += NORM_WARPS) {
+        const TX *xr = x + row * C;
+        const TG *gr = dout + row * C;
+        TD *dr = dx + row * C;
+        float m = mean[row], rs = rstd[row];
+        float sd = 0.0f, sdn = 0.0f, nv[NV8][8], dv[NV8][8];
+        SRK_UNROLL
+        for (int k = 0; k < NV8; k++) {
+            int c = lane + 32 * k;
+            float xv[8], gv[8], wv[8];
+            SRK_UNROLL
+            for (int e = 0; e < 8; e++) nv[k][e] = dv[k][e] = 0.0f;
+            if (c < c8) {
+                srk_ld8(xr + 8 * c, xv);
+                srk_ld8(gr + 8 * c, gv);
+                srk_ld8(w + 8 * c, wv); /* (cached: every row reads it) */
+                SRK_UNROLL
+                for (int e = 0; e < 8; e++) {
+                    nv[k][e] = (xv[e] - m) * rs;
+                    dv[k][e] = gv[e] * wv[e];
+                    sd += dv[k][e];
+                    sdn += dv[k][e] * nv[k][e];
+                    srk_cs_add<CS_MODE_LN>(aw[k][e], ab[k][e], gv[e], xv[e], mean, rstd, row);
+                }
+            }
+        }
+        float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
+        SRK_UNROLL
+        for (int k = 0; k < NV8; k++) {
+            int c = lane + 32 * k;
+            if (c >= c8) continue;
+            float d[8];
+            srk_ld8(dr + 8 * c, d);
+            SRK_UNROLL
+            for (int e = 0; e < 8; e++) d[e] += (dv[k][e] - md - nv[k][e] * mdn) * rs;
+            srk_st8(dr + 8 * c, d);
+        }
+    }
+    for (int j = threadIdx.x; j < C; j += blockDim.x) sw[j] = sb[j] = 0.0f;
+    for (int v = 0; v < NORM_WARPS; v++) { /* the warps' sums in warp order, as colsum_part8's row lanes */
+        __syncthreads();
+        if (warp != v) continue;
+        SRK_UNROLL
+        for (int k = 0; k < NV8; k++) {
+            if (lane + 32 * k >= c8) continue;
+            SRK_UNROLL
+            for (int e = 0; e < 8; e++) {
+                sw[8 * (lane + 32 * k) + e] += aw[k][e];
+                sb[8 * (lane + 32 * k) + e] += ab[k][e];
+            }
+        }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        pw[(long)ch * C + j] = sw[j];
+        pb[(long)ch * C + j] = sb[j];
+    }
+}
+
 template <class TO, class TX, class TW, class TB>
 void srk_layernorm_fwd(TO *out, float *mean, float *rstd, const TX *x, const TW *w, const TB *b, long N, long C,
                        float eps)
@@ -159,6 +239,27 @@ void srk_layernorm_bwd(TD *dx, TDW *dw, TDB *db, const TG *dout, const TX *x, co
                        const float *rstd, long N, long C)
 {
     if (N <= 0 || C <= 0) return;
+    if (dx && dw && db && C <= 768 && srk_by8(C, dx, dout, x) && srk_by8(C, w, w)) {
+        /* dx and the column sums in one pass (up to 3 eights a lane: the sums' registers) */
+        int chunks = srk_colsum_chunks(N);
+        float *pw = (float *)srk_scratch(SRK_SCR_PART, sizeof(float) * (size_t)chunks * (size_t)C);
+        float *pb = (float *)srk_scratch(SRK_SCR_PART2, sizeof(float) * (size_t)chunks * (size_t)C);
+        if (!pw || !pb) return;
+        long nv8 = (C / 8 + 31) / 32;
+#define SRK_LN_SUMS(NV8)                                                                                             \
+    SR_LAUNCH((layernorm_bwd_dx8_sums_kernel<NV8, TD, TG, TX, TW>), (unsigned)chunks, 32 * NORM_WARPS, 0,              \
+              srk_ctx.stream, dx, pw, pb, dout, x, w, mean, rstd, N, (int)C, chunks)
+        if (nv8 <= 1) SRK_LN_SUMS(1);
+        else if (nv8 <= 2) SRK_LN_SUMS(2);
+        else SRK_LN_SUMS(3);
+#undef SRK_LN_SUMS
+        unsigned fb = (unsigned)((C + 31) / 32);
+        SR_LAUNCH(colsum_finish_kernel<TDW>, fb, dim3(32, 8), 0, srk_ctx.stream, dw, (const float *)pw, C, chunks, 1.0f,
+                  0);
+        SR_LAUNCH(colsum_finish_kernel<TDB>, fb, dim3(32, 8), 0, srk_ctx.stream, db, (const float *)pb, C, chunks, 1.0f,
+                  0);
+        return;
+    }
     if (dx) {
         unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
         long nv = (C + 31) / 32; /* values per lane */

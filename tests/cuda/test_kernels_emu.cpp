@@ -508,6 +508,13 @@ static void test_layernorm(long N, long C)
     expect(fmt("layernorm %s bwd dx", tname<T>()).c_str(), down(d_dx, N * C), dx, tol);
     expect(fmt("layernorm %s bwd dw", tname<T>()).c_str(), down(d_dw, C), dw, tol);
     expect(fmt("layernorm %s bwd db", tname<T>()).c_str(), down(d_db, C), db, tol);
+    /* the parameter gradients as srk_colsum alone sums them: the same bits (the one-pass form's
+     * contract, where it runs: C <= 768 in eights) */
+    float *d_dw3 = up<float>(dw0), *d_db3 = up<float>(db0);
+    srk_colsum<CS_MODE_LN, float, float>(d_dw3, d_db3, 1.0f, d_g, d_x, d_hm, d_hr, N, C);
+    expect(fmt("layernorm %s bwd dw: srk_colsum's bits", tname<T>()).c_str(), down(d_dw, C), down(d_dw3, C), 0.0f);
+    expect(fmt("layernorm %s bwd db: srk_colsum's bits", tname<T>()).c_str(), down(d_db, C), down(d_db3, C), 0.0f);
+    dfree(d_dw3), dfree(d_db3);
     /* NULL dx and dw: db alone */
     vec db2 = db0;
     float *d_db2 = up<float>(db0);
@@ -1194,6 +1201,7 @@ int main(int argc, char **argv)
             test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
             test_layernorm<bf16>(9, 8), test_layernorm<bf16>(9, 1024); /* one eight a row; four a lane */
+            test_layernorm<bf16>(300, 768); /* GPT-2's width over 4 chunks: dx and the sums in one pass */
             test_rmsnorm<bf16>(45, 37), test_rmsnorm<bf16>(9, 8), test_rmsnorm<bf16>(9, 768);
             test_fresh<bf16>();
             test_softmax<bf16>(7, 1000), test_softmax<bf16>(33, 17);
@@ -1240,6 +1248,7 @@ int main(int argc, char **argv)
             test_layernorm<float>(7, 300), test_layernorm<float>(5, 1100);
             /* rows of eights: the 16-byte backward, 1 to 4 eights a lane (and 1032: the scalar one) */
             test_layernorm<float>(9, 200), test_layernorm<float>(9, 296), test_layernorm<float>(9, 1032);
+            test_layernorm<float>(200, 296); /* 3 chunks, 2 eights a lane, one pass */
             test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
             test_rmsnorm<float>(9, 296), test_rmsnorm<float>(5, 1032); /* rows of eights: the 16-byte dx */
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
