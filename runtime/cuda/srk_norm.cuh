@@ -95,19 +95,16 @@ __global__ void __launch_bounds__(32 * NORM_WARPS) layernorm_bwd_dx_kernel(TD *_
     }
 }
 
-/* layernorm_bwd_dx_kernel's arithmetic through 16-byte accesses (C % 8 == 0,
- * 16-byte aligned tensors): lane l keeps the eights l, l + 32, ... of its row
- * (NV8 of them, C <= 256 NV8) in registers; the row sums add in another
- * order than the scalar kernel's, each element's update is the same */
-template <int NV8, class TD, class TG, class TX, class TW>
-__global__ void __launch_bounds__(32 * NORM_WARPS)
-    layernorm_bwd_dx8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x,
-                             const TW *__restrict__ w, const float *__restrict__ mean, const float *__restrict__ rstd,
-                             long N, int C)
+/* one row of the layernorm backward's dx through 16-byte accesses (a warp; lane l the eights
+ * l, l + 32, ... of the row, NV8 of them, in registers); with SUMS also the row's terms of the
+ * parameter gradients' column sums (srk_cs_add's LN terms) into aw, ab */
+template <int NV8, bool SUMS, class TD, class TG, class TX, class TW>
+__device__ __forceinline__ void srk_ln_bwd_row8(TD *__restrict__ dx, const TG *__restrict__ dout,
+                                                const TX *__restrict__ x, const TW *__restrict__ w,
+                                                const float *__restrict__ mean, const float *__restrict__ rstd,
+                                                long row, int C, float (*aw)[8], float (*ab)[8])
 {
-    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31, c8 = C / 8;
-    if (row >= N) return;
     const TX *xr = x + row * C;
     const TG *gr = dout + row * C;
     TD *dr = dx + row * C;
@@ -129,6 +126,7 @@ __global__ void __launch_bounds__(32 * NORM_WARPS)
                 dv[k][e] = gv[e] * wv[e];
                 sd += dv[k][e];
                 sdn += dv[k][e] * nv[k][e];
+                if constexpr (SUMS) srk_cs_add<CS_MODE_LN>(aw[k][e], ab[k][e], gv[e], xv[e], mean, rstd, row);
             }
         }
     }
@@ -143,6 +141,19 @@ __global__ void __launch_bounds__(32 * NORM_WARPS)
         for (int e = 0; e < 8; e++) d[e] += (dv[k][e] - md - nv[k][e] * mdn) * rs;
         srk_st8(dr + 8 * c, d);
     }
+}
+
+/* layernorm_bwd_dx_kernel's arithmetic through 16-byte accesses (C % 8 == 0,
+ * 16-byte aligned tensors): a warp per row (srk_ln_bwd_row8); the row sums add in another
+ * order than the scalar kernel's, each element's update is the same */
+template <int NV8, class TD, class TG, class TX, class TW>
+__global__ void __launch_bounds__(32 * NORM_WARPS)
+    layernorm_bwd_dx8_kernel(TD *__restrict__ dx, const TG *__restrict__ dout, const TX *__restrict__ x,
+                             const TW *__restrict__ w, const float *__restrict__ mean, const float *__restrict__ rstd,
+                             long N, int C)
+{
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    if (row < N) srk_ln_bwd_row8<NV8, false>(dx, dout, x, w, mean, rstd, row, C, NULL, NULL);
 }
 
 /* layernorm_bwd_dx8_kernel's rows with the parameter gradients' column sums of the same pass,
@@ -166,44 +177,8 @@ __global__ void __launch_bounds__(32 * NORM_WARPS, 2)
     for (int k = 0; k < NV8; k++)
         SRK_UNROLL
         for (int e = 0; e < 8; e++) aw[k][e] = ab[k][e] = 0.0f;
-    for (long row = r0 + warp; row < r1; row += NORM_WARPS) {
-        const TX *xr = x + row * C;
-        const TG *gr = dout + row * C;
-        TD *dr = dx + row * C;
-        float m = mean[row], rs = rstd[row];
-        float sd = 0.0f, sdn = 0.0f, nv[NV8][8], dv[NV8][8];
-        SRK_UNROLL
-        for (int k = 0; k < NV8; k++) {
-            int c = lane + 32 * k;
-            float xv[8], gv[8], wv[8];
-            SRK_UNROLL
-            for (int e = 0; e < 8; e++) nv[k][e] = dv[k][e] = 0.0f;
-            if (c < c8) {
-                srk_ld8(xr + 8 * c, xv);
-                srk_ld8(gr + 8 * c, gv);
-                srk_ld8(w + 8 * c, wv); /* (cached: every row reads it) */
-                SRK_UNROLL
-                for (int e = 0; e < 8; e++) {
-                    nv[k][e] = (xv[e] - m) * rs;
-                    dv[k][e] = gv[e] * wv[e];
-                    sd += dv[k][e];
-                    sdn += dv[k][e] * nv[k][e];
-                    srk_cs_add<CS_MODE_LN>(aw[k][e], ab[k][e], gv[e], xv[e], mean, rstd, row);
-                }
-            }
-        }
-        float md = srk_warp_sum(sd) / (float)C, mdn = srk_warp_sum(sdn) / (float)C;
-        SRK_UNROLL
-        for (int k = 0; k < NV8; k++) {
-            int c = lane + 32 * k;
-            if (c >= c8) continue;
-            float d[8];
-            srk_ld8(dr + 8 * c, d);
-            SRK_UNROLL
-            for (int e = 0; e < 8; e++) d[e] += (dv[k][e] - md - nv[k][e] * mdn) * rs;
-            srk_st8(dr + 8 * c, d);
-        }
-    }
+    for (long row = r0 + warp; row < r1; row += NORM_WARPS)
+        srk_ln_bwd_row8<NV8, true>(dx, dout, x, w, mean, rstd, row, C, aw, ab);
     for (int j = threadIdx.x; j < C; j += blockDim.x) sw[j] = sb[j] = 0.0f;
     for (int v = 0; v < NORM_WARPS; v++) { /* the warps' sums in warp order, as colsum_part8's row lanes */
         __syncthreads();

@@ -63,16 +63,9 @@ expect_eq "GPT-2: slices left" "$(grep -c '= slice(' /tmp/cli.out)" "0"
 expect_eq "GPT-2: backward steps writing d(qkv)" "$(grep -c '^  \$attention_qkv.grad(' /tmp/cli.out)" "12"
 "$shardc" build "$src/examples/gpt2.model" --tp 2 --set vocab_size=50304 -o /tmp/cli-gpt2 --dump=autodiff > /tmp/cli.out 2>&1
 expect_eq "tp=2 GPT-2: attentions of a rank's 6 heads reading q|k|v in place" "$(grep -c '= \$attention_qkv(%[0-9]*, 6)' /tmp/cli.out)" "12"
-cat > /tmp/cli-qkv.model <<'M'
-use "nn"
-config {
-  V = 64
-  C = 32
-}
-train {
-  batch = 2
-  seq = 8
-}
+# a small model's head: the stdlib, V and C, a batch of 2 x 8
+tiny_head() { printf 'use "nn"\nconfig {\n  V = 64\n  C = 32\n}\ntrain {\n  batch = 2\n  seq = 8\n}\n'; }
+{ tiny_head; cat; } > /tmp/cli-qkv.model <<'M'
 block Attn(x: f32[B, T, C], first: int) -> f32[B, T, C] {
   qkv = c_attn: Linear(x, 3 * C)
   q = slice(qkv, first, 3)
@@ -97,16 +90,7 @@ expect_eq "GPT-2 host program: residual add backward steps" "$(grep -c 'nn.model
 expect_eq "GPT-2 host program: gradients cleared" "$(grep -c 'sr_zero(' /tmp/cli-src/cli-gpt2.c)" "101"
 # ... but not where a step reading d(out) writes d(a) after it: h = a + gelu(a), whose gelu
 # backward reads d(h) (its output's gradient is a copy of it) and adds to d(a)
-cat > /tmp/cli-ga.model <<'M'
-use "nn"
-config {
-  V = 64
-  C = 32
-}
-train {
-  batch = 2
-  seq = 8
-}
+{ tiny_head; cat; } > /tmp/cli-ga.model <<'M'
 model M(idx: i32[B, T], targets: i32[B, T]) -> f32[] {
   a = lin: Linear(wte: Embedding(idx, V, C), C)
   h = a + gelu(a)
