@@ -21,19 +21,9 @@
  */
 #include "shardc.h"
 
-/* ops reading value v */
-static int readers(const Ir *ir, int v)
-{
-    int n = 0;
-    for (int i = 0; i < ir->ops.n; i++) {
-        const IrOp *op = ir->ops.v[i];
-        for (int k = 0; k < op->nin; k++) n += op->in[k] == v;
-    }
-    return n;
-}
-
-/* the slices feeding attention op `a` when they can be folded into it, else 0 */
-static int packable(Ir *ir, const IrOp *a, IrOp *sl[3])
+/* the slices feeding attention op `a` when they can be folded into it, else 0; readers: the
+ * forward's reads of each value */
+static int packable(Ir *ir, const IrOp *a, const int *readers, IrOp *sl[3])
 {
     if (a->kind != OP_ATTENTION) return 0;
     for (int k = 0; k < 3; k++) {
@@ -43,7 +33,7 @@ static int packable(Ir *ir, const IrOp *a, IrOp *sl[3])
         IrOp *s = ir_op(ir, x->def);
         if (s->kind != OP_SLICE || (int)s->k[0] != k || (int)s->k[1] != 3) return 0;
         if (k && s->in[0] != sl[0]->in[0]) return 0;
-        if (s->stage != a->stage || s->rgroup != a->rgroup || s->recomp || readers(ir, v) != 1) return 0;
+        if (s->stage != a->stage || s->rgroup != a->rgroup || s->recomp || readers[v] != 1) return 0;
         sl[k] = s;
     }
     const IrValue *X = ir_value(ir, sl[0]->in[0]);
@@ -54,10 +44,15 @@ int qp_pack(Program *P)
 {
     Ir *ir = &P->ir;
     char *drop = sx_alloc((size_t)ir->ops.n + 1);
+    int *readers = sx_alloc(sizeof(int) * (size_t)(ir->values.n + 1));
+    for (int i = 0; i < ir->ops.n; i++) {
+        const IrOp *op = ir->ops.v[i];
+        for (int k = 0; k < op->nin; k++) readers[op->in[k]]++;
+    }
     int n = 0;
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *a = ir->ops.v[i], *sl[3];
-        if (!packable(ir, a, sl)) continue;
+        if (!packable(ir, a, readers, sl)) continue;
         for (int k = 0; k < 3; k++) {
             IrValue *x = ir_value(ir, a->in[k]);
             x->kind = VK_DEAD;

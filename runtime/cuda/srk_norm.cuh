@@ -228,11 +228,7 @@ void srk_layernorm_bwd(TD *dx, TDW *dw, TDB *db, const TG *dout, const TX *x, co
         else if (nv8 <= 2) SRK_LN_SUMS(2);
         else SRK_LN_SUMS(3);
 #undef SRK_LN_SUMS
-        unsigned fb = (unsigned)((C + 31) / 32);
-        SR_LAUNCH(colsum_finish_kernel<TDW>, fb, dim3(32, 8), 0, srk_ctx.stream, dw, (const float *)pw, C, chunks, 1.0f,
-                  0);
-        SR_LAUNCH(colsum_finish_kernel<TDB>, fb, dim3(32, 8), 0, srk_ctx.stream, db, (const float *)pb, C, chunks, 1.0f,
-                  0);
+        srk_colsum_finish(dw, (const float *)pw, db, (const float *)pb, C, chunks, 1.0f, 0);
         return;
     }
     if (dx) {

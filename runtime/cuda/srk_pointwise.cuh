@@ -180,6 +180,16 @@ static inline int srk_colsum_chunks(long rows)
     return (int)(c < 1 ? 1 : c > 256 ? 256 : c);
 }
 
+/* the second phase: db (nb) += s * the chunks' sums in part (fresh: db =), db2 += part2's (either
+ * may be NULL) */
+template <class TD, class TD2>
+void srk_colsum_finish(TD *db, const float *part, TD2 *db2, const float *part2, long nb, int chunks, float s, int fresh)
+{
+    unsigned fb = (unsigned)((nb + 31) / 32);
+    if (db) SR_LAUNCH(colsum_finish_kernel<TD>, fb, dim3(32, 8), 0, srk_ctx.stream, db, part, nb, chunks, s, fresh);
+    if (db2) SR_LAUNCH(colsum_finish_kernel<TD2>, fb, dim3(32, 8), 0, srk_ctx.stream, db2, part2, nb, chunks, 1.0f, 0);
+}
+
 /* db (nb) += s * colsum(f(x, y)) (fresh: db =); for LN also db2 (nb) += colsum(x) */
 template <int MODE, class TD, class TD2, class TX, class TY>
 void srk_colsum(TD *db, TD2 *db2, float s, const TX *x, const TY *y, const float *mean, const float *rstd,
@@ -199,13 +209,8 @@ void srk_colsum(TD *db, TD2 *db2, float s, const TX *x, const TY *y, const float
         SR_LAUNCH((colsum_part_kernel<MODE, TX, TY>), grid, dim3(32, 8), 0, srk_ctx.stream, part, part2, x, y, mean,
                   rstd, rows, nb, chunks);
     }
-    unsigned fb = (unsigned)((nb + 31) / 32);
-    if (db)
-        SR_LAUNCH(colsum_finish_kernel<TD>, fb, dim3(32, 8), 0, srk_ctx.stream, db, (const float *)part, nb, chunks, s,
-                  fresh);
-    if (MODE == CS_MODE_LN && db2)
-        SR_LAUNCH(colsum_finish_kernel<TD2>, fb, dim3(32, 8), 0, srk_ctx.stream, db2, (const float *)part2, nb, chunks,
-                  1.0f, 0);
+    srk_colsum_finish(db, (const float *)part, MODE == CS_MODE_LN ? db2 : (TD2 *)NULL, (const float *)part2, nb,
+                      chunks, s, fresh);
 }
 
 /* ---- broadcasting add / sub / mul -------------------------------------------------- */
