@@ -519,8 +519,6 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
         prev = op;
         if (b->pstage != stage || cg_step_sum(b)) continue; /* the runtime sums those once per step */
         if (!cg_step_runs(ir, b, mode)) continue;
-        if (b->kind == BWD_RULE && b->din[0] < 0 && b->din[1] < 0 && b->din[2] < 0 && b->din[3] < 0)
-            continue; /* every gradient it wrote lives in d(out) now (gradalias.c): nothing to do */
         char *grp = cg_group_of(op);
         if (!cur || strcmp(cur, grp)) {
             if (cur) fprintf(x->f, "}\n\n");

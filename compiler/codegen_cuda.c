@@ -250,11 +250,8 @@ static char *site(const IrOp *op, const char *what)
 }
 
 /* the op as the .model names it, in sites (errors, the profile): $attention_qkv is the
- * causal_attention the user wrote, its slices folded in (qkvpack.c) */
-static const char *user_name(const IrOp *op)
-{
-    return op->kind == OP_ATTENTION_QKV ? "causal_attention" : ir_ops[op->kind].name;
-}
+ * causal_attention the user wrote, $embedding_vp an embedding */
+static const char *user_name(const IrOp *op) { return ir_ops[op->wrote].name; }
 
 /* ---- the pieces of the forward and backward walks (cg_emit_forward/backward) ---- */
 static void c_open_fn(void *gp, const char *name) { open_fn(gp, name); }

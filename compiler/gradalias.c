@@ -117,5 +117,14 @@ int ga_alias(Program *P)
             writes[d] = 0;
         }
     }
+    /* a step whose every gradient now lives in d(out) has nothing left to do: dropped, so that the
+     * memory plan does not keep d(out) alive for it */
+    Vec kept = {0};
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        if (b->kind == BWD_RULE && b->din[0] < 0 && b->din[1] < 0 && b->din[2] < 0 && b->din[3] < 0) continue;
+        vec_push(&kept, b);
+    }
+    ir->bwd = kept;
     return 0;
 }

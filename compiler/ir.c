@@ -2,7 +2,8 @@
  *
  * The IR is an SSA graph: each IrValue is defined once (by an op, or as a
  * model input or parameter) and ops appear in Ir.ops in a valid execution
- * order. ir_verify checks exactly that, plus the op table's arities.
+ * order. ir_verify checks exactly that, plus the op table's arities and that
+ * every backward gradient rule writes some gradient.
  */
 #include "shardc.h"
 
@@ -95,6 +96,15 @@ int ir_verify(const Ir *ir, const char *after)
     }
     if (ir->output < 0 || ir->output >= nv || !defined[ir->output])
         sx_ice("after %s: the model output %%%d is undefined", after, ir->output);
+    for (int j = 0; j < ir->bwd.n; j++) { /* a gradient rule writes at least one gradient (codegen emits each) */
+        const IrBwd *b = ir->bwd.v[j];
+        int any = 0;
+        for (int k = 0; k < 4; k++) {
+            if (b->din[k] >= nv) sx_ice("after %s: backward step %d writes %%%d", after, j, b->din[k]);
+            any |= b->din[k] >= 0;
+        }
+        if (b->kind == BWD_RULE && !any) sx_ice("after %s: backward step %d writes no gradient", after, j);
+    }
     free(defined);
     return 0;
 }

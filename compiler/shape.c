@@ -197,7 +197,7 @@ static IrOp *new_op(Elab *E, OpKind k, const sx_loc *loc, Frame *f)
     IrOp *op = sx_alloc(sizeof *op);
     op->id = E->ir->ops.n;
     op->uid = op->id;
-    op->kind = k;
+    op->kind = op->wrote = k;
     op->loc = *loc;
     op->scope = f->prefix;
     op->rgroup = f->rgroup;

@@ -487,7 +487,7 @@ static int new_collective(Program *P, Vec *ops, IrOp *user, Collective *c)
     IrValue *v = ir_value(ir, c->value);
     IrOp *op = sx_alloc(sizeof *op);
     static const OpKind kinds[4] = {OP_TP_ALLREDUCE, OP_TP_ALLGATHER, OP_TP_REDUCE_SCATTER, OP_TP_SLICE};
-    op->kind = kinds[c->kind];
+    op->kind = op->wrote = kinds[c->kind];
     op->nin = 1;
     op->in[0] = c->value;
     op->loc = user->loc;

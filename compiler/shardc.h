@@ -201,6 +201,8 @@ typedef struct IrOp {
     int id;
     int uid;           /* number from elaboration, kept through lowering: keys dropout's RNG */
     OpKind kind;
+    OpKind wrote;      /* the builtin the .model called, kept when a pass lowers kind (vocab-parallel,
+                        * $attention_qkv): CUDA sites (errors, the profile) name it */
     int nin;
     int in[4];
     int nk;

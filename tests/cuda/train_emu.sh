@@ -48,6 +48,8 @@ if command -v mpirun >/dev/null; then
   check "dp=2 over NCCL (bucketed all-reduce from grad_ready): 4 steps match one host rank to 1e-5" close h1.txt cd.txt 1e-5
   check "dp=2 with ZeRO-1 over NCCL: 4 steps match one host rank to 1e-5" close h1.txt cz.txt 1e-5
   "$gen" "$m" --tp 2 --cuda tg2.cu --build tg2_cuda --emulate && "$shardc" build "$m" --tp 2 -o tg2_host
+  check "tp=2: the vocab-parallel embedding's sites name the op the .model wrote (embedding, not \$embedding_vp)" \
+    bash -c "grep -q 'SRK_AT(\"nn.model:70 embedding\"' tg2.cu && grep -q 'SRK_AT(\"nn.model:70 d embedding\"' tg2.cu && ! grep -q 'SRK_AT(\"[^\"]*\\\$embedding_vp' tg2.cu"
   mpirun --oversubscribe -np 2 ./tg2_host $opts --tp 2 --steps 4 --log h2.jsonl
   mpirun --oversubscribe -np 2 ./tg2_cuda $opts --tp 2 --steps 4 --log c2.jsonl
   losses h2.jsonl > h2.txt; losses c2.jsonl > c2.txt
