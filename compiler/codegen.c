@@ -483,13 +483,28 @@ static unsigned step_fresh(const CgEmit *x, Ir *ir, int stage, int mode, IrOp *o
     return fresh;
 }
 
+/* a dropout's backward that the run skips at rate 0, its input gradient then being d(out)
+ * itself (gradalias.c) */
+static int rate0_step(const Ir *ir, const IrBwd *b)
+{
+    return ir->rate0_view && b->kind == BWD_RULE && b->din[0] >= 0 && ir->rate0_view[b->din[0]] == b->dout;
+}
+
+char *cg_view_buf(const Ir *ir, int id, const char *own, char *(*buf)(void *g, int id), void *g)
+{
+    int o = ir->rate0_view ? ir->rate0_view[id] : -1;
+    return o < 0 ? (char *)own : sx_fmt("(e->dropout > 0.0f ? %s : %s)", own, buf(g, o));
+}
+
 /* the step after j when the back end may fuse the two: a gradient rule of
  * the same stage and function that this walk runs, nothing between them */
 static IrBwd *fusable_next(const CgEmit *x, Ir *ir, int j, int stage, int mode, const IrOp *op)
 {
-    if (!x->fuse || j + 1 >= ir->bwd.n) return NULL;
+    if (!x->fuse || j + 1 >= ir->bwd.n || rate0_step(ir, ir->bwd.v[j])) return NULL;
     IrBwd *b2 = ir->bwd.v[j + 1];
-    if (b2->kind != BWD_RULE || b2->fwd < 0 || b2->pstage != stage || !cg_step_runs(ir, b2, mode)) return NULL;
+    if (b2->kind != BWD_RULE || b2->fwd < 0 || b2->pstage != stage || !cg_step_runs(ir, b2, mode) ||
+        rate0_step(ir, b2))
+        return NULL;
     return strcmp(cg_group_of(op), cg_group_of(BWD_OP(ir, b2))) ? NULL : b2;
 }
 
@@ -500,16 +515,16 @@ static IrBwd *fusable_next(const CgEmit *x, Ir *ir, int j, int stage, int mode, 
  * step that adds to it (not a received one, not in the weight half), unless
  * that step's template takes $z: then the call is told to overwrite it
  * instead (not for a tensor-parallel rank-0-only gradient, which the other
- * ranks never write, nor for one the step writes twice); two adjacent
- * steps are one call where the back end fuses them (x->fuse), when the
- * second clears nothing; the grad_ready hook follows the step that
+ * ranks never write, nor for one the step writes twice); two or three
+ * adjacent steps are one call where the back end fuses them (x->fuse), when
+ * the later ones clear nothing; the grad_ready hook follows the step that
  * completes a parameter's gradient */
 void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls)
 {
     char *cur = NULL;
     int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
     IrOp *prev = NULL;
-    char *ahead = sx_alloc((size_t)ir->values.n + 1); /* zeroed after a fused pair's second step */
+    char *ahead[2] = {sx_alloc((size_t)ir->values.n + 1), sx_alloc((size_t)ir->values.n + 1)}; /* for fusion */
     memset(zeroed, 0, (size_t)ir->values.n + 1);
     const char *kind = mode == BW_INPUT ? "bwdi" : mode == BW_WEIGHT ? "bwdw" : "bwd";
     for (int j = 0; j < ir->bwd.n; j++) {
@@ -531,24 +546,39 @@ void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed
         } else if (b->kind == BWD_ALLREDUCE) {
             x->allreduce(x->g, op, b);
         } else {
+            int skip0 = rate0_step(ir, b);
+            if (skip0)
+                fprintf(x->f, "    if (e->dropout > 0.0f) { /* at rate 0, d%%%d is d%%%d (gradalias.c) */\n",
+                        ir_value(ir, b->din[0])->primal, ir_value(ir, b->dout)->primal);
             x->begin_step(x->g, op, b);
-            int clear[4], nclear, clear2[4], nclear2;
-            unsigned fresh = step_fresh(x, ir, stage, mode, op, b, zeroed, clear, &nclear);
+            int clear[4], nclear;
+            unsigned fr[3];
+            fr[0] = step_fresh(x, ir, stage, mode, op, b, zeroed, clear, &nclear);
             for (int k = 0; k < nclear; k++) x->zero(x->g, op, clear[k]);
-            IrBwd *b2 = fusable_next(x, ir, j, stage, mode, op);
-            int fused = 0;
-            if (b2) {
-                IrOp *op2 = BWD_OP(ir, b2);
-                memcpy(ahead, zeroed, (size_t)ir->values.n + 1);
-                unsigned fresh2 = step_fresh(x, ir, stage, mode, op2, b2, ahead, clear2, &nclear2);
-                if (!nclear2 && x->fuse(x->g, op, b, fresh, op2, b2, fresh2)) {
-                    memcpy(zeroed, ahead, (size_t)ir->values.n + 1);
-                    prev = op2;
-                    done = j + 1;
-                    fused = 1;
-                }
+            /* up to two next steps that clear nothing, for the back end to fuse with this one;
+             * ahead[n - 1] is the walk's state after step n */
+            IrBwd *bs[3] = {b, NULL, NULL};
+            IrOp *ops[3] = {op, NULL, NULL};
+            int n = 1;
+            for (; n < 3; n++) {
+                IrBwd *nb = fusable_next(x, ir, j + n - 1, stage, mode, ops[n - 1]);
+                if (!nb) break;
+                memcpy(ahead[n - 1], n == 1 ? zeroed : ahead[0], (size_t)ir->values.n + 1);
+                int cl[4], ncl;
+                fr[n] = step_fresh(x, ir, stage, mode, BWD_OP(ir, nb), nb, ahead[n - 1], cl, &ncl);
+                if (ncl) break;
+                bs[n] = nb;
+                ops[n] = BWD_OP(ir, nb);
             }
-            if (!fused) x->step(x->g, op, b, fresh);
+            int took = n > 1 ? x->fuse(x->g, ops, bs, fr, n) : 0;
+            if (took > 1) {
+                memcpy(zeroed, ahead[took - 2], (size_t)ir->values.n + 1);
+                prev = ops[took - 1];
+                done = j + took - 1;
+            } else {
+                x->step(x->g, op, b, fr[0]);
+            }
+            if (skip0) fprintf(x->f, "    }\n");
         }
         /* no device sync before the hook: the comm layer orders its
          * collectives after the kernels queued so far */

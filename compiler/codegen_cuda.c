@@ -60,8 +60,8 @@ static const char *elem_type(CGen *g, int id)
     return s == ST_I32 ? "int32_t" : s == ST_ACT ? "act_t" : "float";
 }
 
-/* the C++ expression of a value's buffer */
-static char *buf(CGen *g, int id)
+/* the C++ expression of a value's own buffer */
+static char *buf_own(CGen *g, int id)
 {
     IrValue *v = ir_value(g->ir, id);
     switch (v->kind) {
@@ -89,6 +89,9 @@ static char *buf(CGen *g, int id)
 }
 
 
+static char *buf_cb(void *g, int id);
+/* the C++ expression of a value's buffer (at dropout rate 0 some gradients are another's) */
+static char *buf(CGen *g, int id) { return cg_view_buf(g->ir, id, buf_own(g, id), buf_cb, g); }
 static char *buf_cb(void *g, int id) { return buf(g, id); }
 
 /* expands a template of ops.def (compiler/codegen.c) */
@@ -163,11 +166,19 @@ static int forward_readers(Ir *ir, int v)
     return n;
 }
 
-static int same_slot(Ir *ir, int a, int b)
+static int same_slot1(Ir *ir, int a, int b)
 {
     IrValue *x = ir_value(ir, a), *y = ir_value(ir, b);
     return x->slot >= 0 && y->slot >= 0 && x->slot == y->slot && in_ws_ir(ir, x) && in_ws_ir(ir, y) &&
            mp_home(ir, x) == mp_home(ir, y);
+}
+
+/* a and b may be in one slot: their own, or at dropout rate 0 the gradient one of them is then */
+static int same_slot(Ir *ir, int a, int b)
+{
+    int va = ir->rate0_view ? ir->rate0_view[a] : -1, vb = ir->rate0_view ? ir->rate0_view[b] : -1;
+    return same_slot1(ir, a, b) || (va >= 0 && same_slot1(ir, va, b)) || (vb >= 0 && same_slot1(ir, a, vb)) ||
+           (va >= 0 && vb >= 0 && same_slot1(ir, va, vb)) || (va >= 0 && va == b) || (vb >= 0 && vb == a);
 }
 
 /* an op the fused call can swallow: the next one in the same stage's forward */
@@ -328,19 +339,56 @@ static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
  * (dout, pre). h's slot is allowed: the call reads h (for the weight
  * gradient) before it writes d(pre). The runtime falls back to the two
  * rules where the epilogue cannot run (srk_matmul.cuh) */
-static int c_fuse(void *gp, IrOp *op, IrBwd *b, unsigned fresh, IrOp *op2, IrBwd *b2, unsigned fresh2)
+static int matmul_gelu_ok(CGen *g, IrOp *op, IrBwd *b, unsigned fresh, IrOp *op2, IrBwd *b2, unsigned fresh2)
 {
-    CGen *g = gp;
     Ir *ir = g->ir;
     if (!g->bf16 || op->kind != OP_MATMUL || op2->kind != OP_GELU || b->rs || b2->rs) return 0;
     int dh = b->din[0], dpre = b2->din[0];
     if (op2->out != op->in[0] || dh < 0 || dpre < 0 || b2->dout != dh || !(fresh & 1) || !(fresh2 & 1)) return 0;
-    if (same_slot(ir, dpre, b->dout) || same_slot(ir, dpre, op2->in[0]) || dpre == b->dout) return 0;
-    char *call = sx_fmt("%s%s", expand(g, "srk_matmul_gelu_bwd($d0, $d1, $do, $0, $1, $s0, $s1, $s2, $z, ", op, b, fresh),
-                        expand(g, "$d0, $0, $z)", op2, b2, fresh2));
-    fprintf(g->f, "    /* %s:%d  d gelu, in the matmul's epilogue */\n", cg_src_file(op2->loc.file), op2->loc.line);
-    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, "d matmul+gelu"), call);
-    return 1;
+    return !same_slot(ir, dpre, b->dout) && !same_slot(ir, dpre, op2->in[0]) && dpre != b->dout;
+}
+
+/* a bias add's backward right before its matmul's (matmul -> add(bias) in the forward), in a
+ * bf16 program: the bias gradient is the column sums of the d(out) that the weight gradient's
+ * GEMM reads, so that GEMM's bias-gradient epilogue sums them (dout read once, not twice).
+ * The add only adds to the bias's gradient (its other input's is d(out) itself, gradalias.c) */
+static int add_matmul_ok(CGen *g, IrOp *add, IrBwd *ba, IrOp *mm, IrBwd *bm)
+{
+    Ir *ir = g->ir;
+    if (!g->bf16 || add->kind != OP_ADD || mm->kind != OP_MATMUL || ba->rs || bm->rs) return 0;
+    if (add->in[0] != mm->out || ba->din[0] >= 0 || ba->din[1] < 0 || bm->din[1] < 0 || bm->dout != ba->dout) return 0;
+    IrValue *bias = ir_value(ir, add->in[1]);
+    return bias->kind == VK_PARAM && dim_eq(shape_numel(&bias->shape), mm->sz[2]) && dim_eq(add->sz[0], mm->sz[2]);
+}
+
+static int c_fuse(void *gp, IrOp **ops, IrBwd **bs, const unsigned *fresh, int n)
+{
+    CGen *g = gp;
+    if (add_matmul_ok(g, ops[0], bs[0], ops[1], bs[1])) {
+        char *dbias = expand(g, "$d1", ops[0], bs[0], fresh[0]);
+        IrOp *mm = ops[1];
+        if (n == 3 && matmul_gelu_ok(g, mm, bs[1], fresh[1], ops[2], bs[2], fresh[2])) {
+            char *call = sx_fmt("%s%s, %s)",
+                                expand(g, "srk_matmul_gelu_bwd($d0, $d1, $do, $0, $1, $s0, $s1, $s2, $z, ", mm, bs[1], fresh[1]),
+                                expand(g, "$d0, $0, $z", ops[2], bs[2], fresh[2]), dbias);
+            fprintf(g->f, "    /* %s:%d  d matmul, its bias's gradient and %s:%d's d gelu in the GEMMs' epilogues */\n",
+                    cg_src_file(mm->loc.file), mm->loc.line, cg_src_file(ops[2]->loc.file), ops[2]->loc.line);
+            fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], "d add+matmul+gelu"), call);
+            return 3;
+        }
+        fprintf(g->f, "    /* %s:%d  d matmul, its bias's gradient in the GEMM's epilogue */\n", cg_src_file(mm->loc.file),
+                mm->loc.line);
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], "d add+matmul"),
+                expand(g, sx_fmt("srk_matmul_bias_bwd($d0, $d1, %s, $do, $0, $1, $s0, $s1, $s2, $z)", dbias), mm, bs[1],
+                       fresh[1]));
+        return 2;
+    }
+    if (!matmul_gelu_ok(g, ops[0], bs[0], fresh[0], ops[1], bs[1], fresh[1])) return 0;
+    char *call = sx_fmt("%s%s", expand(g, "srk_matmul_gelu_bwd($d0, $d1, $do, $0, $1, $s0, $s1, $s2, $z, ", ops[0], bs[0], fresh[0]),
+                        expand(g, "$d0, $0, $z)", ops[1], bs[1], fresh[1]));
+    fprintf(g->f, "    /* %s:%d  d gelu, in the matmul's epilogue */\n", cg_src_file(ops[1]->loc.file), ops[1]->loc.line);
+    fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], "d matmul+gelu"), call);
+    return 2;
 }
 
 static CgEmit cuda_emit(CGen *g)

@@ -37,8 +37,8 @@ static char *param_buf(Gen *g, const char *arena, int param)
     return sx_fmt("%s(%lld)", arena, (long long)g->param_off[param]);
 }
 
-/* the C expression of a value's buffer */
-static char *buf(Gen *g, int id)
+/* the C expression of a value's own buffer */
+static char *buf_own(Gen *g, int id)
 {
     IrValue *v = ir_value(g->ir, id);
     switch (v->kind) {
@@ -65,6 +65,9 @@ static char *buf(Gen *g, int id)
 }
 
 
+static char *buf_cb(void *g, int id);
+/* the C expression of a value's buffer (at dropout rate 0 some gradients are another's) */
+static char *buf(Gen *g, int id) { return cg_view_buf(g->ir, id, buf_own(g, id), buf_cb, g); }
 static char *buf_cb(void *g, int id) { return buf(g, id); }
 
 /* expands a template of ops.def (compiler/codegen.c) */

@@ -16,6 +16,13 @@
  * into d(out) in place (llm.c's residual gradient). Not with zb-h1's split
  * backward, whose W pass reads d(out) after the B pass has added to it.
  *
+ * Dropout's backward is a copy when the run's rate is 0 (GPT-2's default):
+ * then its input gradient can be its output gradient itself, chosen at run
+ * time (rate0_view; codegen.c skips the step and reads either buffer). That
+ * needs the step to be the gradient's only writer and no step between it and
+ * the gradient's last reader to write d(out); the memory plan keeps d(out)
+ * alive until that reader.
+ *
  * Left alone: broadcast inputs (their gradient is a column sum),
  * parameters, the pipeline's sent and received values and the model's
  * output, the rank-0-only contributions of tensor parallelism, the
@@ -78,6 +85,28 @@ static int shareable(Ir *ir, int j, int d)
     return 1;
 }
 
+/* step j, a dropout's backward, may be skipped at rate 0, its input gradient d(out) itself */
+static int rate0_viewable(Ir *ir, int j, const int *writes)
+{
+    IrBwd *b = ir->bwd.v[j];
+    if (b->kind != BWD_RULE || b->rs || (b->gate & 1) || BWD_OP(ir, b)->kind != OP_DROPOUT) return 0;
+    if (ir->nstages > 1 && ir->split_backward) return 0; /* W would read d(in) after B wrote d(out) */
+    int d = b->din[0], o = b->dout;
+    if (d < 0 || d == o || writes[d] != 1 || (ir->rate0_view && ir->rate0_view[o] >= 0)) return 0;
+    IrValue *dv = ir_value(ir, d), *ov = ir_value(ir, o);
+    IrValue *pv = ir_value(ir, dv->primal), *po = ir_value(ir, ov->primal);
+    if (pv->kind != VK_OP || po->kind != VK_OP || dv->dtype != ov->dtype) return 0;
+    if (pinned(ir, pv->id) || pinned(ir, po->id)) return 0;
+    int last = j; /* d(in)'s last reader */
+    for (int m = j + 1; m < ir->bwd.n; m++) {
+        IrBwd *c = ir->bwd.v[m];
+        if (c->kind == BWD_RULE && c->dout == d) last = m;
+    }
+    for (int m = j + 1; m <= last; m++)
+        if (writes_to(ir->bwd.v[m], o)) return 0;
+    return 1;
+}
+
 int ga_alias(Program *P)
 {
     Ir *ir = &P->ir;
@@ -126,5 +155,22 @@ int ga_alias(Program *P)
         vec_push(&kept, b);
     }
     ir->bwd = kept;
+    memset(writes, 0, sizeof(int) * (size_t)(nv + 1));
+    for (int j = 0; j < ir->bwd.n; j++) {
+        IrBwd *b = ir->bwd.v[j];
+        for (int k = 0; k < 4; k++)
+            if (b->din[k] >= 0) writes[b->din[k]]++;
+        if (b->kind == BWD_ALLREDUCE) writes[b->dout]++;
+    }
+    ir->rate0_view = NULL;
+    for (int j = 0; j < ir->bwd.n; j++) {
+        if (!rate0_viewable(ir, j, writes)) continue;
+        if (!ir->rate0_view) {
+            ir->rate0_view = sx_alloc(sizeof(int) * (size_t)(nv + 1));
+            for (int i = 0; i < nv; i++) ir->rate0_view[i] = -1;
+        }
+        IrBwd *b = ir->bwd.v[j];
+        ir->rate0_view[b->din[0]] = b->dout;
+    }
     return 0;
 }

@@ -99,6 +99,11 @@ void mp_timeline(Ir *ir, int s, int *first, int *last, int ends[2])
                 if (b->din[k] >= 0 && mode != BW_WEIGHT) touch(first, last, b->din[k], t);
         }
     }
+    /* at dropout rate 0 a viewed gradient is read from d(out)'s storage (gradalias.c) */
+    for (int d = 0; ir->rate0_view && d < ir->values.n; d++) {
+        int o = ir->rate0_view[d];
+        if (o >= 0 && last[d] > last[o]) last[o] = last[d];
+    }
 }
 
 /* greedy, values by start time: each takes a free slot of its size among

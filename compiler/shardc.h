@@ -283,6 +283,9 @@ typedef struct Ir {
     int ninputs;
     int output;   /* the model's result value */
     Vec bwd;      /* IrBwd*: the backward program, in execution order (autodiff) */
+    int *rate0_view; /* gradalias.c: rate0_view[d] = o when d, a dropout's input gradient, is its
+                      * output gradient o itself while the run's dropout rate is 0 (the step is
+                      * then skipped); -1 otherwise. NULL: none */
     int seed;     /* gradient of the output, set to dloss before backward */
     int nslots;   /* memplan: workspace slots */
     Dim *slot_elems; /* elements (4 bytes each) of every slot */
@@ -472,6 +475,9 @@ int cg_is_param_grad(Ir *ir, int gv);
  * included), its W (BW_WEIGHT) those with a parameter gradient, with the
  * other kind of gradient left out ($dK expands to null_grad) */
 int cg_step_runs(Ir *ir, const IrBwd *b, int mode);
+/* a value's buffer expression (own: the back end's, for its own storage): where gradalias.c
+ * lets it be another gradient at dropout rate 0, the run-time choice of the two */
+char *cg_view_buf(const Ir *ir, int id, const char *own, char *(*buf)(void *g, int id), void *g);
 char *cg_cdim(Ir *ir, Dim d);   /* C expression of a dimension, long arithmetic over B and T */
 char *cg_fmt_float(double x);   /* a float literal */
 double cg_tnum(Program *P, const char *name, double dflt); /* a number of the train block */
@@ -496,9 +502,10 @@ typedef struct CgEmit {
     /* the backward rule's call; fresh: bit k when $dK's clearing was left out ($z) */
     void (*step)(void *g, IrOp *op, IrBwd *b, unsigned fresh);
     int cuda; /* which templates of ops.def (the $z ones can overwrite) */
-    /* optional: one call for two adjacent steps (b's, then b2's, which clears
-     * nothing); nonzero when it wrote one, else the walk emits them apart */
-    int (*fuse)(void *g, IrOp *op, IrBwd *b, unsigned fresh, IrOp *op2, IrBwd *b2, unsigned fresh2);
+    /* optional: one call for adjacent steps bs[0..n-1] (n is 2 or 3; the later
+     * ones clear nothing), fresh[k] as step's; returns how many of the first
+     * steps it covered (2 or more), else the walk emits bs[0] alone */
+    int (*fuse)(void *g, IrOp **ops, IrBwd **bs, const unsigned *fresh, int n);
 } CgEmit;
 int cg_training_head(Program *P, int *vocab, int *classes, int *max_seq, int *logits); /* inputs and loss head, checked */
 int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets); /* params[], stageS_params[] */

@@ -66,6 +66,10 @@ int srk_configure(int use_bf16)
     srk_ctx.sync_each = s && *s && strcmp(s, "0") != 0;
     s = getenv("SHARDC_CUDA_PROFILE");
     srk_ctx.profile = s && *s && strcmp(s, "0") != 0;
+    s = getenv("SHARDC_CUDA_BGRAD");
+    srk_ctx.no_bgrad = s && !strcmp(s, "0");
+    if (s && *s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0)
+        srk_fail("SHARDC_CUDA_BGRAD=%s: expected 1 (the default: bias gradients in the weight GEMM's epilogue) or 0", s);
     s = getenv("SHARDC_CUDA_ATTN");
     srk_ctx.attn_mode = SRK_ATTN_WMMA;
     if (s && !strcmp(s, "simt")) srk_ctx.attn_mode = SRK_ATTN_SIMT;

@@ -2,7 +2,8 @@
  *
  * GPU: cuBLASLt, row-major via the transposed problem (C^T = op(B)^T op(A)^T
  * in column-major), float accumulation (CUBLAS_COMPUTE_32F, never TF32), bias,
- * GELU_AUX_BIAS and DGELU epilogues, a 32 MiB workspace, the operands' actual
+ * GELU_AUX_BIAS, DGELU and bias-gradient (BGRADA: the column-major problem's
+ * A is our B) epilogues, a 32 MiB workspace, the operands' actual
  * alignment given to the heuristic, and a small cache of descriptors and
  * heuristic results per problem so the steady state does no heuristic
  * queries.
@@ -50,7 +51,7 @@ typedef struct lt_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
-    int none; /* no algorithm for this DGELU problem: the caller runs it apart */
+    int none; /* no algorithm for this DGELU or BGRAD problem: the caller runs it apart */
     uint64_t stamp;
 } lt_plan;
 static lt_plan plans[LT_CACHE];
@@ -116,9 +117,10 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
     cublasLtEpilogue_t e = epi == SRK_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                          : epi == SRK_EPI_BIAS      ? CUBLASLT_EPILOGUE_BIAS
                          : epi == SRK_EPI_DGELU     ? CUBLASLT_EPILOGUE_DGELU
+                         : epi == SRK_EPI_BGRAD     ? CUBLASLT_EPILOGUE_BGRADA
                                                     : CUBLASLT_EPILOGUE_DEFAULT;
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
-    if (srk_epi_bias(epi)) {
+    if (srk_epi_bias(epi) || epi == SRK_EPI_BGRAD) { /* read, or (BGRAD) written */
         cudaDataType_t bt = cuda_type(bias_dt);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
@@ -148,7 +150,7 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     (void)ws;
-    if ((s != CUBLAS_STATUS_SUCCESS || found == 0) && epi == SRK_EPI_DGELU) {
+    if ((s != CUBLAS_STATUS_SUCCESS || found == 0) && srk_epi_optional(epi)) {
         p->none = 1; /* cached too: asked once */
         p->used = 1;
         p->stamp = ++plan_clock;
@@ -183,6 +185,11 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
                  srk_ctx.site_line);
         return 0;
     }
+    if (epi == SRK_EPI_BGRAD && (cdt != SRK_F32 || bias_dt != SRK_F32)) {
+        srk_fail("internal: a bias gradient from a GEMM needs a float output and bias at %s:%d", srk_ctx.site_file,
+                 srk_ctx.site_line);
+        return 0;
+    }
     /* the bias in the output's type (cuBLASLt's rule) */
     if (srk_epi_bias(epi) && bias_dt != cdt) {
         if (cdt == SRK_BF16) {
@@ -209,7 +216,8 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
     if (!p) return 0;
     if (p->none) return 1;
     /* this call's bias and aux pointers (the cached descriptor has a previous call's) */
-    if (srk_epi_bias(epi)) cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (srk_epi_bias(epi) || epi == SRK_EPI_BGRAD)
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (srk_epi_aux(epi))
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
     lt_ok(cublasLtMatmul(lt, p->desc, &alpha, b, p->a, a, p->b, &beta, C, p->c, C, p->c, &p->algo, ws, LT_WS_BYTES,
@@ -248,6 +256,11 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
                  srk_ctx.site_line);
         return 0;
     }
+    if (epi == SRK_EPI_BGRAD && (cdt != SRK_F32 || bias_dt != SRK_F32)) {
+        srk_fail("internal: a bias gradient from a GEMM needs a float output and bias at %s:%d", srk_ctx.site_file,
+                 srk_ctx.site_line);
+        return 0;
+    }
     /* it runs here and now on the host: after the work queued on the stream
      * (kernels waiting behind a collective), as cuBLASLt's would */
     if (!emu::stream_drain(srk_ctx.stream, "matmul")) {
@@ -274,6 +287,12 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
                 float x = cdt == SRK_BF16 ? __bfloat162float(((const bf16 *)pre)[at]) : ((const float *)pre)[at];
                 c[at] *= srk_act_grad(ACT_GELU, x);
             }
+    else if (epi == SRK_EPI_BGRAD) /* op(B)'s column sums over K, from the operand as the GPU reads it */
+        for (long j = 0; j < N; j++) {
+            float s = 0.0f;
+            for (long k = 0; k < K; k++) s += tb ? b[j * ldb + k] : b[k * ldb + j];
+            ((float *)bias)[j] = s;
+        }
     else if (epi) {
         for (long i = 0; i < M; i++)
             for (long j = 0; j < N; j++) {

@@ -50,6 +50,7 @@ enum srk_scratch_id {
     SRK_SCR_ATTN_DQ,  /* cuDNN attention's gradients where they cannot go to their tensors */
     SRK_SCR_ATTN_DK,
     SRK_SCR_ATTN_DV,
+    SRK_SCR_BGRAD,    /* a bias gradient from a GEMM's epilogue, before it is added */
     SRK_SCR__COUNT
 };
 
@@ -78,6 +79,8 @@ typedef struct srk_context {
     uint64_t shadow_version; /* the version the shadow was made from */
     uint64_t shadow_step;
     int attn_mode;           /* SRK_ATTN_*: SHARDC_CUDA_ATTN, read by srk_configure */
+    int no_bgrad;            /* SHARDC_CUDA_BGRAD=0: bias gradients by their own column sums, not in the
+                              * weight gradient's GEMM (srk_wgrad; for comparisons) */
     long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */
     long attn_mma_launches;  /* of those, the mma.sync ones */
     long attn_cudnn_calls;   /* attention forwards and backwards run by cuDNN */

@@ -8,15 +8,20 @@
  * Epilogues: srk_matmul_bias_fwd and srk_matmul_bias_gelu_fwd fuse the bias
  * (and the tanh GELU, whose input is kept for the backward) into the GEMM;
  * the code generator emits them for matmul -> add(bias) [-> gelu] chains,
- * and srk_matmul_gelu_bwd for a gelu -> matmul chain's backward pair.
+ * srk_matmul_gelu_bwd for a gelu -> matmul chain's backward pair, and
+ * srk_matmul_bias_bwd (or srk_matmul_gelu_bwd's dbias) where a bias add's
+ * backward comes right before its matmul's: the bias gradient is summed by
+ * the weight gradient's GEMM as it reads dout.
  */
 #ifndef SRK_MATMUL_CUH
 #define SRK_MATMUL_CUH
 
 #include "srk_pointwise.cuh"
 
-enum { SRK_EPI_NONE = 0, SRK_EPI_BIAS = 1, SRK_EPI_BIAS_GELU = 2, SRK_EPI_DGELU = 3 };
+enum { SRK_EPI_NONE = 0, SRK_EPI_BIAS = 1, SRK_EPI_BIAS_GELU = 2, SRK_EPI_DGELU = 3, SRK_EPI_BGRAD = 4 };
 static inline int srk_epi_bias(int epi) { return epi == SRK_EPI_BIAS || epi == SRK_EPI_BIAS_GELU; }
+/* epilogues that may have no algorithm on a GPU: the caller then runs their work apart */
+static inline int srk_epi_optional(int epi) { return epi == SRK_EPI_DGELU || epi == SRK_EPI_BGRAD; }
 static inline int srk_epi_aux(int epi) { return epi == SRK_EPI_BIAS_GELU || epi == SRK_EPI_DGELU; }
 
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major, op = transpose when ta/tb;
@@ -24,9 +29,11 @@ static inline int srk_epi_aux(int epi) { return epi == SRK_EPI_BIAS_GELU || epi 
  * epi: adds bias (N) (dtype bias_dt); BIAS_GELU also applies the tanh GELU
  * and stores its input to pre (M,N) (ld ldc, dtype cdt); DGELU multiplies
  * the product by the tanh GELU's derivative at pre (M,N) (ld ldc, dtype
- * cdt), no bias. beta must be 0 with an epilogue. Errors are recorded in
- * srk_ctx (srk_fail). Returns 1 only when cuBLASLt has no algorithm for a
- * DGELU problem (nothing was written: the caller runs it unfused), else 0. */
+ * cdt), no bias. beta must be 0 with those epilogues. BGRAD writes the
+ * column sums of op(B) (K,N) over K to bias (N floats; C is float, beta
+ * free): the bias gradient when B is dout. Errors are recorded in srk_ctx
+ * (srk_fail). Returns 1 only when cuBLASLt has no algorithm for a DGELU or
+ * BGRAD problem (nothing was written: the caller runs it unfused), else 0. */
 int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
              int bdt, long ldb, float beta, void *C, int cdt, long ldc, const void *bias, int bias_dt, int epi,
              void *pre);
@@ -64,13 +71,38 @@ static inline void srk_matmul_bwd_empty(TDA *da, long na, TDB *db, long nb, int 
     if (da && (fresh & 1) && na > 0) srk_zero(da, na);
     if (db && (fresh & 2) && nb > 0) srk_zero(db, nb);
 }
-/* da (M,K) += dout @ b^T ; db (K,N) += a^T @ dout; fresh (the code generator's $z): bit 0 da,
- * bit 1 db start at zero, uncleared: the GEMM overwrites them (beta 0) */
-template <class TDA, class TDB, class TG, class TA, class TB>
-void srk_matmul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N,
-                    int fresh = 0)
+/* db (K,N) += a^T @ dout (fresh bit 1: =), g being dout as the GEMMs read it; with dbias, also
+ * dbias (N) += dout's column sums (the bias gradient of matmul -> add(bias)): in a bf16 program
+ * the same GEMM sums them (its BGRAD epilogue, into a scratch then added: the epilogue writes),
+ * else, with SHARDC_CUDA_BGRAD=0 or where cuBLASLt has no such algorithm, srk_add_bwd's sums */
+template <class TDB, class TDBias, class TG, class TA>
+static void srk_wgrad(TDB *db, TDBias *dbias, const TG *dout, const void *g, int gdt, const TA *a, long M, long K,
+                      long N, int fresh)
+{
+    if (dbias && db && srk_ctx.bf16 && !srk_ctx.no_bgrad && SRK_DT(TDB) == SRK_F32 && SRK_DT(TDBias) == SRK_F32) {
+        float *s = (float *)srk_scratch(SRK_SCR_BGRAD, sizeof(float) * (size_t)N);
+        if (!s) return;
+        if (!srk_gemm(1, 0, K, N, M, 1.0f, a, SRK_DT(TA), K, g, gdt, N, fresh & 2 ? 0.0f : 1.0f, db, SRK_F32, N, s,
+                      SRK_F32, SRK_EPI_BGRAD, NULL)) {
+            srk_axpy(dbias, s, 1.0f, N);
+            return;
+        }
+    }
+    if (dbias) srk_add_bwd((float *)NULL, dbias, dout, M * N, N);
+    if (db)
+        srk_gemm(1, 0, K, N, M, 1.0f, a, SRK_DT(TA), K, g, gdt, N, fresh & 2 ? 0.0f : 1.0f, db, SRK_DT(TDB), N, NULL, 0,
+                 0, NULL);
+}
+
+/* da (M,K) += dout @ b^T ; db (K,N) += a^T @ dout; dbias (N) += dout's column sums (the backward of
+ * matmul -> add(bias); NULL: none); fresh (the code generator's $z): bit 0 da, bit 1 db start at
+ * zero, uncleared: the GEMM overwrites them (beta 0) */
+template <class TDA, class TDB, class TDBias, class TG, class TA, class TB>
+void srk_matmul_bias_bwd(TDA *da, TDB *db, TDBias *dbias, const TG *dout, const TA *a, const TB *b, long M, long K,
+                         long N, int fresh = 0)
 {
     if (M <= 0 || N <= 0 || K <= 0 || (!da && !db)) {
+        if (dbias) srk_add_bwd((float *)NULL, dbias, dout, M * N, N);
         srk_matmul_bwd_empty(da, M * K, db, K * N, fresh);
         return;
     }
@@ -79,35 +111,39 @@ void srk_matmul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, 
     if (da)
         srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, fresh & 1 ? 0.0f : 1.0f, da, SRK_DT(TDA), K, NULL, 0,
                  0, NULL);
-    if (db)
-        srk_gemm(1, 0, K, N, M, 1.0f, a, SRK_DT(TA), K, g, gdt, N, fresh & 2 ? 0.0f : 1.0f, db, SRK_DT(TDB), N, NULL, 0,
-                 0, NULL);
+    srk_wgrad(db, dbias, dout, g, gdt, a, M, K, N, fresh);
 }
 
-/* the backward steps of h = gelu(pre) then matmul(h, b), one call:
+template <class TDA, class TDB, class TG, class TA, class TB>
+void srk_matmul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long M, long K, long N,
+                    int fresh = 0)
+{
+    srk_matmul_bias_bwd(da, db, (float *)NULL, dout, a, b, M, K, N, fresh);
+}
+
+/* the backward steps of h = gelu(pre) then matmul(h, b) [then add(bias)], one call:
  * dh (M,K) = dout @ b^T, db (K,N) += h^T @ dout (srk_matmul_bwd's rule,
- * fresh its bits), dpre (M,K) = dh * gelu'(pre) (srk_gelu_bwd's, fresh2).
+ * fresh its bits), dpre (M,K) = dh * gelu'(pre) (srk_gelu_bwd's, fresh2),
+ * and with dbias, dbias (N) += dout's column sums (in db's GEMM, srk_wgrad).
  * In a bf16 program, when dh and dpre are both overwritten, K % 8 == 0
  * (the aux matrix's rule) and dpre, pre are bf16: db's GEMM, then one GEMM
  * whose DGELU epilogue writes dpre (dh is never written or read). db goes
  * first: dpre may take h's slot (the code generator allows it, h's last
  * reader being db's GEMM); it may not take dout's or pre's. Otherwise the
  * two rules one after the other. */
-template <class TDH, class TDB, class TG, class TA, class TB, class TDP, class TP>
+template <class TDH, class TDB, class TG, class TA, class TB, class TDP, class TP, class TDBias = float>
 void srk_matmul_gelu_bwd(TDH *dh, TDB *db, const TG *dout, const TA *h, const TB *b, long M, long K, long N,
-                         int fresh, TDP *dpre, const TP *pre, int fresh2)
+                         int fresh, TDP *dpre, const TP *pre, int fresh2, TDBias *dbias = nullptr)
 {
     if (!srk_ctx.bf16 || !(fresh & 1) || !(fresh2 & 1) || !dh || !dpre || M <= 0 || N <= 0 || K <= 0 || K % 8 ||
         SRK_DT(TDP) != SRK_BF16 || SRK_DT(TP) != SRK_BF16) {
-        srk_matmul_bwd(dh, db, dout, h, b, M, K, N, fresh);
+        srk_matmul_bias_bwd(dh, db, dbias, dout, h, b, M, K, N, fresh);
         srk_gelu_bwd(dpre, dh, pre, M * K, fresh2);
         return;
     }
     int gdt;
     const void *g = srk_grad_operand(dout, M * N, &gdt);
-    if (db)
-        srk_gemm(1, 0, K, N, M, 1.0f, h, SRK_DT(TA), K, g, gdt, N, fresh & 2 ? 0.0f : 1.0f, db, SRK_DT(TDB), N, NULL, 0,
-                 0, NULL);
+    srk_wgrad(db, dbias, dout, g, gdt, h, M, K, N, fresh);
     if (srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, 0.0f, dpre, SRK_DT(TDP), K, NULL, 0,
                  SRK_EPI_DGELU, (void *)pre)) { /* no fused algorithm for it on this GPU */
         srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, 0.0f, dh, SRK_DT(TDH), K, NULL, 0, 0, NULL);

@@ -88,6 +88,7 @@ rm -rf /tmp/cli-src
 "$shardc" build "$src/examples/gpt2.model" -o /tmp/cli-gpt2 --emit-src /tmp/cli-src > /dev/null 2>&1
 expect_eq "GPT-2 host program: residual add backward steps" "$(grep -c 'nn.model:9[23]  d add' /tmp/cli-src/cli-gpt2.c)" "0"
 expect_eq "GPT-2 host program: gradients cleared" "$(grep -c 'sr_zero(' /tmp/cli-src/cli-gpt2.c)" "101"
+expect_eq "GPT-2 host program: dropout backward steps that run only at a rate above 0" "$(grep -c 'if (e->dropout > 0.0f) {' /tmp/cli-src/cli-gpt2.c)" "25"
 # ... and the 24 residual adds' backward steps, left with nothing to write, are dropped from the
 # backward program (199 steps from autodiff), so the memory plan no longer counts their reads
 expect_eq "GPT-2: backward steps after gradalias.c" "$(sed -n 's/.* \([0-9]*\) backward;.*/\1/p' /tmp/cli-src/cli-gpt2.c)" "175"

@@ -249,6 +249,67 @@ static void test_matmul_gelu_bwd(long M, long K, long N)
     }
 }
 
+/* d add(bias) + d matmul in one call (srk_matmul_bias_bwd: in a bf16 program the weight
+ * gradient's GEMM sums the bias gradient in its epilogue, or, with SHARDC_CUDA_BGRAD=0 or no
+ * such algorithm, the column sums apart) against the host's two rules; da and db fresh (from
+ * NaN) or accumulating, dbias always accumulating; then the same through srk_matmul_gelu_bwd's
+ * dbias (d add + d matmul + d gelu) */
+template <class T>
+static void test_matmul_bias_bwd(long M, long K, long N)
+{
+    float tol = tol_for<T>(2e-5f);
+    vec a = rounded<T>(rnd(M * K)), w = rnd(K * N), g = rounded<T>(rnd(M * N)), pre = rounded<T>(rnd(M * K, -3, 3));
+    vec da0 = rounded<T>(rnd(M * K)), db0 = rnd(K * N), dbias0 = rnd(N);
+    vec da = da0, db = db0, dbias = dbias0, daf((size_t)(M * K)), dbf((size_t)(K * N));
+    sr_add_bwd(NULL, dbias.data(), g.data(), M * N, N);
+    sr_matmul_bwd(da.data(), db.data(), g.data(), a.data(), w.data(), (int)M, (int)K, (int)N);
+    sr_matmul_bwd(daf.data(), dbf.data(), g.data(), a.data(), w.data(), (int)M, (int)K, (int)N);
+    vec dpre((size_t)(M * K)), dhf = daf;
+    if (srk_dt<T>::value == SRK_BF16) dhf = rounded<T>(dhf);
+    sr_gelu_bwd(dpre.data(), dhf.data(), pre.data(), M * K);
+    vec nan_k((size_t)(M * K), NAN), nan_w((size_t)(K * N), NAN);
+    for (int apart = 0; apart < 2; apart++) {
+        srk_ctx.no_bgrad = apart;
+        const char *path = srk_ctx.bf16 && !apart ? "in the GEMM" : "apart";
+        for (int fresh = 0; fresh < 2; fresh++) {
+            T *d_a = up<T>(a), *d_g = up<T>(g), *d_da = up<T>(fresh ? nan_k : da0);
+            float *d_w = up<float>(w), *d_db = up<float>(fresh ? nan_w : db0), *d_dbias = up<float>(dbias0);
+            srk_matmul_bias_bwd(d_da, d_db, d_dbias, d_g, d_a, d_w, M, K, N, fresh ? 3 : 0);
+            const char *how = fresh ? "overwritten" : "accumulate";
+            expect(fmt("add+matmul %s bwd %ldx%ldx%ld (bias gradient %s): dbias", tname<T>(), M, K, N, path).c_str(),
+                   down(d_dbias, N), dbias, tol);
+            expect(fmt("add+matmul %s bwd: da %s", tname<T>(), how).c_str(), down(d_da, M * K), fresh ? daf : da, tol);
+            expect(fmt("add+matmul %s bwd: db %s", tname<T>(), how).c_str(), down(d_db, K * N), fresh ? dbf : db, tol);
+            /* the gelu that made a: dpre instead of da, the bias gradient in the weight GEMM */
+            T *d_pre = up<T>(pre), *d_dpre = up<T>(nan_k), *d_dh = up<T>(nan_k);
+            float *d_db2 = up<float>(fresh ? nan_w : db0), *d_dbias2 = up<float>(dbias0);
+            srk_matmul_gelu_bwd(d_dh, d_db2, d_g, d_a, d_w, M, K, N, fresh ? 3 : 1, d_dpre, d_pre, 1, d_dbias2);
+            expect(fmt("add+matmul+gelu %s bwd (bias gradient %s): dbias", tname<T>(), path).c_str(), down(d_dbias2, N),
+                   dbias, tol);
+            expect(fmt("add+matmul+gelu %s bwd: dpre", tname<T>()).c_str(), down(d_dpre, M * K), dpre, tol);
+            expect(fmt("add+matmul+gelu %s bwd: db %s", tname<T>(), how).c_str(), down(d_db2, K * N), fresh ? dbf : db,
+                   tol);
+            no_error("add+matmul bwd");
+            for (const void *q : {(const void *)d_a, (const void *)d_g, (const void *)d_da, (const void *)d_w,
+                                  (const void *)d_db, (const void *)d_dbias, (const void *)d_pre, (const void *)d_dpre,
+                                  (const void *)d_dh, (const void *)d_db2, (const void *)d_dbias2})
+                dfree(q);
+        }
+    }
+    srk_ctx.no_bgrad = 0;
+    /* no rows: the bias gradient gains nothing; no weight gradient: its sums apart */
+    float *d_dbias = up<float>(dbias0);
+    srk_matmul_bias_bwd((T *)NULL, (float *)NULL, d_dbias, (T *)NULL, (T *)NULL, (float *)NULL, 0, K, N, 0);
+    expect(fmt("add+matmul %s bwd, no rows: dbias unchanged", tname<T>()).c_str(), down(d_dbias, N), dbias0, 0);
+    T *d_g = up<T>(g), *d_da = up<T>(da0);
+    float *d_w = up<float>(w);
+    srk_matmul_bias_bwd(d_da, (float *)NULL, d_dbias, d_g, (T *)NULL, d_w, M, K, N, 0);
+    expect(fmt("add+matmul %s bwd, db NULL: dbias", tname<T>()).c_str(), down(d_dbias, N), dbias, tol);
+    expect(fmt("add+matmul %s bwd, db NULL: da", tname<T>()).c_str(), down(d_da, M * K), da, tol);
+    no_error("add+matmul bwd, edge cases");
+    dfree(d_dbias), dfree(d_g), dfree(d_da), dfree(d_w);
+}
+
 /* ---- element-wise ---------------------------------------------------------------------- */
 template <class T>
 static void test_binary(int op, long n, long nb)
@@ -1188,6 +1249,7 @@ int main(int argc, char **argv)
             test_matmul_epilogues<bf16>(37, 24, 40);
             test_matmul_epilogues<bf16>(19, 16, 13);
             test_matmul_gelu_bwd<bf16>(37, 24, 19), test_matmul_gelu_bwd<bf16>(37, 19, 24); /* fused, apart */
+            test_matmul_bias_bwd<bf16>(37, 24, 19), test_matmul_bias_bwd<bf16>(300, 16, 40);
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 37 * 13, 13), test_binary<bf16>(op, 301, 301);
             /* sizes divisible by 8: the 16-byte (vectorized) accumulation */
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 40 * 24, 24), test_binary<bf16>(op, 1000, 1000);
@@ -1229,6 +1291,7 @@ int main(int argc, char **argv)
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);
             test_matmul_epilogues<float>(37, 24, 40);
             test_matmul_gelu_bwd<float>(37, 24, 19); /* fp32: always the two rules */
+            test_matmul_bias_bwd<float>(37, 24, 19);   /* fp32: the bias gradient apart */
             for (int op = 0; op < 3; op++) test_binary<float>(op, 37 * 13, 13), test_binary<float>(op, 301, 301);
             for (int op = 0; op < 3; op++) test_binary<float>(op, 40 * 24, 24), test_binary<float>(op, 1000, 1000);
             test_binary<float>(0, 70000 * 3, 3); /* many rows: multi-chunk column sums */

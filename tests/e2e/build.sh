@@ -64,6 +64,20 @@ check "unknown flag exits 2 (got $rc)" [ $rc -eq 2 ]
 check "--seq above the position table is refused (got $rc)" [ $rc -eq 2 ]
 ./tinygpt --help > help.txt; check "--help lists the flags" grep -q -- "--grad-clip" help.txt
 
+# dropout at rate 0: its backward is skipped and its input gradient read from its output
+# gradient's storage (gradalias.c), which the memory plan keeps until that gradient's last
+# reader. Here the gelu backward after it would otherwise get that slot for d(x) and clear it
+# before reading d(y) from it. Gradients equal those of the model without the dropout
+hd='use "nn"\nconfig {\n  V = 256\n  C = 32\n}\ntrain {\n  batch = 4\n  seq = 16\n}\n'
+printf "$hd"'model M(idx: i32[B, T], targets: i32[B, T]) -> f32[] {\n  x = wte: Embedding(idx, V, C)\n  y = dropout(gelu(x))\n  return cross_entropy(matmul_t(gelu(y), wte.weight), targets, V)\n}\n' > r0.model
+printf "$hd"'model M(idx: i32[B, T], targets: i32[B, T]) -> f32[] {\n  x = wte: Embedding(idx, V, C)\n  y = gelu(x)\n  return cross_entropy(matmul_t(gelu(y), wte.weight), targets, V)\n}\n' > r0none.model
+"$shardc" build r0.model -o r0 --emit-src src-r0 && "$shardc" build r0none.model -o r0none
+check "dropout's backward runs only at a rate above 0" grep -q "if (e->dropout > 0.0f) {" src-r0/r0.c
+./r0 --data text.txt --steps 1 --quiet --dump-grads r0.st && ./r0none --data text.txt --steps 1 --quiet --dump-grads r0none.st
+check "dropout at rate 0: the gradients of the model without it, bit for bit" cmp r0.st r0none.st
+./r0 --data text.txt --steps 3 --dropout 0.5 --quiet --dump-grads r0half.st
+check "dropout 0.5: other gradients (the step runs)" bash -c "! cmp -s r0.st r0half.st"
+
 # a whole transformer block, by finite differences (no PyTorch involved)
 echo '{"vocab_size": 32, "n_positions": 8, "n_embd": 16, "n_layer": 1, "n_head": 2}' > blk.json
 "$shardc" build "$src/examples/gpt2.model" --config blk.json -o blk
