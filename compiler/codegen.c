@@ -490,6 +490,11 @@ static int rate0_step(const Ir *ir, const IrBwd *b)
     return ir->rate0_view && b->kind == BWD_RULE && b->din[0] >= 0 && ir->rate0_view[b->din[0]] == b->dout;
 }
 
+int cg_fused_loss(const Ir *ir, const IrOp *op)
+{
+    return ir->fused_loss >= 0 && op->id == ir->fused_loss && op->kind == OP_CROSS_ENTROPY;
+}
+
 char *cg_view_buf(const Ir *ir, int id, const char *own, char *(*buf)(void *g, int id), void *g)
 {
     int o = ir->rate0_view ? ir->rate0_view[id] : -1;

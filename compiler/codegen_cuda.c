@@ -285,6 +285,11 @@ static int c_op(void *gp, int i)
     }
     fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
             o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
+    if (cg_fused_loss(ir, op)) {
+        fprintf(g->f, "    if (e->train) /* backward follows: the gradient goes over the logits (lossfuse.c) */\n");
+        fprintf(g->f, "        SRK_AT(%s, %s);\n    else\n    ", site(op, "cross_entropy+d cross_entropy"),
+                expand(g, "srk_crossentropy_fwd_bwd($o, $a0, $0, $1, e->dloss, $s0, $s1, $s2)", op, NULL, 0));
+    }
     fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, user_name(op)), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL, 0));
     return 1;
 }

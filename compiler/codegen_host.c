@@ -100,6 +100,11 @@ static int h_op(void *gp, int i)
     Gen *g = gp;
     IrOp *op = g->ir->ops.v[i];
     emit_value_comment(g, op);
+    if (cg_fused_loss(g->ir, op)) {
+        fprintf(g->f, "    if (e->train) /* backward follows: the gradient goes over the logits (lossfuse.c) */\n");
+        fprintf(g->f, "        %s;\n    else\n    ",
+                expand(g, "*$o = sr_crossentropy_fwd_bwd($a0, $0, $1, e->dloss, $s0, $s1, $s2)", op, NULL));
+    }
     fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
     return 1;
 }

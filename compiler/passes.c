@@ -23,7 +23,8 @@ int drv_front(Program *P, const char *dump, FILE *out)
 }
 
 /* the back end: fold slices into attention, differentiate, recompute, cut the
- * pipeline, alias gradients, plan memory (code generation is the caller's) */
+ * pipeline, alias gradients, fuse the loss's backward into its forward, plan
+ * memory (code generation is the caller's) */
 int drv_back(Program *P, const char *dump, FILE *out)
 {
     if (qp_pack(P)) return 1;
@@ -40,6 +41,8 @@ int drv_back(Program *P, const char *dump, FILE *out)
     if (dump && !strcmp(dump, "pipeline")) pp_dump(P, out);
     if (ga_alias(P)) return 1;
     ir_verify(&P->ir, "gradalias");
+    if (lf_fuse(P)) return 1;
+    ir_verify(&P->ir, "lossfuse");
     if (mp_plan(P)) return 1;
     if (dump && !strcmp(dump, "memplan")) mp_dump(&P->ir, out);
     return 0;

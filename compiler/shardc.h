@@ -283,6 +283,8 @@ typedef struct Ir {
     int ninputs;
     int output;   /* the model's result value */
     Vec bwd;      /* IrBwd*: the backward program, in execution order (autodiff) */
+    int fused_loss; /* lossfuse.c: the cross_entropy op whose forward, in a training step, also
+                     * writes the logits' gradient over the logits (its backward step gone); -1 */
     int *rate0_view; /* gradalias.c: rate0_view[d] = o when d, a dropout's input gradient, is its
                       * output gradient o itself while the run's dropout rate is 0 (the step is
                       * then skipped); -1 otherwise. NULL: none */
@@ -399,6 +401,7 @@ unsigned ad_template_uses(const char *tmpl);
 int mp_plan(Program *P);
 /* gradalias.c: a gradient that is a copy of another (add, sub, reshape) is read from that one */
 int ga_alias(Program *P);
+int lf_fuse(Program *P);
 /* qkvpack.c: causal_attention of three slices of one q|k|v tensor reads it in place */
 int qp_pack(Program *P);
 /* the stage whose workspace holds v, or -1 when v is not in a workspace
@@ -478,6 +481,8 @@ int cg_step_runs(Ir *ir, const IrBwd *b, int mode);
 /* a value's buffer expression (own: the back end's, for its own storage): where gradalias.c
  * lets it be another gradient at dropout rate 0, the run-time choice of the two */
 char *cg_view_buf(const Ir *ir, int id, const char *own, char *(*buf)(void *g, int id), void *g);
+/* the loss op whose forward writes its gradient over the logits in a training step (lossfuse.c) */
+int cg_fused_loss(const Ir *ir, const IrOp *op);
 char *cg_cdim(Ir *ir, Dim d);   /* C expression of a dimension, long arithmetic over B and T */
 char *cg_fmt_float(double x);   /* a float literal */
 double cg_tnum(Program *P, const char *name, double dflt); /* a number of the train block */

@@ -246,6 +246,7 @@ static void release(chunk *c, slot *s)
 static void exec_for(run *r, chunk *c, slot *s, sr_exec *e, long step, float dropout)
 {
     rt_exec_init(r, e, r->B, dropout, step);
+    e->train = 1; /* a training pass: this microbatch's backward follows its forward */
     e->work = s->work;
     e->scratch = r->pipe->scratch;
     e->inputs = s->inputs;

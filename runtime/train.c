@@ -782,6 +782,7 @@ static sr_status train(run *r)
             if (r->batches) record_batch(r, k, first);
             sr_exec e;
             rt_exec_init(r, &e, r->B, o->dropout, k);
+            e.train = 1; /* backward follows */
             e.row0 = (int64_t)first * T;
             if (r->dp) {
                 sr_dp_begin(r->dp, mb == M - 1, k);

@@ -477,6 +477,52 @@ __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const flo
     for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_put(&dr[j], srk_ce_grad(srk_ld(lr[j]), l, sc, j, t), fresh);
 }
 
+/* the rows kernel's statistics of one row, then the row overwritten by the backward kernel's
+ * gradient into zeros (fresh), sc = dloss / N: the second read of the row comes from L2, so
+ * the logits are read once from memory, not twice, and need no gradient buffer */
+template <class TL>
+__global__ void crossentropy_fused_kernel(float *lse, float *rowloss, TL *logits, const int32_t *targets, int V,
+                                          int ld, float sc)
+{
+    long row = blockIdx.x;
+    TL *lr = logits + row * ld;
+    int t = targets[row];
+    bool ignored = t < 0 || t >= V;
+    float m = -INFINITY, s = 0.0f;
+    int j0 = 0;
+    bool vec = srk_ce_vec(lr);
+    if (vec) {
+        for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
+            float x[8];
+            srk_ld8(lr + 8 * q, x);
+            SRK_UNROLL
+            for (int k = 0; k < 8; k++) srk_ce_see(m, s, x[k]);
+        }
+        j0 = V / 8 * 8;
+    }
+    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_ce_see(m, s, srk_ld(lr[j]));
+    float xt = !ignored && threadIdx.x == 0 ? srk_ld(lr[t]) : 0.0f; /* read before the barriers below */
+    float mx = srk_block_max(m);
+    s = srk_block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+    float l = mx + logf(s); /* every thread: the block sums reach them all */
+    if (threadIdx.x == 0) {
+        if (lse) lse[row] = l;
+        rowloss[row] = ignored ? 0.0f : l - xt;
+    }
+    for (int j = (ignored ? 0 : V) + threadIdx.x; j < ld; j += blockDim.x) lr[j] = srk_to<TL>(0.0f);
+    if (ignored) return;
+    if (vec) {
+        for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
+            float x[8];
+            srk_ld8(lr + 8 * q, x);
+            SRK_UNROLL
+            for (int k = 0; k < 8; k++) x[k] = srk_ce_grad(x[k], l, sc, 8 * q + k, t);
+            srk_st8(lr + 8 * q, x);
+        }
+    }
+    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) lr[j] = srk_to<TL>(srk_ce_grad(srk_ld(lr[j]), l, sc, j, t));
+}
+
 /* loss (1) = mean over rows (on the device); lse (N) is saved for the backward; the
  * columns of the V from nv on pad the vocabulary (nv 0: none) */
 template <class TL>
@@ -501,6 +547,24 @@ void srk_crossentropy_bwd(TD *dlogits, const TL *logits, const float *lse, const
     if (!dlogits || N <= 0) return;
     SR_LAUNCH((crossentropy_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse,
               targets, dloss, N, sr_ce_classes(0, (int)V, (int)nv), (int)V, fresh & 1);
+}
+
+/* srk_crossentropy_fwd, and logits overwritten by srk_crossentropy_bwd's gradient (overwriting)
+ * with the seed dloss given by value, in one pass over each row: a training step's forward
+ * (compiler/lossfuse.c; the backward step is gone) */
+template <class TL>
+void srk_crossentropy_fwd_bwd(float *loss, float *lse, TL *logits, const int32_t *targets, float dloss, long N, long V,
+                              long nv)
+{
+    if (N <= 0) {
+        srk_zero(loss, 1);
+        return;
+    }
+    float *rows = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)N);
+    if (!rows) return;
+    SR_LAUNCH(crossentropy_fused_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
+              sr_ce_classes(0, (int)V, (int)nv), (int)V, dloss / (float)N);
+    SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
 }
 
 #endif /* SRK_NORM_CUH */

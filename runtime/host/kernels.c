@@ -1143,6 +1143,48 @@ void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
     }
 }
 
+float sr_crossentropy_fwd_bwd(float *lse, float *logits, const int32_t *targets, float dloss, int N, int V, int nv)
+{
+    // sr_crossentropy_fwd's row, then the row, still in cache, overwritten by
+    // sr_crossentropy_bwd's gradient (into zeros): the same arithmetic, one
+    // pass over the logits from memory instead of two and no gradient buffer
+    if (N <= 0) return 0.0f;
+    int ld = V;
+    V = sr_ce_classes(0, V, nv);
+    float sc = dloss / (float)N;
+    double part[CE_CHUNKS];
+    int nc = N < CE_CHUNKS ? N : CE_CHUNKS;
+    OMP(parallel for if((long)N * V >= PAR_MIN))
+    for (int c = 0; c < nc; c++) {
+        int r0 = (int)((long)N * c / nc), r1 = (int)((long)N * (c + 1) / nc);
+        double acc = 0.0;
+        for (int i = r0; i < r1; i++) {
+            float *li = logits + (size_t)i * ld;
+            float mx = row_max(li, V);
+            double s = 0.0;
+            OMP(simd reduction(+:s))
+            for (int j = 0; j < V; j++) s += fexp(li[j] - mx);
+            double l = (double)mx + log(s);
+            if (lse) lse[i] = (float)l;
+            int t = targets[i];
+            if (t >= 0 && t < V) {
+                acc += l - li[t];
+                float lf = (float)l;
+                OMP(simd)
+                for (int j = 0; j < V; j++) li[j] = sc * fexp(li[j] - lf);
+                li[t] -= sc; // the one-hot term
+            } else {
+                memset(li, 0, sizeof(float) * (size_t)V); // ignored row: no gradient
+            }
+            if (ld > V) memset(li + V, 0, sizeof(float) * (size_t)(ld - V)); // padding
+        }
+        part[c] = acc;
+    }
+    double tot = 0.0;
+    for (int c = 0; c < nc; c++) tot += part[c];
+    return (float)(tot / N);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Copy, zero, optimizer                                                     */
 

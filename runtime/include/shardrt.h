@@ -224,6 +224,10 @@ static inline int sr_ce_classes(long lo, int n, int nv)
 }
 void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
                          const int32_t *targets, float dloss, int N, int V, int nv);
+/* both in one pass over each row: returns sr_crossentropy_fwd's loss and
+ * lse, and overwrites logits with sr_crossentropy_bwd's gradient (into
+ * zeros: 0 in padding columns and ignored rows), the same bits */
+float sr_crossentropy_fwd_bwd(float *lse, float *logits, const int32_t *targets, float dloss, int N, int V, int nv);
 
 /* copy / zero */
 void sr_copy(float *out, const float *x, long n);

@@ -87,11 +87,15 @@ expect_eq "v read twice, q = slice 1: slices kept" "$(grep -c '= slice(' /tmp/cl
 rm -rf /tmp/cli-src
 "$shardc" build "$src/examples/gpt2.model" -o /tmp/cli-gpt2 --emit-src /tmp/cli-src > /dev/null 2>&1
 expect_eq "GPT-2 host program: residual add backward steps" "$(grep -c 'nn.model:9[23]  d add' /tmp/cli-src/cli-gpt2.c)" "0"
-expect_eq "GPT-2 host program: gradients cleared" "$(grep -c 'sr_zero(' /tmp/cli-src/cli-gpt2.c)" "101"
+expect_eq "GPT-2 host program: gradients cleared" "$(grep -c 'sr_zero(' /tmp/cli-src/cli-gpt2.c)" "100"
+# lossfuse.c: a training step's forward writes the loss's gradient over the logits (no backward
+# step, no gradient buffer or its clearing); evaluation keeps the plain loss
+expect_eq "GPT-2 host program: the loss and its gradient in one pass when training" "$(grep -c 'if (e->train)' /tmp/cli-src/cli-gpt2.c) $(grep -c 'sr_crossentropy_fwd_bwd(' /tmp/cli-src/cli-gpt2.c) $(grep -c 'sr_crossentropy_bwd(' /tmp/cli-src/cli-gpt2.c)" "1 1 0"
 expect_eq "GPT-2 host program: dropout backward steps that run only at a rate above 0" "$(grep -c 'if (e->dropout > 0.0f) {' /tmp/cli-src/cli-gpt2.c)" "25"
 # ... and the 24 residual adds' backward steps, left with nothing to write, are dropped from the
-# backward program (199 steps from autodiff), so the memory plan no longer counts their reads
-expect_eq "GPT-2: backward steps after gradalias.c" "$(sed -n 's/.* \([0-9]*\) backward;.*/\1/p' /tmp/cli-src/cli-gpt2.c)" "175"
+# backward program (199 steps from autodiff), so the memory plan no longer counts their reads;
+# so is the loss's (lossfuse.c)
+expect_eq "GPT-2: backward steps after gradalias.c and lossfuse.c" "$(sed -n 's/.* \([0-9]*\) backward;.*/\1/p' /tmp/cli-src/cli-gpt2.c)" "174"
 # ... but not where a step reading d(out) writes d(a) after it: h = a + gelu(a), whose gelu
 # backward reads d(h) (its output's gradient is a copy of it) and adds to d(a)
 { tiny_head; cat; } > /tmp/cli-ga.model <<'M'

@@ -658,9 +658,20 @@ static void test_crossentropy(long N, long V, long nv = 0)
     srk_crossentropy_bwd(d_dl, d_l, d_lse, d_t, d_seed, N, V, nv);
     expect(fmt("crossentropy %s bwd (ignored targets, accumulates)", tname<T>()).c_str(), down(d_dl, N * V), dl, tol);
     check(fabsf(srk_get_scalar(d_loss) - loss) <= 1e-5f * fabsf(loss), "srk_get_scalar reads the loss back");
+    /* a training step's forward (lossfuse.c): the loss, lse and, over the logits, the gradient
+     * the backward writes when it overwrites (from NaN), bit for bit */
+    T *d_l2 = up<T>(l), *d_fresh = up<T>(vec((size_t)(N * V), NAN));
+    float *d_lse2 = up<float>(vec((size_t)N)), *d_loss2 = up<float>(vec(1));
+    srk_crossentropy_bwd(d_fresh, d_l, d_lse, d_t, d_seed, N, V, nv, 1);
+    srk_crossentropy_fwd_bwd(d_loss2, d_lse2, d_l2, d_t, 0.7f, N, V, nv);
+    expect(fmt("crossentropy %s fwd+bwd in one pass: the loss", tname<T>()).c_str(), down(d_loss2, 1), down(d_loss, 1), 0);
+    expect("crossentropy fwd+bwd: lse", down(d_lse2, N), down(d_lse, N), 0);
+    expect("crossentropy fwd+bwd: the gradient over the logits (padding, ignored rows: 0)", down(d_l2, N * V),
+           down(d_fresh, N * V), 0);
     no_error("crossentropy");
     for (const void *p : {(const void *)d_l, (const void *)d_lse, (const void *)d_loss, (const void *)d_dl,
-                          (const void *)d_seed, (const void *)d_t})
+                          (const void *)d_seed, (const void *)d_t, (const void *)d_l2, (const void *)d_fresh,
+                          (const void *)d_lse2, (const void *)d_loss2})
         dfree(p);
 }
 

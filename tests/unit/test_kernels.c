@@ -868,6 +868,27 @@ static void test_crossentropy_fwd(int N, int V)
     free(l), free(lse), free(t), free(rl), free(dl);
 }
 
+/* a training step's loss (compiler/lossfuse.c): sr_crossentropy_fwd_bwd's loss and lse are
+ * sr_crossentropy_fwd's, and the gradient it leaves over the logits is sr_crossentropy_bwd's
+ * into zeros, bit for bit: with an ignored row and padding columns (nv < ld) */
+static void test_crossentropy_fused(int N, int ld, int nv)
+{
+    float *l = rand_buf((long)N * ld, -5, 5), *lse = zbuf(N), *lse2 = zbuf(N), *dl = zbuf((long)N * ld);
+    int32_t *t = malloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) t[i] = (int32_t)(urand() * nv);
+    t[N / 2] = -100;
+    float *l2 = malloc(sizeof(float) * (size_t)N * ld);
+    memcpy(l2, l, sizeof(float) * (size_t)N * ld);
+    float loss = sr_crossentropy_fwd(lse, l, t, N, ld, nv);
+    sr_crossentropy_bwd(dl, l, lse, t, 0.7f, N, ld, nv);
+    float loss2 = sr_crossentropy_fwd_bwd(lse2, l2, t, 0.7f, N, ld, nv);
+    check(loss2 == loss && !memcmp(lse, lse2, sizeof(float) * (size_t)N) &&
+              !memcmp(dl, l2, sizeof(float) * (size_t)N * ld),
+          "crossentropy fwd+bwd in one pass N=%d V=%d classes %d: the loss (%.7f, %.7f), lse and gradient bit for bit", N,
+          ld, nv, loss2, loss);
+    free(l), free(lse), free(lse2), free(dl), free(t), free(l2);
+}
+
 /* a vocabulary of V classes padded with P columns (cross_entropy(logits,
  * targets, V) on V + P columns): the unpadded loss, lse and gradient, and
  * nothing for the padding columns, whatever their logits */
@@ -1135,6 +1156,7 @@ int main(void)
     test_slice_transpose_fwd();
     test_crossentropy_fwd(5, 7);
     test_crossentropy_fwd(64, 1000);
+    test_crossentropy_fused(5, 7, 7), test_crossentropy_fused(64, 1000, 1000), test_crossentropy_fused(33, 128, 100);
     test_crossentropy_padded(9, 37, 11);
     test_crossentropy_padded(5, 50257, 47);
     test_gradients();
