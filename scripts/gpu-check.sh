@@ -28,7 +28,8 @@
 #   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
 #      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); 14 steps with each
-#      other attention path: its MFU, losses as the default's; 4 steps under
+#      other attention path, and with the bias gradients summed apart
+#      (SHARDC_CUDA_BGRAD=0): its MFU, losses as the default's; 4 steps under
 #      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line (and
 #      the attention's on each other path);
 #      and, where Nsight Compute is, one step's kernels by name (ncu.csv);
@@ -338,6 +339,17 @@ if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt
       bad "GPT-2 with SHARDC_CUDA_ATTN=$a"; SHARDC_CUDA_ATTN=$a why "$w/$a.txt" "$g2" $bench --batch $B
     fi
   done
+  # the bias gradients summed in their own kernels, not in the weight GEMMs' epilogues: what that saves
+  echo "   bias gradients apart (SHARDC_CUDA_BGRAD=0), 14 steps:"
+  if SHARDC_CUDA_BGRAD=0 timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/nobgrad.jsonl" > "$w/nobgrad.txt" 2>&1; then
+    cp "$w/nobgrad.jsonl" "$out/gpt2-nobgrad.jsonl"
+    mfu "$w/nobgrad.jsonl" $B
+    losses "$w/nobgrad.jsonl" > "$w/nobgrad.l"
+    close "$w/wmma.l" "$w/nobgrad.l" 1e-2 && ok "bias gradients apart: GPT-2's 14 losses within 1e-2 of the default's" ||
+      bad "bias gradients apart: GPT-2's losses differ from the default's"
+  else
+    bad "GPT-2 with SHARDC_CUDA_BGRAD=0"; SHARDC_CUDA_BGRAD=0 why "$w/nobgrad.txt" "$g2" $bench --batch $B
+  fi
   echo "   clocks, power, temperature at the start: $(cat "$w/smi.txt")"
   SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
     bad "GPT-2 under SHARDC_CUDA_PROFILE=1"
