@@ -139,6 +139,19 @@ static int build(Program *P, const Opts *o)
         fprintf(stderr, "shardc: error: build needs an output: -o BIN\ntry 'shardc build --help'\n");
         return 2;
     }
+    { /* the output's directory, before minutes of compiling end in a linker's error */
+        const char *slash = strrchr(o->out, '/');
+        char *odir = slash ? sx_fmt("%.*s", (int)(slash - o->out) + (slash == o->out), o->out) : ".";
+        struct stat st;
+        const char *why = stat(odir, &st) != 0     ? "does not exist; create it first"
+                          : !S_ISDIR(st.st_mode)   ? "is not a directory"
+                          : access(odir, W_OK) != 0 ? "is not writable"
+                                                    : NULL;
+        if (why) {
+            fprintf(stderr, "shardc: error: -o %s: %s %s\n", o->out, odir, why);
+            return 2;
+        }
+    }
     if (drv_back(P, o->dump, stdout)) return 1;
     /* the cut is the compiler's decision: show it (uneven splits included) */
     if (P->ir.nstages > 1 && !(o->dump && !strcmp(o->dump, "pipeline"))) pp_dump(P, stderr);

@@ -325,31 +325,24 @@ if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt
   timeout 300 "$g2" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" || bad "GPT-2 30 steps"
   cp "$w/gpt2.jsonl" "$out/gpt2.jsonl"
   mfu "$w/gpt2.jsonl" $B && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
-  # the other attention paths (mma.sync kernels, cuDNN): not the default until measured here
+  # variants against the default: the other attention paths (mma.sync kernels, cuDNN: not the
+  # default until measured here), and the bias gradients summed in their own kernels instead of
+  # in the weight GEMMs' epilogues (what that fusion saves)
   losses "$w/gpt2.jsonl" | head -14 > "$w/wmma.l"
-  for a in $attn_alt; do
-    echo "   attention on $a (SHARDC_CUDA_ATTN=$a), 14 steps:"
-    if SHARDC_CUDA_ATTN=$a timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/$a.jsonl" > "$w/$a.txt" 2>&1; then
-      cp "$w/$a.jsonl" "$out/gpt2-$a.jsonl"
-      mfu "$w/$a.jsonl" $B
-      losses "$w/$a.jsonl" > "$w/$a.l"
-      close "$w/wmma.l" "$w/$a.l" 1e-2 && ok "$a attention: GPT-2's 14 losses within 1e-2 of the default's" ||
-        bad "$a attention: GPT-2's losses differ from the default's"
+  variant() { # variant NAME TITLE VAR=VALUE: 14 steps under VAR=VALUE, their MFU, their losses
+    echo "   $2 ($3), 14 steps:"
+    if env "$3" timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/$1.jsonl" > "$w/$1.txt" 2>&1; then
+      cp "$w/$1.jsonl" "$out/gpt2-$1.jsonl"
+      mfu "$w/$1.jsonl" $B
+      losses "$w/$1.jsonl" > "$w/$1.l"
+      close "$w/wmma.l" "$w/$1.l" 1e-2 && ok "$2: GPT-2's 14 losses within 1e-2 of the default's" ||
+        bad "$2: GPT-2's losses differ from the default's"
     else
-      bad "GPT-2 with SHARDC_CUDA_ATTN=$a"; SHARDC_CUDA_ATTN=$a why "$w/$a.txt" "$g2" $bench --batch $B
+      bad "GPT-2 with $3"; (export "$3"; why "$w/$1.txt" "$g2" $bench --batch $B)
     fi
-  done
-  # the bias gradients summed in their own kernels, not in the weight GEMMs' epilogues: what that saves
-  echo "   bias gradients apart (SHARDC_CUDA_BGRAD=0), 14 steps:"
-  if SHARDC_CUDA_BGRAD=0 timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/nobgrad.jsonl" > "$w/nobgrad.txt" 2>&1; then
-    cp "$w/nobgrad.jsonl" "$out/gpt2-nobgrad.jsonl"
-    mfu "$w/nobgrad.jsonl" $B
-    losses "$w/nobgrad.jsonl" > "$w/nobgrad.l"
-    close "$w/wmma.l" "$w/nobgrad.l" 1e-2 && ok "bias gradients apart: GPT-2's 14 losses within 1e-2 of the default's" ||
-      bad "bias gradients apart: GPT-2's losses differ from the default's"
-  else
-    bad "GPT-2 with SHARDC_CUDA_BGRAD=0"; SHARDC_CUDA_BGRAD=0 why "$w/nobgrad.txt" "$g2" $bench --batch $B
-  fi
+  }
+  for a in $attn_alt; do variant "$a" "$a attention" "SHARDC_CUDA_ATTN=$a"; done
+  variant nobgrad "bias gradients apart" SHARDC_CUDA_BGRAD=0
   echo "   clocks, power, temperature at the start: $(cat "$w/smi.txt")"
   SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
     bad "GPT-2 under SHARDC_CUDA_PROFILE=1"

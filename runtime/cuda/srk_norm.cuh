@@ -403,14 +403,12 @@ __device__ __forceinline__ void srk_ce_see(float &m, float &s, float x)
 /* a row 16-byte aligned: the loop over eights through 16-byte accesses (srk_ld8: float or bf16),
  * else the scalar one (block-uniform) */
 __device__ __forceinline__ bool srk_ce_vec(const void *row) { return ((uintptr_t)row & 15u) == 0; }
+/* the log-sum-exp of a row's first V logits, read once (an online softmax), in every thread of
+ * the block (its reductions end in barriers: a thread's reads before the call precede every
+ * thread's code after it) */
 template <class TL>
-__global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *logits, const int32_t *targets, int V,
-                                         int ld)
+__device__ float srk_ce_row_lse(const TL *lr, int V)
 {
-    // one block per row of ld columns, the first V classes, read once (an online softmax):
-    // lse = max + log(sum exp(l - max)); rowloss = lse - l[target] (0 if the target is out of range)
-    long row = blockIdx.x;
-    const TL *lr = logits + row * ld;
     float m = -INFINITY, s = 0.0f;
     int j0 = 0;
     if (srk_ce_vec(lr)) {
@@ -425,8 +423,18 @@ __global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *l
     for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_ce_see(m, s, srk_ld(lr[j]));
     float mx = srk_block_max(m);
     s = srk_block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+    return mx + logf(s);
+}
+template <class TL>
+__global__ void crossentropy_rows_kernel(float *lse, float *rowloss, const TL *logits, const int32_t *targets, int V,
+                                         int ld)
+{
+    // one block per row of ld columns, the first V classes:
+    // lse = max + log(sum exp(l - max)); rowloss = lse - l[target] (0 if the target is out of range)
+    long row = blockIdx.x;
+    const TL *lr = logits + row * ld;
+    float l = srk_ce_row_lse(lr, V);
     if (threadIdx.x == 0) {
-        float l = mx + logf(s);
         if (lse) lse[row] = l;
         int t = targets[row];
         rowloss[row] = (t >= 0 && t < V) ? l - srk_ld(lr[t]) : 0.0f;
@@ -445,20 +453,11 @@ __device__ __forceinline__ float srk_ce_grad(float x, float l, float sc, int j, 
 {
     return sc * expf(x - l) - (j == t ? sc : 0.0f);
 }
+/* a row's gradient, dr += (fresh: =) sc * (softmax - onehot(t)) over its first V columns; dr may be lr
+ * (each thread reads its elements before it writes them) */
 template <class TD, class TL>
-__global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                                        const float *dloss, long N, int V, int ld, int fresh)
+__device__ void srk_ce_grad_row(TD *dr, const TL *lr, int V, float l, float sc, int t, int fresh)
 {
-    // dlogits (N,ld) += dloss/N * (softmax(logits) - onehot(target)) in the first V columns (the
-    // rest pad); ignored rows get nothing. fresh: dlogits = that, and 0 where nothing is added
-    long row = blockIdx.x;
-    int t = targets[row];
-    TD *dr = dlogits + row * ld;
-    bool ignored = t < 0 || t >= V;
-    for (int j = (ignored ? 0 : V) + threadIdx.x; fresh && j < ld; j += blockDim.x) dr[j] = srk_to<TD>(0.0f);
-    if (ignored) return; /* the whole block leaves */
-    float sc = dloss[0] / (float)N, l = lse[row];
-    const TL *lr = logits + row * ld;
     int j0 = 0;
     if (srk_ce_vec(lr) && srk_ce_vec(dr)) {
         for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
@@ -476,6 +475,20 @@ __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const flo
     }
     for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_put(&dr[j], srk_ce_grad(srk_ld(lr[j]), l, sc, j, t), fresh);
 }
+template <class TD, class TL>
+__global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
+                                        const float *dloss, long N, int V, int ld, int fresh)
+{
+    // dlogits (N,ld) += dloss/N * (softmax(logits) - onehot(target)) in the first V columns (the
+    // rest pad); ignored rows get nothing. fresh: dlogits = that, and 0 where nothing is added
+    long row = blockIdx.x;
+    int t = targets[row];
+    TD *dr = dlogits + row * ld;
+    bool ignored = t < 0 || t >= V;
+    for (int j = (ignored ? 0 : V) + threadIdx.x; fresh && j < ld; j += blockDim.x) dr[j] = srk_to<TD>(0.0f);
+    if (ignored) return; /* the whole block leaves */
+    srk_ce_grad_row(dr, logits + row * ld, V, lse[row], dloss[0] / (float)N, t, fresh);
+}
 
 /* the rows kernel's statistics of one row, then the row overwritten by the backward kernel's
  * gradient into zeros (fresh), sc = dloss / N: the second read of the row comes from L2, so
@@ -488,45 +501,20 @@ __global__ void crossentropy_fused_kernel(float *lse, float *rowloss, TL *logits
     TL *lr = logits + row * ld;
     int t = targets[row];
     bool ignored = t < 0 || t >= V;
-    float m = -INFINITY, s = 0.0f;
-    int j0 = 0;
-    bool vec = srk_ce_vec(lr);
-    if (vec) {
-        for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
-            float x[8];
-            srk_ld8(lr + 8 * q, x);
-            SRK_UNROLL
-            for (int k = 0; k < 8; k++) srk_ce_see(m, s, x[k]);
-        }
-        j0 = V / 8 * 8;
-    }
-    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) srk_ce_see(m, s, srk_ld(lr[j]));
-    float xt = !ignored && threadIdx.x == 0 ? srk_ld(lr[t]) : 0.0f; /* read before the barriers below */
-    float mx = srk_block_max(m);
-    s = srk_block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
-    float l = mx + logf(s); /* every thread: the block sums reach them all */
+    float xt = !ignored && threadIdx.x == 0 ? srk_ld(lr[t]) : 0.0f; /* before any thread writes */
+    float l = srk_ce_row_lse(lr, V);
     if (threadIdx.x == 0) {
         if (lse) lse[row] = l;
         rowloss[row] = ignored ? 0.0f : l - xt;
     }
     for (int j = (ignored ? 0 : V) + threadIdx.x; j < ld; j += blockDim.x) lr[j] = srk_to<TL>(0.0f);
-    if (ignored) return;
-    if (vec) {
-        for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
-            float x[8];
-            srk_ld8(lr + 8 * q, x);
-            SRK_UNROLL
-            for (int k = 0; k < 8; k++) x[k] = srk_ce_grad(x[k], l, sc, 8 * q + k, t);
-            srk_st8(lr + 8 * q, x);
-        }
-    }
-    for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) lr[j] = srk_to<TL>(srk_ce_grad(srk_ld(lr[j]), l, sc, j, t));
+    if (!ignored) srk_ce_grad_row(lr, lr, V, l, sc, t, 1);
 }
 
-/* loss (1) = mean over rows (on the device); lse (N) is saved for the backward; the
- * columns of the V from nv on pad the vocabulary (nv 0: none) */
-template <class TL>
-void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32_t *targets, long N, long V, long nv)
+/* the loss's rows, then their mean into loss (1): with GRAD, crossentropy_fused_kernel
+ * (sc = dloss / N), else crossentropy_rows_kernel (TL const) */
+template <bool GRAD, class TL>
+static void srk_ce_launch(float *loss, float *lse, TL *logits, const int32_t *targets, long N, long V, long nv, float sc)
 {
     if (N <= 0) {
         srk_zero(loss, 1);
@@ -534,9 +522,20 @@ void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32
     }
     float *rows = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)N);
     if (!rows) return;
-    SR_LAUNCH(crossentropy_rows_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
-              sr_ce_classes(0, (int)V, (int)nv), (int)V);
+    if constexpr (GRAD)
+        SR_LAUNCH(crossentropy_fused_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
+                  sr_ce_classes(0, (int)V, (int)nv), (int)V, sc);
+    else
+        SR_LAUNCH(crossentropy_rows_kernel<typename std::remove_const<TL>::type>, (unsigned)N, CE_THREADS, 0,
+                  srk_ctx.stream, lse, rows, logits, targets, sr_ce_classes(0, (int)V, (int)nv), (int)V);
     SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
+}
+/* loss (1) = mean over rows (on the device); lse (N) is saved for the backward; the
+ * columns of the V from nv on pad the vocabulary (nv 0: none) */
+template <class TL>
+void srk_crossentropy_fwd(float *loss, float *lse, const TL *logits, const int32_t *targets, long N, long V, long nv)
+{
+    srk_ce_launch<false>(loss, lse, logits, targets, N, V, nv, 0.0f);
 }
 /* dloss is a device pointer to the scalar seed (the backward's d loss); fresh (the code
  * generator's $z) bit 0: dlogits starts at zero, uncleared, and is overwritten */
@@ -556,15 +555,7 @@ template <class TL>
 void srk_crossentropy_fwd_bwd(float *loss, float *lse, TL *logits, const int32_t *targets, float dloss, long N, long V,
                               long nv)
 {
-    if (N <= 0) {
-        srk_zero(loss, 1);
-        return;
-    }
-    float *rows = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)N);
-    if (!rows) return;
-    SR_LAUNCH(crossentropy_fused_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
-              sr_ce_classes(0, (int)V, (int)nv), (int)V, dloss / (float)N);
-    SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
+    srk_ce_launch<true>(loss, lse, logits, targets, N, V, nv, dloss / (float)N);
 }
 
 #endif /* SRK_NORM_CUH */

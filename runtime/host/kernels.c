@@ -1087,7 +1087,9 @@ void sr_dropout_bwd(float *dx, const float *dout, long n, float p, uint64_t seed
 
 enum { CE_CHUNKS = 64 };
 
-float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V, int nv)
+/* the loss's rows: lse, and the mean loss returned; with grad, each row, still in cache,
+ * overwritten by sr_crossentropy_bwd's gradient into zeros (sc = dloss / N) */
+static float ce_rows(float *lse, float *logits, const int32_t *targets, int N, int V, int nv, int grad, float sc)
 {
     // logits (N,V), targets (N) -> lse (N); returns mean_i (lse_i - logits[i, t_i]).
     // Only the first nv columns are classes (0: all); the others pad a
@@ -1104,7 +1106,7 @@ float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *target
         int r0 = (int)((long)N * c / nc), r1 = (int)((long)N * (c + 1) / nc);
         double acc = 0.0;
         for (int i = r0; i < r1; i++) {
-            const float *li = logits + (size_t)i * ld;
+            float *li = logits + (size_t)i * ld;
             float mx = row_max(li, V);
             double s = 0.0;
             OMP(simd reduction(+:s))
@@ -1113,12 +1115,27 @@ float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *target
             if (lse) lse[i] = (float)l;
             int t = targets[i];
             if (t >= 0 && t < V) acc += l - li[t];
+            if (!grad) continue;
+            if (t >= 0 && t < V) { // sr_crossentropy_bwd's arithmetic, into zeros
+                float lf = (float)l;
+                OMP(simd)
+                for (int j = 0; j < V; j++) li[j] = sc * fexp(li[j] - lf);
+                li[t] -= sc; // the one-hot term
+            } else {
+                memset(li, 0, sizeof(float) * (size_t)V); // ignored row: no gradient
+            }
+            if (ld > V) memset(li + V, 0, sizeof(float) * (size_t)(ld - V)); // padding
         }
         part[c] = acc;
     }
     double tot = 0.0;
     for (int c = 0; c < nc; c++) tot += part[c];
     return (float)(tot / N);
+}
+
+float sr_crossentropy_fwd(float *lse, const float *logits, const int32_t *targets, int N, int V, int nv)
+{
+    return ce_rows(lse, (float *)logits, targets, N, V, nv, 0, 0.0f); /* read only */
 }
 
 void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
@@ -1145,44 +1162,8 @@ void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
 
 float sr_crossentropy_fwd_bwd(float *lse, float *logits, const int32_t *targets, float dloss, int N, int V, int nv)
 {
-    // sr_crossentropy_fwd's row, then the row, still in cache, overwritten by
-    // sr_crossentropy_bwd's gradient (into zeros): the same arithmetic, one
-    // pass over the logits from memory instead of two and no gradient buffer
-    if (N <= 0) return 0.0f;
-    int ld = V;
-    V = sr_ce_classes(0, V, nv);
-    float sc = dloss / (float)N;
-    double part[CE_CHUNKS];
-    int nc = N < CE_CHUNKS ? N : CE_CHUNKS;
-    OMP(parallel for if((long)N * V >= PAR_MIN))
-    for (int c = 0; c < nc; c++) {
-        int r0 = (int)((long)N * c / nc), r1 = (int)((long)N * (c + 1) / nc);
-        double acc = 0.0;
-        for (int i = r0; i < r1; i++) {
-            float *li = logits + (size_t)i * ld;
-            float mx = row_max(li, V);
-            double s = 0.0;
-            OMP(simd reduction(+:s))
-            for (int j = 0; j < V; j++) s += fexp(li[j] - mx);
-            double l = (double)mx + log(s);
-            if (lse) lse[i] = (float)l;
-            int t = targets[i];
-            if (t >= 0 && t < V) {
-                acc += l - li[t];
-                float lf = (float)l;
-                OMP(simd)
-                for (int j = 0; j < V; j++) li[j] = sc * fexp(li[j] - lf);
-                li[t] -= sc; // the one-hot term
-            } else {
-                memset(li, 0, sizeof(float) * (size_t)V); // ignored row: no gradient
-            }
-            if (ld > V) memset(li + V, 0, sizeof(float) * (size_t)(ld - V)); // padding
-        }
-        part[c] = acc;
-    }
-    double tot = 0.0;
-    for (int c = 0; c < nc; c++) tot += part[c];
-    return (float)(tot / N);
+    // one pass over the logits from memory instead of two, no gradient buffer
+    return ce_rows(lse, logits, targets, N, V, nv, 1, dloss / (float)N);
 }
 
 /* ------------------------------------------------------------------------ */

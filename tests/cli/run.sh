@@ -26,6 +26,9 @@ expect_rc 2 "unknown flag" "$shardc" check "$src/examples/gpt2.model" --frobnica
 grep -q "unknown option '--frobnicate'" /tmp/cli.err && ok "unknown flag is named" || bad "unknown flag is named"
 expect_rc 2 "flag without value" "$shardc" check "$src/examples/gpt2.model" --set
 expect_rc 2 "bad --set" "$shardc" check "$src/examples/gpt2.model" --set novalue
+# -o into a directory that is not there: one line before any compiling, not a linker's error
+expect_rc 2 "-o in a missing directory" "$shardc" build "$src/examples/mlp.model" -o /tmp/cli-no-such-dir/m
+expect_eq "-o in a missing directory: one line naming it" "$(wc -l < /tmp/cli.err) $(grep -c 'cli-no-such-dir does not exist; create it first' /tmp/cli.err)" "1 1"
 expect_rc 2 "bad --tp" "$shardc" check "$src/examples/gpt2.model" --tp zero
 expect_rc 1 "--set of an unknown constant" "$shardc" check "$src/examples/gpt2.model" --set n_embed=5
 grep -q "no constant named 'n_embed'" /tmp/cli.err && ok "unknown --set is named" || bad "unknown --set is named"

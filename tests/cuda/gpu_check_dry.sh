@@ -74,10 +74,10 @@ check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bas
 check "tinygpt bf16 with the mma.sync attention (SHARDC_CUDA_ATTN=mma): losses as the host's" \
   grep -q "^ok   bf16-mma: 20 losses within 2e-2" run.txt
 check "GPT-2 with the mma.sync attention: 14 steps, its MFU, losses compared with the default's" bash -c \
-  "grep -A4 'attention on mma (SHARDC_CUDA_ATTN=mma)' run.txt | grep -q 'MFU 32.5% of 989' &&
+  "grep -A4 'mma attention (SHARDC_CUDA_ATTN=mma), 14 steps' run.txt | grep -q 'MFU 32.5% of 989' &&
    grep -q \"^ok   mma attention: GPT-2's 14 losses within 1e-2\" run.txt"
 check "GPT-2 with the bias gradients apart (SHARDC_CUDA_BGRAD=0): 14 steps, its MFU, losses compared" bash -c \
-  "grep -A4 'bias gradients apart (SHARDC_CUDA_BGRAD=0)' run.txt | grep -q 'MFU 32.5% of 989' &&
+  "grep -A4 'bias gradients apart (SHARDC_CUDA_BGRAD=0), 14 steps' run.txt | grep -q 'MFU 32.5% of 989' &&
    grep -q \"^ok   bias gradients apart: GPT-2's 14 losses within 1e-2\" run.txt"
 check "the profile is printed and kept (gpt2-profile.txt), and mma.sync's (gpt2-profile-mma.txt)" bash -c \
   "grep -q 'nn.model:80 causal_attention' run.txt && grep -q 'cuda profile' out/gpt2-profile.txt &&
