@@ -53,6 +53,8 @@ int lf_fuse(Program *P)
         vec_push(&kept, c);
     }
     ir->bwd = kept;
+    for (int i = 0; ir->rate0_view && i < ir->values.n; i++) /* a dropout that made the logits */
+        if (ir->rate0_view[i] == d) ir->rate0_view[i] = logits;
     ir->fused_loss = op->id;
     return 0;
 }
