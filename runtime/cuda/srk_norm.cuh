@@ -13,7 +13,10 @@
 
 #include "srk_pointwise.cuh"
 
-enum { NORM_WARPS = 8, ROW_THREADS = 256, CE_THREADS = 512 };
+/* CE_FUSED_THREADS: the fused loss reads each row twice, the second time from L2; a row of
+ * GPT-2's 50304 bf16 logits is 100 KB, and with 1024 threads (2 blocks an SM) the rows in
+ * flight on an H100/H200's 132 SMs are about 26 MB of its 50 MB L2 (with 512: about 53 MB) */
+enum { NORM_WARPS = 8, ROW_THREADS = 256, CE_THREADS = 512, CE_FUSED_THREADS = 1024 };
 
 /* ---- layernorm ------------------------------------------------------------------------ */
 template <class TO, class TX, class TW, class TB>
@@ -523,8 +526,8 @@ static void srk_ce_launch(float *loss, float *lse, TL *logits, const int32_t *ta
     float *rows = (float *)srk_scratch(SRK_SCR_ROWS, sizeof(float) * (size_t)N);
     if (!rows) return;
     if constexpr (GRAD)
-        SR_LAUNCH(crossentropy_fused_kernel<TL>, (unsigned)N, CE_THREADS, 0, srk_ctx.stream, lse, rows, logits, targets,
-                  sr_ce_classes(0, (int)V, (int)nv), (int)V, sc);
+        SR_LAUNCH(crossentropy_fused_kernel<TL>, (unsigned)N, CE_FUSED_THREADS, 0, srk_ctx.stream, lse, rows, logits,
+                  targets, sr_ce_classes(0, (int)V, (int)nv), (int)V, sc);
     else
         SR_LAUNCH(crossentropy_rows_kernel<typename std::remove_const<TL>::type>, (unsigned)N, CE_THREADS, 0,
                   srk_ctx.stream, lse, rows, logits, targets, sr_ce_classes(0, (int)V, (int)nv), (int)V);
