@@ -471,6 +471,14 @@ static void emit_stage(CGen *g, int s, int logits)
         fprintf(f, "    srk_site(__FILE__, __LINE__, \"backward\");\n");
         fprintf(f, "    srk_bind_params(e->params, ARENA_FLOATS, e->step);\n");
         if (last && mode != BW_WEIGHT) fprintf(f, "    srk_set_scalar(%s, e->dloss); /* d loss */\n", buf(g, ir->seed));
+        if (last && mode != BW_WEIGHT && ir->fused_loss >= 0) { /* a forward not told it trains */
+            IrOp *ce = ir->ops.v[ir->fused_loss];
+            fprintf(f, "    if (!e->train) { /* the loss's gradient, which a training forward writes (lossfuse.c) */\n");
+            cg_emit_syms(f, ir, g->P->layout.tp, "e->B", "e->T");
+            fprintf(f, "    SRK_AT(%s, %s);\n    }\n", site(ce, "d cross_entropy"),
+                    expand(g, sx_fmt("srk_crossentropy_bwd($0, $0, $a0, $1, %s, $s0, $s1, $s2, 1)", buf(g, ir->seed)), ce,
+                           NULL, 0));
+        }
         for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
         fprintf(f, "}\n\n");
     }

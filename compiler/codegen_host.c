@@ -205,6 +205,12 @@ static void emit_stage(Gen *g, int s, int logits)
         cg_emit_backward(&x, g->ir, g->stage, mode, g->zeroed, &g->fnames, &bcalls);
         fprintf(f, "static void stage%d_%s(sr_exec *e)\n{\n    replan%d(e->B, e->T);\n", s, suffix[mode], s);
         if (last && mode != BW_WEIGHT) fprintf(f, "    %s[0] = e->dloss; /* d loss */\n", buf(g, ir->seed));
+        if (last && mode != BW_WEIGHT && ir->fused_loss >= 0) { /* a forward not told it trains */
+            fprintf(f, "    if (!e->train) { /* the loss's gradient, which a training forward writes (lossfuse.c) */\n");
+            cg_emit_syms(f, ir, g->P->layout.tp, "e->B", "e->T");
+            fprintf(f, "    %s;\n    }\n", expand(g, "sr_crossentropy_bwd_over($0, $a0, $1, e->dloss, $s0, $s1, $s2)",
+                                                 ir->ops.v[ir->fused_loss], NULL));
+        }
         for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
         fprintf(f, "}\n\n");
     }

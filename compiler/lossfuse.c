@@ -10,7 +10,10 @@
  * that read d(logits) reads the logits' buffer. The logits are read once
  * instead of twice and their gradient takes no memory of its own (at GPT-2's
  * batch 128 x 1024, 13 GB in bf16). Evaluation and sampling run the plain
- * forward (e->train is 0) and keep the logits. Ir.fused_loss names the op.
+ * forward (e->train is 0) and keep the logits; a backward after such a
+ * forward first writes the gradient over them itself (the code generators,
+ * after the seed), so the flag saves a pass and never changes a result.
+ * Ir.fused_loss names the op.
  * Left alone: the vocab-parallel loss (tensor parallelism), whose statistics
  * need collectives between the two halves.
  */

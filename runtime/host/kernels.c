@@ -1087,6 +1087,20 @@ void sr_dropout_bwd(float *dx, const float *dout, long n, float p, uint64_t seed
 
 enum { CE_CHUNKS = 64 };
 
+/* a row of logits (ld columns, V classes) overwritten by its gradient, sr_crossentropy_bwd's
+ * arithmetic into zeros (l its lse, sc = dloss / N): 0 for an ignored row and the padding */
+static void ce_grad_row(float *li, float l, int t, int V, int ld, float sc)
+{
+    if (t >= 0 && t < V) {
+        OMP(simd)
+        for (int j = 0; j < V; j++) li[j] = sc * fexp(li[j] - l);
+        li[t] -= sc; // the one-hot term
+    } else {
+        memset(li, 0, sizeof(float) * (size_t)V);
+    }
+    if (ld > V) memset(li + V, 0, sizeof(float) * (size_t)(ld - V));
+}
+
 /* the loss's rows: lse, and the mean loss returned; with grad, each row, still in cache,
  * overwritten by sr_crossentropy_bwd's gradient into zeros (sc = dloss / N) */
 static float ce_rows(float *lse, float *logits, const int32_t *targets, int N, int V, int nv, int grad, float sc)
@@ -1115,16 +1129,7 @@ static float ce_rows(float *lse, float *logits, const int32_t *targets, int N, i
             if (lse) lse[i] = (float)l;
             int t = targets[i];
             if (t >= 0 && t < V) acc += l - li[t];
-            if (!grad) continue;
-            if (t >= 0 && t < V) { // sr_crossentropy_bwd's arithmetic, into zeros
-                float lf = (float)l;
-                OMP(simd)
-                for (int j = 0; j < V; j++) li[j] = sc * fexp(li[j] - lf);
-                li[t] -= sc; // the one-hot term
-            } else {
-                memset(li, 0, sizeof(float) * (size_t)V); // ignored row: no gradient
-            }
-            if (ld > V) memset(li + V, 0, sizeof(float) * (size_t)(ld - V)); // padding
+            if (grad) ce_grad_row(li, (float)l, t, V, ld, sc);
         }
         part[c] = acc;
     }
@@ -1164,6 +1169,17 @@ float sr_crossentropy_fwd_bwd(float *lse, float *logits, const int32_t *targets,
 {
     // one pass over the logits from memory instead of two, no gradient buffer
     return ce_rows(lse, logits, targets, N, V, nv, 1, dloss / (float)N);
+}
+
+void sr_crossentropy_bwd_over(float *logits, const float *lse, const int32_t *targets, float dloss, int N, int V,
+                              int nv)
+{
+    if (N <= 0) return;
+    int ld = V;
+    V = sr_ce_classes(0, V, nv);
+    float sc = dloss / (float)N;
+    OMP(parallel for if((long)N * V >= PAR_MIN))
+    for (int i = 0; i < N; i++) ce_grad_row(logits + (size_t)i * ld, lse[i], targets[i], V, ld, sc);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -228,6 +228,10 @@ void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
  * lse, and overwrites logits with sr_crossentropy_bwd's gradient (into
  * zeros: 0 in padding columns and ignored rows), the same bits */
 float sr_crossentropy_fwd_bwd(float *lse, float *logits, const int32_t *targets, float dloss, int N, int V, int nv);
+/* its second half after a forward that only computed the loss (lse kept): logits overwritten
+ * by their gradient, the same bits (a backward whose forward was not told it trains) */
+void sr_crossentropy_bwd_over(float *logits, const float *lse, const int32_t *targets, float dloss, int N, int V,
+                              int nv);
 
 /* copy / zero */
 void sr_copy(float *out, const float *x, long n);

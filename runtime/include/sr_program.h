@@ -76,9 +76,10 @@ typedef struct sr_exec {
     float loss;              /* set by forward: mean loss over the B*T rows */
     float dloss;             /* backward seed: d(objective)/d(loss) */
     float dropout;           /* dropout probability; 0 in evaluation */
-    int train;               /* a training step: backward follows this forward (which may then
-                              * write the loss's gradient over the logits: compiler/lossfuse.c);
-                              * 0 in evaluation and sampling, whose logits are kept */
+    int train;               /* a training step: backward follows this forward, which may then
+                              * write the loss's gradient over the logits (compiler/lossfuse.c);
+                              * 0 in evaluation and sampling, whose logits are kept (a backward
+                              * after such a forward computes that gradient itself) */
     uint64_t seed, step;     /* for the counter-based dropout */
     int64_t row0;            /* global index of this microbatch's first row (B*T units) */
     float *logits;           /* set by forward: (B, T, vocab) when the model has a loss head */

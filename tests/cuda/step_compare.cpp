@@ -145,7 +145,13 @@ int main(int argc, char **argv)
         memset(&he, 0, sizeof he);
         he.B = B, he.T = T, he.inputs = tok.data(), he.targets = tgt.data(), he.dloss = 1.0f;
         he.dropout = dropout, he.seed = 1337, he.step = (uint64_t)s, he.tp = 1;
+        /* a training step's forward writes the loss's gradient over the logits (lossfuse.c); one not
+         * told it trains keeps them, and the backward computes that gradient itself. Step 1 runs
+         * so on both sides (its logits are compared), then each side's fused path meets the
+         * other's unfused one: the CUDA program trains so at even steps, the host at odd ones */
         ce = he;
+        he.train = s > 1 && s % 2 == 1;
+        ce.train = s > 1 && s % 2 == 0;
         he.params = hp.data(), he.grads = hg.data(), he.work = hwork.data();
         ce.params = cp, ce.grads = cg, ce.work = cwork, ce.inputs = ctok, ce.targets = ctgt;
         H->forward(&he);
