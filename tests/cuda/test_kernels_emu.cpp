@@ -668,6 +668,8 @@ static void test_crossentropy(long N, long V, long nv = 0)
     expect("crossentropy fwd+bwd: lse", down(d_lse2, N), down(d_lse, N), 0);
     expect("crossentropy fwd+bwd: the gradient over the logits (padding, ignored rows: 0)", down(d_l2, N * V),
            down(d_fresh, N * V), 0);
+    srk_crossentropy_bwd(d_l, d_l, d_lse, d_t, d_seed, N, V, nv, 1); /* in place, after a plain forward */
+    expect("crossentropy bwd in place over the logits", down(d_l, N * V), down(d_fresh, N * V), 0);
     no_error("crossentropy");
     for (const void *p : {(const void *)d_l, (const void *)d_lse, (const void *)d_loss, (const void *)d_dl,
                           (const void *)d_seed, (const void *)d_t, (const void *)d_l2, (const void *)d_fresh,

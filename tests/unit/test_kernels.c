@@ -886,6 +886,9 @@ static void test_crossentropy_fused(int N, int ld, int nv)
               !memcmp(dl, l2, sizeof(float) * (size_t)N * ld),
           "crossentropy fwd+bwd in one pass N=%d V=%d classes %d: the loss (%.7f, %.7f), lse and gradient bit for bit", N,
           ld, nv, loss2, loss);
+    sr_crossentropy_bwd_over(l, lse, t, 0.7f, N, ld, nv); /* after a plain forward: the second half */
+    check(!memcmp(dl, l, sizeof(float) * (size_t)N * ld), "crossentropy bwd over the logits N=%d V=%d: bit for bit", N,
+          ld);
     free(l), free(lse), free(lse2), free(dl), free(t), free(l2);
 }
 
