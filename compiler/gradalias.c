@@ -57,14 +57,16 @@ static int pinned(Ir *ir, int v)
     return 0;
 }
 
-/* step m writes gradient d (a rule's input gradient, or an in-place sum) */
-static int writes_to(const IrBwd *c, int d)
+/* writes[d]: the steps that write gradient d (rules and in-place sums) */
+static void count_writes(const Ir *ir, int *writes)
 {
-    if (c->kind == BWD_ALLREDUCE) return c->dout == d;
-    if (c->kind != BWD_RULE) return 0;
-    for (int k = 0; k < 4; k++)
-        if (c->din[k] == d) return 1;
-    return 0;
+    memset(writes, 0, sizeof(int) * (size_t)(ir->values.n + 1));
+    for (int j = 0; j < ir->bwd.n; j++) {
+        const IrBwd *b = ir->bwd.v[j];
+        if (b->kind == BWD_ALLREDUCE) writes[b->dout]++; /* summed in place */
+        for (int k = 0; k < 4 && b->kind == BWD_RULE; k++)
+            if (b->din[k] >= 0) writes[b->din[k]]++;
+    }
 }
 
 /* d(a) = d(out) at step j, d(a)'s first write, with later writers: d(out) may hold d(a) when no
@@ -74,13 +76,13 @@ static int shareable(Ir *ir, int j, int d)
     IrBwd *b = ir->bwd.v[j];
     if (ir->nstages > 1 && ir->split_backward) return 0;
     for (int m = 0; m < j; m++)
-        if (writes_to(ir->bwd.v[m], d)) return 0;
+        if (ir_bwd_writes(ir->bwd.v[m], d)) return 0;
     int next = ir->bwd.n;
     for (int m = j + 1; m < ir->bwd.n && next == ir->bwd.n; m++)
-        if (writes_to(ir->bwd.v[m], d)) next = m;
+        if (ir_bwd_writes(ir->bwd.v[m], d)) next = m;
     for (int m = j + 1; m < ir->bwd.n; m++) {
         IrBwd *c = ir->bwd.v[m];
-        if (writes_to(c, b->dout) || (m >= next && c->kind == BWD_RULE && c->dout == b->dout)) return 0;
+        if (ir_bwd_writes(c, b->dout) || (m >= next && c->kind == BWD_RULE && c->dout == b->dout)) return 0;
     }
     return 1;
 }
@@ -103,7 +105,7 @@ static int rate0_viewable(Ir *ir, int j, const int *writes)
         if (c->kind == BWD_RULE && c->dout == d) last = m;
     }
     for (int m = j + 1; m <= last; m++)
-        if (writes_to(ir->bwd.v[m], o)) return 0;
+        if (ir_bwd_writes(ir->bwd.v[m], o)) return 0;
     return 1;
 }
 
@@ -112,13 +114,7 @@ int ga_alias(Program *P)
     Ir *ir = &P->ir;
     int nv = ir->values.n;
     int *writes = sx_alloc(sizeof(int) * (size_t)(nv + 1));
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        if (b->kind == BWD_ALLREDUCE) writes[b->dout]++; /* summed in place */
-        if (b->kind != BWD_RULE) continue;
-        for (int k = 0; k < 4; k++)
-            if (b->din[k] >= 0) writes[b->din[k]]++;
-    }
+    count_writes(ir, writes);
     /* first the copies with one writer (their readers then read d(out)'s original value), then
      * the shared storage, whose check needs every such reader of d(out) in place */
     for (int pass = 0; pass < 2; pass++)
@@ -155,13 +151,7 @@ int ga_alias(Program *P)
         vec_push(&kept, b);
     }
     ir->bwd = kept;
-    memset(writes, 0, sizeof(int) * (size_t)(nv + 1));
-    for (int j = 0; j < ir->bwd.n; j++) {
-        IrBwd *b = ir->bwd.v[j];
-        for (int k = 0; k < 4; k++)
-            if (b->din[k] >= 0) writes[b->din[k]]++;
-        if (b->kind == BWD_ALLREDUCE) writes[b->dout]++;
-    }
+    count_writes(ir, writes);
     ir->rate0_view = NULL;
     for (int j = 0; j < ir->bwd.n; j++) {
         if (!rate0_viewable(ir, j, writes)) continue;

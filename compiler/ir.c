@@ -32,6 +32,15 @@ IrOp *ir_op(Ir *ir, int id)
     return ir->ops.v[id];
 }
 
+int ir_bwd_writes(const IrBwd *c, int d)
+{
+    if (c->kind == BWD_ALLREDUCE) return c->dout == d;
+    if (c->kind != BWD_RULE) return 0;
+    for (int k = 0; k < 4; k++)
+        if (c->din[k] == d) return 1;
+    return 0;
+}
+
 /* ops becomes the op list: ids renumbered, and the defs of their outputs and aux buffers */
 void ir_set_ops(Ir *ir, Vec ops)
 {

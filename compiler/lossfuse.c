@@ -41,13 +41,8 @@ int lf_fuse(Program *P)
         for (int k = 0; k < o->nin; k++)
             if (o->in[k] == logits && o != op) return 0;
     }
-    for (int k = 0; k < ir->bwd.n; k++) { /* and its backward the only writer of their gradient */
-        IrBwd *c = ir->bwd.v[k];
-        if (k == j) continue;
-        if (c->kind == BWD_ALLREDUCE && c->dout == d) return 0;
-        for (int i = 0; i < 4 && c->kind == BWD_RULE; i++)
-            if (c->din[i] == d) return 0;
-    }
+    for (int k = 0; k < ir->bwd.n; k++) /* and its backward the only writer of their gradient */
+        if (k != j && ir_bwd_writes(ir->bwd.v[k], d)) return 0;
     Vec kept = {0};
     for (int k = 0; k < ir->bwd.n; k++) {
         IrBwd *c = ir->bwd.v[k];

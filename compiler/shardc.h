@@ -553,6 +553,8 @@ IrOp *ir_op(Ir *ir, int id);
 int ir_new_value(Ir *ir, ValKind k, DType t, const Shape *s);
 /* ops becomes the op list: ids renumbered, the defs of their outputs and aux buffers set */
 void ir_set_ops(Ir *ir, Vec ops);
+/* backward step c writes gradient d (a rule's input gradient, or an in-place sum) */
+int ir_bwd_writes(const IrBwd *c, int d);
 int ir_verify(const Ir *ir, const char *after);
 void ir_dump(const Ir *ir, FILE *f);
 void ir_print_params(const Ir *ir, FILE *f);

@@ -26,6 +26,22 @@
 #include <vector>
 #endif
 
+/* the output and bias types a program may ask for (both GEMM paths check them) */
+static int gemm_types_ok(int cdt, int epi, int bias_dt)
+{
+    if (!srk_ctx.bf16 && cdt == SRK_BF16) {
+        srk_fail("internal: an fp32 program produced a bf16 matmul output at %s:%d", srk_ctx.site_file,
+                 srk_ctx.site_line);
+        return 0;
+    }
+    if (epi == SRK_EPI_BGRAD && (cdt != SRK_F32 || bias_dt != SRK_F32)) {
+        srk_fail("internal: a bias gradient from a GEMM needs a float output and bias at %s:%d", srk_ctx.site_file,
+                 srk_ctx.site_line);
+        return 0;
+    }
+    return 1;
+}
+
 /* an operand in the compute type: bf16 in a bf16 program, else float */
 static const void *as_compute(const void *p, int dt, long n, int scratch_id, int *out_dt)
 {
@@ -120,7 +136,7 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
                          : epi == SRK_EPI_BGRAD     ? CUBLASLT_EPILOGUE_BGRADA
                                                     : CUBLASLT_EPILOGUE_DEFAULT;
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
-    if (srk_epi_bias(epi) || epi == SRK_EPI_BGRAD) { /* read, or (BGRAD) written */
+    if (srk_epi_bias_ptr(epi)) {
         cudaDataType_t bt = cuda_type(bias_dt);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
@@ -180,16 +196,7 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
     const void *a = as_compute(A, adt, (ta ? K : M) * lda, SRK_SCR_CONV_A, &a_dt);
     const void *b = as_compute(B, bdt, (tb ? N : K) * ldb, SRK_SCR_CONV_B, &b_dt);
     if (!a || !b) return 0;
-    if (!srk_ctx.bf16 && cdt == SRK_BF16) {
-        srk_fail("internal: an fp32 program produced a bf16 matmul output at %s:%d", srk_ctx.site_file,
-                 srk_ctx.site_line);
-        return 0;
-    }
-    if (epi == SRK_EPI_BGRAD && (cdt != SRK_F32 || bias_dt != SRK_F32)) {
-        srk_fail("internal: a bias gradient from a GEMM needs a float output and bias at %s:%d", srk_ctx.site_file,
-                 srk_ctx.site_line);
-        return 0;
-    }
+    if (!gemm_types_ok(cdt, epi, bias_dt)) return 0;
     /* the bias in the output's type (cuBLASLt's rule) */
     if (srk_epi_bias(epi) && bias_dt != cdt) {
         if (cdt == SRK_BF16) {
@@ -216,7 +223,7 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
     if (!p) return 0;
     if (p->none) return 1;
     /* this call's bias and aux pointers (the cached descriptor has a previous call's) */
-    if (srk_epi_bias(epi) || epi == SRK_EPI_BGRAD)
+    if (srk_epi_bias_ptr(epi))
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (srk_epi_aux(epi))
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
@@ -251,16 +258,7 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
              void *pre)
 {
     if (srk_ctx.failed || M <= 0 || N <= 0) return 0;
-    if (!srk_ctx.bf16 && cdt == SRK_BF16) {
-        srk_fail("internal: an fp32 program produced a bf16 matmul output at %s:%d", srk_ctx.site_file,
-                 srk_ctx.site_line);
-        return 0;
-    }
-    if (epi == SRK_EPI_BGRAD && (cdt != SRK_F32 || bias_dt != SRK_F32)) {
-        srk_fail("internal: a bias gradient from a GEMM needs a float output and bias at %s:%d", srk_ctx.site_file,
-                 srk_ctx.site_line);
-        return 0;
-    }
+    if (!gemm_types_ok(cdt, epi, bias_dt)) return 0;
     /* it runs here and now on the host: after the work queued on the stream
      * (kernels waiting behind a collective), as cuBLASLt's would */
     if (!emu::stream_drain(srk_ctx.stream, "matmul")) {

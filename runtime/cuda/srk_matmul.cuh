@@ -20,6 +20,8 @@
 
 enum { SRK_EPI_NONE = 0, SRK_EPI_BIAS = 1, SRK_EPI_BIAS_GELU = 2, SRK_EPI_DGELU = 3, SRK_EPI_BGRAD = 4 };
 static inline int srk_epi_bias(int epi) { return epi == SRK_EPI_BIAS || epi == SRK_EPI_BIAS_GELU; }
+/* epilogues with a bias vector: read, or (BGRAD) written */
+static inline int srk_epi_bias_ptr(int epi) { return srk_epi_bias(epi) || epi == SRK_EPI_BGRAD; }
 /* epilogues that may have no algorithm on a GPU: the caller then runs their work apart */
 static inline int srk_epi_optional(int epi) { return epi == SRK_EPI_DGELU || epi == SRK_EPI_BGRAD; }
 static inline int srk_epi_aux(int epi) { return epi == SRK_EPI_BIAS_GELU || epi == SRK_EPI_DGELU; }

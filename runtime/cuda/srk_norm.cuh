@@ -456,11 +456,15 @@ __device__ __forceinline__ float srk_ce_grad(float x, float l, float sc, int j, 
 {
     return sc * expf(x - l) - (j == t ? sc : 0.0f);
 }
-/* a row's gradient, dr += (fresh: =) sc * (softmax - onehot(t)) over its first V columns; dr may be lr
- * (each thread reads its elements before it writes them) */
+/* a row's gradient, dr += (fresh: =) sc * (softmax - onehot(t)) over its first V columns of ld; an
+ * ignored row (t outside [0, V)) gets nothing; fresh also writes 0 where nothing is added (the
+ * padding, an ignored row). dr may be lr (each thread reads its elements before it writes them) */
 template <class TD, class TL>
-__device__ void srk_ce_grad_row(TD *dr, const TL *lr, int V, float l, float sc, int t, int fresh)
+__device__ void srk_ce_grad_row(TD *dr, const TL *lr, int V, int ld, float l, float sc, int t, int fresh)
 {
+    bool ignored = t < 0 || t >= V;
+    for (int j = (ignored ? 0 : V) + threadIdx.x; fresh && j < ld; j += blockDim.x) dr[j] = srk_to<TD>(0.0f);
+    if (ignored) return; /* the whole block leaves */
     int j0 = 0;
     if (srk_ce_vec(lr) && srk_ce_vec(dr)) {
         for (int q = threadIdx.x; q < V / 8; q += blockDim.x) {
@@ -485,12 +489,7 @@ __global__ void crossentropy_bwd_kernel(TD *dlogits, const TL *logits, const flo
     // dlogits (N,ld) += dloss/N * (softmax(logits) - onehot(target)) in the first V columns (the
     // rest pad); ignored rows get nothing. fresh: dlogits = that, and 0 where nothing is added
     long row = blockIdx.x;
-    int t = targets[row];
-    TD *dr = dlogits + row * ld;
-    bool ignored = t < 0 || t >= V;
-    for (int j = (ignored ? 0 : V) + threadIdx.x; fresh && j < ld; j += blockDim.x) dr[j] = srk_to<TD>(0.0f);
-    if (ignored) return; /* the whole block leaves */
-    srk_ce_grad_row(dr, logits + row * ld, V, lse[row], dloss[0] / (float)N, t, fresh);
+    srk_ce_grad_row(dlogits + row * ld, logits + row * ld, V, ld, lse[row], dloss[0] / (float)N, targets[row], fresh);
 }
 
 /* the rows kernel's statistics of one row, then the row overwritten by the backward kernel's
@@ -510,8 +509,7 @@ __global__ void crossentropy_fused_kernel(float *lse, float *rowloss, TL *logits
         if (lse) lse[row] = l;
         rowloss[row] = ignored ? 0.0f : l - xt;
     }
-    for (int j = (ignored ? 0 : V) + threadIdx.x; j < ld; j += blockDim.x) lr[j] = srk_to<TL>(0.0f);
-    if (!ignored) srk_ce_grad_row(lr, lr, V, l, sc, t, 1);
+    srk_ce_grad_row(lr, lr, V, ld, l, sc, t, 1);
 }
 
 /* the loss's rows, then their mean into loss (1): with GRAD, crossentropy_fused_kernel
