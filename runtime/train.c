@@ -819,6 +819,10 @@ static sr_status train(run *r)
                     k, (double)loss, (double)lr, norm, tok_s, ms);
             fflush(r->log);
         }
+        if (k == r->start_step && r->be->note) { /* what the backend chose in the first step */
+            const char *note = r->be->note();
+            if (note && *note) rt_info(r, "%s", note);
+        }
         progress(r, k, loss, lr, norm, tok_s, ms, t1 - t_begin);
         if (r->have_val && o->eval_every > 0 && (k + 1) % o->eval_every == 0) {
             SR_CHECK(run_eval(r, k + 1));

@@ -488,6 +488,8 @@ static const sr_comm_device cuda_comm_device = {
 };
 
 /* designated initializers (C++20): fields added to sr_backend stay zero */
+static const char *cuda_note(void) { return srk_ctx.attn_note; }
+
 extern "C" const sr_backend sr_backend_cuda = {
     .name = "cuda",
     .comm = SR_COMM_NCCL, /* emulated: the emulator's NCCL over MPI */
@@ -508,4 +510,5 @@ extern "C" const sr_backend sr_backend_cuda = {
     .adamw = cuda_adamw,
     .sync = cuda_sync,
     .peak_bytes = cuda_peak_bytes,
+    .note = cuda_note,
 };

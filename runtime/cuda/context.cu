@@ -32,7 +32,7 @@ void srk_fail(const char *fmt, ...)
     vsnprintf(srk_ctx.err, sizeof srk_ctx.err, fmt, ap);
     va_end(ap);
     srk_ctx.failed = 1;
-    fprintf(stderr, "shardc cuda: error: %s\n", srk_ctx.err);
+    if (!srk_ctx.quiet) fprintf(stderr, "shardc cuda: error: %s\n", srk_ctx.err);
 }
 
 static const char *site_file(void)
@@ -71,12 +71,15 @@ int srk_configure(int use_bf16)
     if (s && *s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0)
         srk_fail("SHARDC_CUDA_BGRAD=%s: expected 1 (the default: bias gradients in the weight GEMM's epilogue) or 0", s);
     s = getenv("SHARDC_CUDA_ATTN");
-    srk_ctx.attn_mode = SRK_ATTN_WMMA;
-    if (s && !strcmp(s, "simt")) srk_ctx.attn_mode = SRK_ATTN_SIMT;
+    srk_ctx.attn_mode = SRK_ATTN_AUTO;
+    srk_ctx.attn_picks = 0, srk_ctx.attn_note[0] = 0;
+    if (s && !strcmp(s, "wmma")) srk_ctx.attn_mode = SRK_ATTN_WMMA;
+    else if (s && !strcmp(s, "simt")) srk_ctx.attn_mode = SRK_ATTN_SIMT;
     else if (s && !strcmp(s, "mma")) srk_ctx.attn_mode = SRK_ATTN_MMA;
     else if (s && !strcmp(s, "cudnn")) srk_ctx.attn_mode = SRK_ATTN_CUDNN;
-    else if (s && *s && strcmp(s, "wmma") != 0)
-        srk_fail("SHARDC_CUDA_ATTN=%s: expected wmma (the default), mma, cudnn or simt", s);
+    else if (s && *s && strcmp(s, "auto") != 0)
+        srk_fail("SHARDC_CUDA_ATTN=%s: expected auto (the default: the fastest path that agrees with simt), wmma, "
+                 "mma, cudnn or simt", s);
     return srk_ctx.failed;
 }
 

@@ -23,7 +23,9 @@
  *    nvcuda::wmma bf16 fragments with float accumulators (or mma.sync,
  *    srk_attention_mma.cuh, under SHARDC_CUDA_ATTN=mma).
  * and cuDNN's fused attention under SHARDC_CUDA_ATTN=cudnn
- * (srk_attention_cudnn.cuh).
+ * (srk_attention_cudnn.cuh). By default (SHARDC_CUDA_ATTN=auto) a trial on
+ * the device picks among wmma, mma.sync and cuDNN at each head layout's
+ * first call (srk_attention_pick.cuh).
  * The backward is two kernels, dk/dv by key tiles and dq by query tiles, so
  * that no gradient needs atomics: results are deterministic.
  */
@@ -263,6 +265,14 @@ __global__ void attn_bwd_q_simt_kernel(TDQ *dq, const TG *dout, const TQ *q, con
 #include "srk_attention_cudnn.cuh"
 
 /* ---- wrappers ------------------------------------------------------------------------------------ */
+/* SHARDC_CUDA_ATTN=auto's choice for a call (srk_attention_pick.cuh), undone when the call returns */
+template <class TQ>
+static int srk_attn_auto_begin(long B, long T, long C, long NH, long L);
+struct srk_attn_mode_restore {
+    int mode;
+    ~srk_attn_mode_restore() { srk_ctx.attn_mode = mode; }
+};
+
 /* out (B,T,C); q, k, v rows L apart (0: C); aux: see the top of this file */
 template <class TO, class TQ, class TK, class TV>
 void srk_attention_fwd(TO *out, float *aux, const TQ *q, const TK *k, const TV *v, long B, long T, long C, long NH,
@@ -270,6 +280,7 @@ void srk_attention_fwd(TO *out, float *aux, const TQ *q, const TK *k, const TV *
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0) return;
     if (!L) L = C;
+    srk_attn_mode_restore restore{srk_attn_auto_begin<TQ>(B, T, C, NH, L)};
     int hd = (int)(C / NH);
     float scale = 1.0f / sqrtf((float)hd);
     TO *copy = srk_attn_out_copy<TO>(aux, B, T, NH);
@@ -295,6 +306,7 @@ void srk_attention_bwd(TDQ *dq, TDK *dk, TDV *dv, const TG *dout, const TQ *q, c
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0 || (!dq && !dk && !dv)) return;
     if (!L) L = C;
+    srk_attn_mode_restore restore{srk_attn_auto_begin<TQ>(B, T, C, NH, L)};
     int hd = (int)(C / NH);
     float scale = 1.0f / sqrtf((float)hd);
     float *lse = aux, *delta = aux + srk_attn_lse_floats(B, T, NH);
@@ -342,5 +354,7 @@ void srk_attention_qkv_bwd(TD *dqkv, const TG *dout, const TX *qkv, float *aux, 
     srk_attention_bwd(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, aux, B, T, C, NH,
                       fresh & 1 ? 7 : 0, 3 * C);
 }
+
+#include "srk_attention_pick.cuh"
 
 #endif /* SRK_ATTENTION_CUH */

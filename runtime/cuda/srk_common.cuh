@@ -54,8 +54,10 @@ enum srk_scratch_id {
     SRK_SCR__COUNT
 };
 
-/* causal attention kernels in bf16 programs (fp32 programs always take SIMT) */
-enum { SRK_ATTN_WMMA = 0, SRK_ATTN_SIMT, SRK_ATTN_MMA, SRK_ATTN_CUDNN };
+/* causal attention kernels in bf16 programs (fp32 programs always take SIMT); AUTO: a trial on
+ * the device picks one of the others per head layout (srk_attention_pick.cuh) */
+enum { SRK_ATTN_WMMA = 0, SRK_ATTN_SIMT, SRK_ATTN_MMA, SRK_ATTN_CUDNN, SRK_ATTN_AUTO };
+enum { SRK_ATTN_PICKS = 8 }; /* head layouts whose trial is kept */
 
 typedef struct srk_context {
     int bf16;               /* 1: bf16 compute (the program's precision) */
@@ -71,6 +73,7 @@ typedef struct srk_context {
     /* the first error; later work is skipped */
     int failed;
     char err[640];
+    int quiet;               /* errors recorded, not printed (a path the attention trial tries) */
     /* the parameter arena and its bf16 shadow (matmul weights in bf16 mode) */
     const float *params;
     int64_t nparams;
@@ -79,6 +82,11 @@ typedef struct srk_context {
     uint64_t shadow_version; /* the version the shadow was made from */
     uint64_t shadow_step;
     int attn_mode;           /* SRK_ATTN_*: SHARDC_CUDA_ATTN, read by srk_configure */
+    struct {
+        int C, NH, L, mode;
+    } attn_pick[SRK_ATTN_PICKS]; /* under SRK_ATTN_AUTO: each head layout's trial's choice */
+    int attn_picks;
+    char attn_note[1024];    /* the trials' verdicts, a line each (sr_backend.note) */
     int no_bgrad;            /* SHARDC_CUDA_BGRAD=0: bias gradients by their own column sums, not in the
                               * weight gradient's GEMM (srk_wgrad; for comparisons) */
     long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */

@@ -52,6 +52,10 @@ typedef struct sr_backend {
     sr_status (*sync)(void);
     /* the most bytes this backend had allocated at once (the run's peak) */
     int64_t (*peak_bytes)(void);
+    /* what the backend decided while running that the user should know (the CUDA
+     * backend's attention trial), a line each, printed after the first step; NULL:
+     * nothing to say */
+    const char *(*note)(void);
 } sr_backend;
 
 extern const sr_backend sr_backend_host;

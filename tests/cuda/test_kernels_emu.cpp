@@ -21,6 +21,7 @@
  * Prints one line per check and "N passed, M failed"; exit status 1 on a
  * failure.
  */
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -820,6 +821,66 @@ static void test_cudnn_unavailable(void)
     for (const void *p : {(const void *)q, (const void *)o, (const void *)aux}) dfree(p);
 }
 
+/* SHARDC_CUDA_ATTN=auto (srk_attention_pick.cuh): the trial keeps a path that agrees with simt and
+ * drops one that does not (spoil: its results altered as a wrong kernel's would be); a program's
+ * call under auto runs the chosen path, once tried per head layout, and gives the host's results */
+static void test_attention_auto(void)
+{
+    int mode0 = srk_ctx.attn_mode;
+    char note[1024];
+    bool cd = cudnn_usable();
+    struct {
+        long B, T, C, NH, L;
+    } shapes[] = {{2, 37, 64, 2, 192}, {2, 37, 64, 2, 64}, {2, 70, 128, 2, 3 * 128}, {1, 40, 96, 1, 96}};
+    for (auto &s : shapes) {
+        long hd = s.C / s.NH;
+        int m = srk_pick::trial(s.B, s.T, s.C, s.NH, s.L, -1, note, sizeof note);
+        bool mma_ok = hd == 32 || hd == 64, cd_ok = cd && hd % 16 == 0 && hd >= 32 && hd <= 128;
+        bool tc = hd == 32 || hd == 64 || hd == 128;
+        bool any = tc || cd_ok; /* else only simt takes it */
+        auto timed = [&](const char *path) { /* the note gives the path's time */
+            const char *p = strstr(note, fmt(" %s ", path).c_str());
+            return p && isdigit((unsigned char)p[strlen(path) + 2]);
+        };
+        check(!srk_ctx.failed && (any ? strstr(note, "using ") && m != SRK_ATTN_SIMT
+                                      : strstr(note, "no other path takes this layout: simt") && m == SRK_ATTN_SIMT) &&
+                  timed("wmma") == tc && timed("mma.sync") == mma_ok && timed("cudnn") == cd_ok &&
+                  (strstr(note, "cudnn unavailable") != NULL) == !cd_ok &&
+                  !strstr(note, "differs from"),
+              "attention trial, hd %ld%s: %s (%s)", hd, s.L != s.C ? ", packed" : "",
+              any ? "a path that agrees" : "simt, the one path", note);
+        srk_ctx.failed = 0;
+        for (int spoil : {SRK_ATTN_WMMA, SRK_ATTN_MMA, SRK_ATTN_CUDNN}) {
+            if ((spoil == SRK_ATTN_MMA && !mma_ok) || (spoil == SRK_ATTN_CUDNN && !cd_ok) ||
+                (spoil == SRK_ATTN_WMMA && !tc))
+                continue;
+            m = srk_pick::trial(s.B, s.T, s.C, s.NH, s.L, spoil, note, sizeof note);
+            check(m != spoil && !srk_ctx.failed &&
+                      strstr(note, fmt("%s differs from simt", srk_pick::name(spoil)).c_str()),
+                  "attention trial, hd %ld: a wrong %s is not used (%s)", hd, srk_pick::name(spoil), note);
+            srk_ctx.failed = 0;
+        }
+    }
+    /* a program's calls: the trial once per layout, its choice runs, the host's results */
+    srk_ctx.attn_mode = SRK_ATTN_AUTO;
+    srk_ctx.attn_picks = 0, srk_ctx.attn_note[0] = 0;
+    long tc0 = srk_ctx.attn_tc_launches, mma0 = srk_ctx.attn_mma_launches, cd0 = srk_ctx.attn_cudnn_calls;
+    test_attention_qkv<bf16>(2, 37, 64, 2);
+    int ran = srk_pick::path_since(tc0, mma0, cd0);
+    check(srk_ctx.attn_picks == 1 && srk_ctx.attn_pick[0].mode == ran && srk_ctx.attn_mode == SRK_ATTN_AUTO &&
+              strstr(srk_ctx.attn_note, "using ") && !strchr(srk_ctx.attn_note, '\n') &&
+              !strstr(srk_ctx.attn_note, "differs from"),
+          "auto: one trial for the layout, its choice ran (%s), the mode is auto again after the call: %s",
+          srk_pick::name(ran), srk_ctx.attn_note);
+    test_attention_qkv<bf16>(1, 19, 64, 2); /* the same layout: no second trial */
+    test_attention_qkv<bf16>(2, 19, 32, 1); /* another layout: a second line */
+    const char *nl = strchr(srk_ctx.attn_note, '\n');
+    check(srk_ctx.attn_picks == 2 && nl && strstr(nl, "using ") && !strchr(nl + 1, '\n'),
+          "auto: a trial per head layout, a line each (%d trials)", srk_ctx.attn_picks);
+    srk_ctx.attn_mode = mode0;
+    no_error("attention auto");
+}
+
 /* ---- fresh gradients ($z): the call overwrites, never reads ------------------------------------ */
 /* The gradients start as NaN on the device (as memory nobody cleared) and at 0 on the host:
  * a kernel that reads one it was told to overwrite, or leaves an element unwritten, shows NaN */
@@ -1299,6 +1360,7 @@ int main(int argc, char **argv)
             }
             srk_ctx.attn_mode = env_mode;
             test_cudnn_unavailable();
+            test_attention_auto();
         } else {
             test_matmul<float>(37, 19, 23, false), test_matmul<float>(64, 96, 48, false);
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);
@@ -1334,6 +1396,8 @@ int main(int argc, char **argv)
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
             test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
             test_attention_qkv<float>(2, 37, 24, 3), test_attention_qkv<float>(1, 70, 128, 2);
+            check(srk_ctx.attn_picks == 0 && !srk_ctx.attn_note[0], "fp32 attention: no trial under %s (%d)",
+                  srk_pick::name(srk_ctx.attn_mode), srk_ctx.attn_picks);
         }
     }
     sr_backend_cuda.shutdown();

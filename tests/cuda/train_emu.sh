@@ -18,6 +18,9 @@
 #  - without a GPU (EMU_DEVICES=0) the binary says so in one line, exit 1.
 source "$(dirname "$0")/lib.sh"
 opts="--data text.txt --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet"
+# bf16 runs compared with each other take one attention path: the default (auto) picks by the
+# trial's times, which on the emulator say nothing; auto is checked at its own lines below
+export SHARDC_CUDA_ATTN=wmma
 
 check "emulated CUDA build of tinygpt (fp32)" "$gen" "$m" --cuda tg.cu --build tg_cuda --emulate
 check "emulated CUDA build of tinygpt (bf16)" "$gen" "$m" --bf16 --cuda tgb.cu --build tgb_cuda --emulate
@@ -46,6 +49,16 @@ SHARDC_CUDA_ATTN=mma ./tgb_cuda $opts --steps 6 --dropout 0.1 --log bf16mma.json
 losses bf16mma.jsonl > bm.txt
 check "bf16 with the mma.sync attention (SHARDC_CUDA_ATTN=mma, hd 32): 6 steps within 2e-2 of the host binary" \
   close h.txt bm.txt 2e-2
+# the default, SHARDC_CUDA_ATTN=auto: the attention trial's line after the first step (a time for
+# wmma and for mma.sync, both agreeing with simt; no cuDNN in the emulator's runtime), one line,
+# and the losses of whichever path it took
+env -u SHARDC_CUDA_ATTN ./tgb_cuda ${opts/--quiet/} --steps 6 --dropout 0.1 --log bf16auto.jsonl > auto.out 2> auto.err
+losses bf16auto.jsonl > bauto.txt
+check "bf16 with the default attention (auto): the trial's verdict, one line ($(grep -m1 'attention (' auto.err | head -c 400))" \
+  bash -c "[ \$(grep -c '^attention (' auto.err) -eq 1 ] && grep -q '^attention (4 heads of 32, q|k|v packed; tried at batch 4 x 32, forward and backward): wmma [0-9.]* ms (differs [0-9.e+-]*); mma.sync [0-9.]* ms (differs [0-9.e+-]*); cudnn unavailable (.*); using \(wmma\|mma.sync\)$' auto.err && ! grep -q 'differs from simt' auto.err"
+check "bf16 with the default attention (auto): 6 steps within 2e-2 of the host binary" close h.txt bauto.txt 2e-2
+env -u SHARDC_CUDA_ATTN ./tgb_cuda $opts --steps 1 > autoq.out 2> autoq.err
+check "auto under --quiet: nothing printed" bash -c "! [ -s autoq.err ] && ! [ -s autoq.out ]"
 
 if command -v mpirun >/dev/null; then
   ./tg_host $opts --batch 8 --steps 4 --log h1.jsonl
@@ -207,7 +220,7 @@ check "SHARDC_CUDA_BGRAD=yes: exit 2, one line (got $rc: $(head -c 200 badbgrad.
   "[ $rc -eq 2 ] && [ \$(wc -l < badbgrad.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_BGRAD=yes: expected 1' badbgrad.txt"
 SHARDC_CUDA_ATTN=flash ./tgb_cuda $opts --steps 1 2> badattn.txt; rc=$?
 check "SHARDC_CUDA_ATTN=flash: exit 2, one line naming the choices (got $rc: $(head -c 200 badattn.txt))" bash -c \
-  "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected wmma (the default), mma, cudnn or simt' badattn.txt"
+  "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected auto (the default: the fastest path that agrees with simt), wmma, mma, cudnn or simt' badattn.txt"
 
 # SHARDC_CUDA_ATTN=cudnn where cuDNN cannot run (the emulator's runtime never has it): the first
 # attention stops the step with why, naming the .model site and the generated line, not a NaN loss
