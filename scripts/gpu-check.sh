@@ -1,7 +1,7 @@
 #!/bin/bash
 # gpu-check.sh [LOG]: the CUDA backend on a real GPU, in one go (3 to 4
-# minutes on one H200 before the cuDNN path joined; about a minute and a
-# half more with it, estimated; everything printed also goes to LOG, default
+# minutes on one H200 before the cuDNN path joined; about two and a half
+# more with it and the pinned wmma runs, estimated; everything printed also goes to LOG, default
 # gpu-check.log in the current directory, and the longer outputs go beside
 # it: kernels.txt, gpt2-profile.txt, build logs on failure):
 #   0. where mpicc, bison, flex or OpenBLAS are missing (a CUDA image with no
@@ -14,24 +14,27 @@
 #      where nvcc is and carried), runs those first and builds at the end,
 #      checking that the programs built here give the same results;
 #   2. whether cuDNN's attention can run (libcudnn.so.9 loads, plans build):
-#      the other attention paths below are SHARDC_GPU_ATTN_PATHS (default
-#      "mma cudnn"), less cudnn when it cannot;
+#      the programs' default attention is auto (a trial on the device picks
+#      the fastest path that agrees with the SIMT kernels); the paths also
+#      run pinned below are wmma and SHARDC_GPU_ATTN_PATHS (default "mma
+#      cudnn"), less cudnn when it cannot;
 #   3. runs every CUDA kernel against the host kernels on the device (the
 #      attention on each path), then times the attention alone (wmma,
-#      mma.sync, SIMT, cuDNN) at GPT-2's shape;
+#      mma.sync, SIMT, cuDNN) at GPT-2's shape, and prints auto's trial there;
 #   4. trains tinygpt 20 steps with the fp32 CUDA binary and the host binary
 #      from the same data and seed: losses within 1e-4 relative; and the bf16
-#      CUDA binary, with the default attention kernels and with each other
-#      path (SHARDC_CUDA_ATTN=mma, cudnn): within 2e-2; and 3 bf16 steps of
+#      CUDA binary, with the default attention (auto) and with each path
+#      pinned (SHARDC_CUDA_ATTN=wmma, mma, cudnn): within 2e-2; and 3 bf16 steps of
 #      tinygpt side by side with the host program (step_compare_cuda): every
 #      parameter's gradient within 1e-1 of the host's, with each path;
 #   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
-#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%); 14 steps with each
-#      other attention path, and with the bias gradients summed apart
+#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%), with the attention
+#      trial's verdict at that batch; 14 steps with each attention path
+#      pinned, and with the bias gradients summed apart
 #      (SHARDC_CUDA_BGRAD=0): its MFU, losses as the default's; 4 steps under
 #      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line (and
-#      the attention's on each other path);
+#      the attention's on each path pinned);
 #      and, where Nsight Compute is, one step's kernels by name (ncu.csv);
 #   6. two ranks on the one GPU (data parallelism): over NCCL, or, where NCCL
 #      refuses two ranks on one device (its error must say to use --comm mpi),
@@ -197,7 +200,7 @@ if [ -z "$bins" ]; then
 fi
 
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
-# the attention paths besides the default (wmma) that the checks below run too
+# the attention paths that the checks below run pinned besides the default (auto) and wmma
 attn_alt=""
 for a in ${SHARDC_GPU_ATTN_PATHS:-mma cudnn}; do
   if [ "$a" = cudnn ]; then
@@ -249,10 +252,10 @@ host_losses() { # the host binary's 20 losses, once
 }
 tinygpt() { # tinygpt BINS: fp32, bf16 and bf16 on each other attention path (SHARDC_GPU_PRECISIONS) against the host
   local p tol prog attn a dflt="fp32 bf16"
-  for a in $attn_alt; do dflt+=" bf16-$a"; done
+  for a in wmma $attn_alt; do dflt+=" bf16-$a"; done
   for p in ${SHARDC_GPU_PRECISIONS:-$dflt}; do
     tol=1e-4; [ $p != fp32 ] && tol=2e-2
-    prog=tinygpt_${p%%-*}; attn=wmma; [ "$p" != "${p#*-}" ] && attn=${p#*-}
+    prog=tinygpt_${p%%-*}; attn=auto; [ "$p" != "${p#*-}" ] && attn=${p#*-}
     rm -f "$w/$p.jsonl"
     if SHARDC_CUDA_ATTN=$attn timeout 120 "$1/$prog" $opts --log "$w/$p.jsonl" > "$w/$p.txt" 2>&1; then
       losses "$w/$p.jsonl" > "$w/$p.l"
@@ -264,7 +267,7 @@ tinygpt() { # tinygpt BINS: fp32, bf16 and bf16 on each other attention path (SH
 }
 step_compare() { # step_compare BINS: 3 bf16 steps' gradients against the host's, with each attention path
   local attn
-  for attn in wmma $attn_alt; do
+  for attn in auto wmma $attn_alt; do
     if SHARDC_CUDA_ATTN=$attn timeout 120 "$1/step_compare_cuda" --bf16 --steps 3 --batch 4 --seq 64 \
       > "$out/step-compare-$attn.txt" 2>&1; then
       ok "bf16 gradients of 3 steps ($attn attention) vs the host's: $(tail -1 "$out/step-compare-$attn.txt")"
@@ -316,39 +319,41 @@ g2=$bins/gpt2_bf16
 bench="--data $w/tokens.bin --seq 1024 --eval-every 0 --lr 6e-4 --warmup 5 --quiet"
 B=0
 for b in 128 96 64 48 32 16 8; do
-  if timeout 90 "$g2" $bench --batch $b --steps 2 --log "$w/try.jsonl" > "$w/try.txt" 2>&1; then B=$b; break; fi
+  if timeout 90 "$g2" ${bench/--quiet/} --batch $b --steps 2 --log "$w/try.jsonl" > "$w/try.txt" 2>&1; then B=$b; break; fi
   echo "   batch $b: $(grep -m1 -i -E "error|memory" "$w/try.txt" | head -c 200)"
 done
 if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt" "$g2" $bench --batch 8; else
   echo "   largest batch that fits (of 128, 96, 64, ...): $B x 1024 tokens"
+  # the default attention (auto): what its trial found here, a line per head layout
+  grep '^attention (' "$w/try.txt" | sed 's/^/   /' | grep . || echo "   (no attention trial printed)"
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader > "$w/smi.txt" 2>&1 &
   timeout 300 "$g2" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" || bad "GPT-2 30 steps"
   cp "$w/gpt2.jsonl" "$out/gpt2.jsonl"
   mfu "$w/gpt2.jsonl" $B && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
-  # variants against the default: the other attention paths (mma.sync kernels, cuDNN: not the
-  # default until measured here), and the bias gradients summed in their own kernels instead of
-  # in the weight GEMMs' epilogues (what that fusion saves)
-  losses "$w/gpt2.jsonl" | head -14 > "$w/wmma.l"
+  # variants against the default: each attention path pinned (what auto chose among), and the
+  # bias gradients summed in their own kernels instead of in the weight GEMMs' epilogues (what
+  # that fusion saves)
+  losses "$w/gpt2.jsonl" | head -14 > "$w/dflt.l"
   variant() { # variant NAME TITLE VAR=VALUE: 14 steps under VAR=VALUE, their MFU, their losses
     echo "   $2 ($3), 14 steps:"
     if env "$3" timeout 120 "$g2" $bench --batch $B --steps 14 --log "$w/$1.jsonl" > "$w/$1.txt" 2>&1; then
       cp "$w/$1.jsonl" "$out/gpt2-$1.jsonl"
       mfu "$w/$1.jsonl" $B
       losses "$w/$1.jsonl" > "$w/$1.l"
-      close "$w/wmma.l" "$w/$1.l" 1e-2 && ok "$2: GPT-2's 14 losses within 1e-2 of the default's" ||
+      close "$w/dflt.l" "$w/$1.l" 1e-2 && ok "$2: GPT-2's 14 losses within 1e-2 of the default's" ||
         bad "$2: GPT-2's losses differ from the default's"
     else
       bad "GPT-2 with $3"; (export "$3"; why "$w/$1.txt" "$g2" $bench --batch $B)
     fi
   }
-  for a in $attn_alt; do variant "$a" "$a attention" "SHARDC_CUDA_ATTN=$a"; done
+  for a in wmma $attn_alt; do variant "$a" "$a attention" "SHARDC_CUDA_ATTN=$a"; done
   variant nobgrad "bias gradients apart" SHARDC_CUDA_BGRAD=0
   echo "   clocks, power, temperature at the start: $(cat "$w/smi.txt")"
   SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 > "$out/gpt2-profile.txt" 2>&1 ||
     bad "GPT-2 under SHARDC_CUDA_PROFILE=1"
   grep -A 25 "cuda profile" "$out/gpt2-profile.txt"
-  # where the other paths leave the time: the attention rows, against the profile above
-  for a in $attn_alt; do
+  # where each path pinned leaves the time: the attention rows, against the profile above
+  for a in wmma $attn_alt; do
     SHARDC_CUDA_ATTN=$a SHARDC_CUDA_PROFILE=1 timeout 120 "$g2" $bench --batch $B --steps 4 \
       > "$out/gpt2-profile-$a.txt" 2>&1 || bad "GPT-2 under SHARDC_CUDA_ATTN=$a SHARDC_CUDA_PROFILE=1"
     echo "   with SHARDC_CUDA_ATTN=$a:"

@@ -7,7 +7,7 @@
 # one-GPU machine), and gpt2_bf16 is a stand-in that logs a known
 # throughput and a profile (GPT-2 itself is far too slow to emulate). The
 # script's own checks must pass (kernels, fp32 losses vs the host, bf16
-# with the mma.sync attention vs the host, the --comm mpi fallback at dp=2
+# with the default attention (auto) and with mma.sync vs the host, the --comm mpi fallback at dp=2
 # and pp=2) and its MFU must be the one
 # worked out by hand from the stand-in's tokens/s. cuDNN's attention
 # cannot run on the emulator: a last run checks that its probe fails
@@ -28,12 +28,15 @@ SH
 # the stand-in GPT-2: 30 steps at TPS tokens/s; a profile under SHARDC_CUDA_PROFILE=1
 cat > bins/gpt2_bf16 <<'SH'
 #!/bin/bash
-log=/dev/null; steps=1
+log=/dev/null; steps=1; quiet=0
 while [ $# -gt 0 ]; do
-  case $1 in --log) log=$2; shift ;; --steps) steps=$2; shift ;; esac
+  case $1 in --log) log=$2; shift ;; --steps) steps=$2; shift ;; --quiet) quiet=1 ;; esac
   shift
 done
 : > "$log"
+if [ $quiet = 0 ] && [ "${SHARDC_CUDA_ATTN:-auto}" = auto ]; then
+  echo "attention (12 heads of 64, q|k|v packed; tried at batch 8 x 1024, forward and backward): wmma 9.000 ms (differs 5.0e-03); using wmma" >&2
+fi
 for i in $(seq 0 $((steps - 1))); do
   echo "{\"step\":$i,\"loss\":10.9,\"tokens_per_s\":${TPS:-400000},\"ms\":327.68}" >> "$log"
 done
@@ -50,7 +53,7 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
-PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16-mma" \
+PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" \
   SHARDC_GPU_ATTN_PATHS=mma \
   SHARDC_GPU_TINYGPT="--batch 4 --seq 32" SHARDC_GPU_ATTN_BENCH="1 64 128 2 1" \
   SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
@@ -61,26 +64,34 @@ grep -E "^(==|ok|FAIL)|MFU|tokens/s" run.txt | sed 's/^/   | /'
 check "it ran the programs given (SHARDC_GPU_PREBUILT), building nothing" \
   bash -c "grep -q 'every program loads its libraries' run.txt && ! grep -q '^== .*build' run.txt"
 check "kernel tests on the (pretend) device pass" grep -q "^ok   kernels: [0-9]* passed, 0 failed" run.txt
-check "the attention benchmark ran each path (attention-bench.txt)" bash -c \
+check "the attention benchmark ran each path (attention-bench.txt), and auto's trial at its shape" bash -c \
   "grep -q 'attention wmma .*(ran wmma' run.txt && grep -q 'attention mma.sync .*(ran mma.sync' run.txt &&
-   grep -q 'attention simt .*(ran simt' run.txt && grep -q 'hd 64' out/attention-bench.txt"
+   grep -q 'attention simt .*(ran simt' run.txt && grep -q 'hd 64' out/attention-bench.txt &&
+   grep -q 'auto, the default: attention (2 heads of 64, q|k|v packed; tried at batch 1 x 64, .* using ' run.txt"
 check "tinygpt fp32: 20 losses as the host's" grep -q "^ok   fp32: 20 losses within 1e-4" run.txt
-check "3 bf16 steps' gradients vs the host's, with the wmma and the mma.sync attention" bash -c \
-  "grep -q '^ok   bf16 gradients of 3 steps (wmma attention) vs the host.s: .* 0 failed' run.txt &&
+check "3 bf16 steps' gradients vs the host's, with the default (auto), the wmma and the mma.sync attention" bash -c \
+  "grep -q '^ok   bf16 gradients of 3 steps (auto attention) vs the host.s: .* 0 failed' run.txt &&
+   grep -q '^ok   bf16 gradients of 3 steps (wmma attention) vs the host.s: .* 0 failed' run.txt &&
    grep -q '^ok   bf16 gradients of 3 steps (mma attention) vs the host.s: .* 0 failed' run.txt"
 check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bash -c \
   "grep -q 'largest batch that fits .*: 128 x 1024' run.txt && grep -q 'MFU 32.5% of 989 TFLOP/s' run.txt &&
    grep -q '^FAIL GPT-2 MFU below the 45% target' run.txt"
-check "tinygpt bf16 with the mma.sync attention (SHARDC_CUDA_ATTN=mma): losses as the host's" \
-  grep -q "^ok   bf16-mma: 20 losses within 2e-2" run.txt
-check "GPT-2 with the mma.sync attention: 14 steps, its MFU, losses compared with the default's" bash -c \
+check "tinygpt bf16 with the default attention (auto) and with mma.sync (SHARDC_CUDA_ATTN=mma): losses as the host's" \
+  bash -c "grep -q '^ok   bf16: 20 losses within 2e-2' run.txt && grep -q '^ok   bf16-mma: 20 losses within 2e-2' run.txt"
+check "GPT-2: the attention trial's verdict at the batch that fits" \
+  grep -q "^   attention (12 heads of 64, q|k|v packed; tried at batch 8 x 1024, .*using wmma" run.txt
+check "GPT-2 with the wmma and the mma.sync attention pinned: 14 steps each, MFU, losses compared with the default's" bash -c \
   "grep -A4 'mma attention (SHARDC_CUDA_ATTN=mma), 14 steps' run.txt | grep -q 'MFU 32.5% of 989' &&
-   grep -q \"^ok   mma attention: GPT-2's 14 losses within 1e-2\" run.txt"
+   grep -q \"^ok   mma attention: GPT-2's 14 losses within 1e-2\" run.txt &&
+   grep -A4 'wmma attention (SHARDC_CUDA_ATTN=wmma), 14 steps' run.txt | grep -q 'MFU 32.5% of 989' &&
+   grep -q \"^ok   wmma attention: GPT-2's 14 losses within 1e-2\" run.txt"
 check "GPT-2 with the bias gradients apart (SHARDC_CUDA_BGRAD=0): 14 steps, its MFU, losses compared" bash -c \
   "grep -A4 'bias gradients apart (SHARDC_CUDA_BGRAD=0), 14 steps' run.txt | grep -q 'MFU 32.5% of 989' &&
    grep -q \"^ok   bias gradients apart: GPT-2's 14 losses within 1e-2\" run.txt"
-check "the profile is printed and kept (gpt2-profile.txt), and mma.sync's (gpt2-profile-mma.txt)" bash -c \
+check "the profile is printed and kept (gpt2-profile.txt), and wmma's and mma.sync's (gpt2-profile-*.txt)" bash -c \
   "grep -q 'nn.model:80 causal_attention' run.txt && grep -q 'cuda profile' out/gpt2-profile.txt &&
+   grep -A2 'with SHARDC_CUDA_ATTN=wmma:' run.txt | grep -q 'nn.model:80 causal_attention' &&
+   grep -q 'cuda profile' out/gpt2-profile-wmma.txt &&
    grep -A2 'with SHARDC_CUDA_ATTN=mma:' run.txt | grep -q 'nn.model:80 causal_attention' &&
    grep -q 'cuda profile' out/gpt2-profile-mma.txt"
 check "dp=2 on one device: NCCL's refusal names --comm mpi, and the MPI path matches one rank" bash -c \

@@ -1272,6 +1272,15 @@ static int bench_attention(long B, long T, long C, long NH, int iters)
             rc = 1;
         }
     }
+    /* what the default (SHARDC_CUDA_ATTN=auto) would run here, q|k|v packed as GPT-2 has them */
+    char note[1024];
+    srk_pick::trial(B, T, C, NH, 3 * C, -1, note, sizeof note);
+    printf("auto, the default: %s\n", note);
+    if (srk_ctx.failed) {
+        printf("FAIL auto's trial: %s\n", srk_ctx.err);
+        srk_ctx.failed = 0;
+        rc = 1;
+    }
     for (const void *p : {(const void *)q, (const void *)k, (const void *)v, (const void *)g, (const void *)o,
                           (const void *)dq, (const void *)dk, (const void *)dv, (const void *)aux})
         dfree(p);
