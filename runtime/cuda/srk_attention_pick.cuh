@@ -35,7 +35,7 @@
 
 namespace srk_pick {
 
-static const char *name(int mode)
+static inline const char *name(int mode)
 {
     switch (mode) {
     case SRK_ATTN_WMMA: return "wmma";
@@ -46,8 +46,13 @@ static const char *name(int mode)
     }
 }
 
+/* Everything below that launches kernels is a template over the element type (bf16), so that
+ * only a file that calls the attention (a generated program, a test) instantiates it, not every
+ * file of the runtime that includes srk.cuh. */
+
 /* x[i] uniform in [-amp, amp), a hash of (seed, i): the same inputs for every path */
-static __global__ void fill_kernel(bf16 *x, long n, unsigned seed, float amp)
+template <class TX>
+static __global__ void fill_kernel(TX *x, long n, unsigned seed, float amp)
 {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         unsigned h = (unsigned)i * 0x9E3779B1u ^ seed;
@@ -85,8 +90,9 @@ struct Result {
 
 /* the trial's device buffers: q|k|v (three parts of one row when packed, three tensors else), dout,
  * out, aux, the gradients laid out as q|k|v, a float copy for reading bf16 back */
+template <class TX>
 struct Bufs {
-    bf16 *x = NULL, *g = NULL, *o = NULL, *d = NULL;
+    TX *x = NULL, *g = NULL, *o = NULL, *d = NULL;
     float *aux = NULL, *f = NULL;
     long B, T, C, NH, L;
     bool ok(void) const { return x && g && o && d && aux && f; }
@@ -96,8 +102,9 @@ struct Bufs {
     }
 };
 
-/* bf16 n elements back as floats (through b.f) */
-static inline void fetch(const Bufs &b, std::vector<float> &v, const bf16 *p, long n)
+/* n elements back as floats (through b.f) */
+template <class TX>
+static void fetch(const Bufs<TX> &b, std::vector<float> &v, const TX *p, long n)
 {
     v.resize((size_t)n);
     srk_bf16_to_f32(b.f, p, n);
@@ -107,7 +114,8 @@ static inline void fetch(const Bufs &b, std::vector<float> &v, const bf16 *p, lo
 }
 
 /* one forward and backward on the current srk_ctx.attn_mode */
-static inline void run_once(const Bufs &b)
+template <class TX>
+static void run_once(const Bufs<TX> &b)
 {
     long n = b.B * b.T * b.C;
     if (b.L != b.C) {
@@ -119,7 +127,8 @@ static inline void run_once(const Bufs &b)
     }
 }
 
-static inline void result(const Bufs &b, Result &r)
+template <class TX>
+static void result(const Bufs<TX> &b, Result &r)
 {
     long n = b.B * b.T * b.C;
     fetch(b, r.out, b.o, n);
@@ -132,7 +141,8 @@ static inline void result(const Bufs &b, Result &r)
 }
 
 /* milliseconds a forward and backward take on the current mode (reps calls, after the one run before) */
-static inline double time_it(const Bufs &b, int reps)
+template <class TX>
+static double time_it(const Bufs<TX> &b, int reps)
 {
     cudaEvent_t e0, e1;
     if (!srk_check_cuda(cudaEventCreate(&e0), "the attention trial's events")) return -1.0;
@@ -160,14 +170,15 @@ static inline const char *cudnn_why_not(long C, long NH, char *err, size_t cap)
 /* The trial for layout (C, NH, L) at (B, T): the mode to run, and its one-line account in
  * note. spoil (tests only; -1 none): a mode whose results are altered before they are compared,
  * as a wrong kernel's would be. */
+template <class TX = bf16>
 static int trial(long B, long T, long C, long NH, long L, int spoil, char *note, size_t cap)
 {
-    Bufs b;
+    Bufs<TX> b;
     b.B = B < 8192 / T ? B : (8192 / T > 0 ? 8192 / T : 1), b.T = T, b.C = C, b.NH = NH, b.L = L;
     long n = b.B * T * C, hd = C / NH;
-    b.x = (bf16 *)srk_dev_alloc(sizeof(bf16) * 3 * n), b.g = (bf16 *)srk_dev_alloc(sizeof(bf16) * n);
-    b.o = (bf16 *)srk_dev_alloc(sizeof(bf16) * n), b.d = (bf16 *)srk_dev_alloc(sizeof(bf16) * 3 * n);
-    b.aux = (float *)srk_dev_alloc(srk_attention_aux_bytes(b.B, T, C, NH, sizeof(bf16)));
+    b.x = (TX *)srk_dev_alloc(sizeof(TX) * 3 * n), b.g = (TX *)srk_dev_alloc(sizeof(TX) * n);
+    b.o = (TX *)srk_dev_alloc(sizeof(TX) * n), b.d = (TX *)srk_dev_alloc(sizeof(TX) * 3 * n);
+    b.aux = (float *)srk_dev_alloc(srk_attention_aux_bytes(b.B, T, C, NH, sizeof(TX)));
     b.f = (float *)srk_dev_alloc(sizeof(float) * 3 * n);
     int len = snprintf(note, cap, "attention (%ld heads of %ld%s; tried at batch %ld x %ld, forward and backward):",
                        NH, hd, L != C ? ", q|k|v packed" : "", b.B, T);
@@ -179,8 +190,8 @@ static int trial(long B, long T, long C, long NH, long L, int spoil, char *note,
         add(" not tried (no device memory for it); wmma");
         return SRK_ATTN_WMMA;
     }
-    SR_LAUNCH(fill_kernel, srk_blocks(3 * n, 256), 256, 0, srk_ctx.stream, b.x, 3 * n, 0x51u, 1.5f);
-    SR_LAUNCH(fill_kernel, srk_blocks(n, 256), 256, 0, srk_ctx.stream, b.g, n, 0xA7u, 1.0f);
+    SR_LAUNCH(fill_kernel<TX>, srk_blocks(3 * n, 256), 256, 0, srk_ctx.stream, b.x, 3 * n, 0x51u, 1.5f);
+    SR_LAUNCH(fill_kernel<TX>, srk_blocks(n, 256), 256, 0, srk_ctx.stream, b.g, n, 0xA7u, 1.0f);
     Result ref, got;
     srk_ctx.attn_mode = SRK_ATTN_SIMT;
     run_once(b);
@@ -252,27 +263,27 @@ template <class TQ>
 static int srk_attn_auto_begin(long B, long T, long C, long NH, long L)
 {
     int saved = srk_ctx.attn_mode;
-    if (saved != SRK_ATTN_AUTO || srk_dt<TQ>::value != SRK_BF16 || !srk_ctx.bf16 || srk_ctx.cc_major < 8 ||
-        srk_ctx.failed)
-        return saved; /* auto runs as wmma's dispatch there */
-    for (int i = 0; i < srk_ctx.attn_picks; i++)
-        if (srk_ctx.attn_pick[i].C == C && srk_ctx.attn_pick[i].NH == NH && srk_ctx.attn_pick[i].L == L) {
-            srk_ctx.attn_mode = srk_ctx.attn_pick[i].mode;
+    if constexpr (srk_dt<TQ>::value == SRK_BF16) { /* else auto runs as wmma's dispatch */
+        if (saved != SRK_ATTN_AUTO || !srk_ctx.bf16 || srk_ctx.cc_major < 8 || srk_ctx.failed) return saved;
+        for (int i = 0; i < srk_ctx.attn_picks; i++)
+            if (srk_ctx.attn_pick[i].C == C && srk_ctx.attn_pick[i].NH == NH && srk_ctx.attn_pick[i].L == L) {
+                srk_ctx.attn_mode = srk_ctx.attn_pick[i].mode;
+                return saved;
+            }
+        if (srk_ctx.attn_picks == SRK_ATTN_PICKS) { /* more layouts than a program has: the first's choice */
+            srk_ctx.attn_mode = srk_ctx.attn_pick[0].mode;
             return saved;
         }
-    if (srk_ctx.attn_picks == SRK_ATTN_PICKS) { /* more layouts than a program has: the first's choice */
-        srk_ctx.attn_mode = srk_ctx.attn_pick[0].mode;
-        return saved;
+        /* the tests' counters count the program's calls, not the trial's */
+        long tc = srk_ctx.attn_tc_launches, mma = srk_ctx.attn_mma_launches, cd = srk_ctx.attn_cudnn_calls;
+        char line[sizeof srk_ctx.attn_note];
+        int mode = srk_pick::trial<TQ>(B, T, C, NH, L, -1, line, sizeof line);
+        srk_ctx.attn_tc_launches = tc, srk_ctx.attn_mma_launches = mma, srk_ctx.attn_cudnn_calls = cd;
+        srk_ctx.attn_pick[srk_ctx.attn_picks++] = {(int)C, (int)NH, (int)L, mode};
+        size_t at = strlen(srk_ctx.attn_note); /* one line per layout */
+        snprintf(srk_ctx.attn_note + at, sizeof srk_ctx.attn_note - at, "%s%s", at ? "\n" : "", line);
+        srk_ctx.attn_mode = mode;
     }
-    /* the tests' counters count the program's calls, not the trial's */
-    long tc = srk_ctx.attn_tc_launches, mma = srk_ctx.attn_mma_launches, cd = srk_ctx.attn_cudnn_calls;
-    char line[sizeof srk_ctx.attn_note];
-    int mode = srk_pick::trial(B, T, C, NH, L, -1, line, sizeof line);
-    srk_ctx.attn_tc_launches = tc, srk_ctx.attn_mma_launches = mma, srk_ctx.attn_cudnn_calls = cd;
-    srk_ctx.attn_pick[srk_ctx.attn_picks++] = {(int)C, (int)NH, (int)L, mode};
-    size_t at = strlen(srk_ctx.attn_note); /* one line per layout */
-    snprintf(srk_ctx.attn_note + at, sizeof srk_ctx.attn_note - at, "%s%s", at ? "\n" : "", line);
-    srk_ctx.attn_mode = mode;
     return saved;
 }
 
