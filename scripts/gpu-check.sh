@@ -30,7 +30,8 @@
 #   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
 #      H200 dense bf16 peak 989 TFLOP/s; target >= 45%), with the attention
-#      trial's verdict at that batch; 14 steps with each attention path
+#      trial's verdict at that batch (where the default, auto, does not run,
+#      one FAIL and everything again with wmma pinned); 14 steps with each attention path
 #      pinned, and with the bias gradients summed apart
 #      (SHARDC_CUDA_BGRAD=0): its MFU, losses as the default's; 4 steps under
 #      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line (and
@@ -317,11 +318,26 @@ with open(sys.argv[1], "wb") as f:
 PY
 g2=$bins/gpt2_bf16
 bench="--data $w/tokens.bin --seq 1024 --eval-every 0 --lr 6e-4 --warmup 5 --quiet"
-B=0
-for b in 128 96 64 48 32 16 8; do
-  if timeout 90 "$g2" ${bench/--quiet/} --batch $b --steps 2 --log "$w/try.jsonl" > "$w/try.txt" 2>&1; then B=$b; break; fi
-  echo "   batch $b: $(grep -m1 -i -E "error|memory" "$w/try.txt" | head -c 200)"
-done
+probe() { # the largest of 128, 96, 64, ... that runs 2 steps, in B (0: none)
+  local b
+  B=0
+  for b in 128 96 64 48 32 16 8; do
+    if timeout 90 "$g2" ${bench/--quiet/} --batch $b --steps 2 --log "$w/try.jsonl" > "$w/try.txt" 2>&1; then B=$b; return; fi
+    echo "   batch $b: $(grep -m1 -i -E "error|memory" "$w/try.txt" | head -c 200)"
+    # a failure that is not about memory fails at every size alike: no time spent on the others
+    grep -q -i -E "out of (device )?memory" "$w/try.txt" || return
+  done
+}
+probe
+if [ $B -eq 0 ] && [ -z "${SHARDC_CUDA_ATTN:-}" ]; then
+  # the default attention (auto) runs a trial of paths not yet run on a GPU before the first
+  # step: where that (or its choice) fails, GPT-2 is still measured, with wmma pinned
+  bad "GPT-2 with the default attention (auto) did not run"
+  why "$w/try.txt" "$g2" $bench --batch 8
+  echo "   again with SHARDC_CUDA_ATTN=wmma (every run below)"
+  export SHARDC_CUDA_ATTN=wmma
+  probe
+fi
 if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt" "$g2" $bench --batch 8; else
   echo "   largest batch that fits (of 128, 96, 64, ...): $B x 1024 tokens"
   # the default attention (auto): what its trial found here, a line per head layout

@@ -34,6 +34,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 : > "$log"
+if [ -n "${GPT2_FAIL_AUTO:-}" ] && [ "${SHARDC_CUDA_ATTN:-auto}" = auto ]; then
+  echo "shardc cuda: error: an illegal memory access was encountered (cudaErrorIllegalAddress) in kernel fwd_kernel" >&2
+  exit 1
+fi
 if [ $quiet = 0 ] && [ "${SHARDC_CUDA_ATTN:-auto}" = auto ]; then
   echo "attention (12 heads of 64, q|k|v packed; tried at batch 8 x 1024, forward and backward): wmma 9.000 ms (differs 5.0e-03); using wmma" >&2
 fi
@@ -108,6 +112,17 @@ PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuil
 rc=$?
 check "600000 tokens/s is 48.7% MFU: the target met, exit status 0 (got $rc)" bash -c \
   "[ $rc -eq 0 ] && grep -q 'MFU 48.7% of 989 TFLOP/s' run2.txt && grep -q '^ok   GPT-2 MFU >= 45%' run2.txt"
+# the default attention (auto) failing on the GPU (its trial runs paths not yet run on one):
+# one probe, not one per batch size, the why, and GPT-2 measured with wmma pinned
+PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=400000 \
+  SHARDC_GPU_ATTN_PATHS=mma GPT2_FAIL_AUTO=1 bash "$src/scripts/gpu-check.sh" "$w/out4/gpu-check.log" > run4.txt 2>&1
+rc=$?
+check "auto failing: one try of it, the FAIL, then GPT-2 with wmma pinned, its MFU (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && [ \$(grep -c '^   batch ' run4.txt) -eq 1 ] &&
+   grep -q '^FAIL GPT-2 with the default attention (auto) did not run' run4.txt &&
+   grep -q 'with SHARDC_CUDA_SYNC=1: shardc cuda: error: an illegal memory access' run4.txt &&
+   grep -q 'again with SHARDC_CUDA_ATTN=wmma' run4.txt && grep -q 'largest batch that fits .*: 128 x 1024' run4.txt &&
+   grep -q 'MFU 32.5% of 989 TFLOP/s' run4.txt && [ \$(grep -c '^FAIL' run4.txt) -eq 2 ]"
 # the default attention paths (mma cudnn) where cuDNN cannot run (the emulator's runtime
 # has none): the probe fails, says why, and leaves cudnn out; no other stage
 PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=none \
