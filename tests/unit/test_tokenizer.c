@@ -27,7 +27,11 @@ static const char *path(const char *dir, const char *name)
     static char buf[4][1024];
     static int k;
     k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    int n = snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof buf[k]) {
+        fprintf(stderr, "test_tokenizer: path %s/%s too long\n", dir, name);
+        exit(2);
+    }
     return buf[k];
 }
 
