@@ -490,9 +490,31 @@ static int rate0_step(const Ir *ir, const IrBwd *b)
     return ir->rate0_view && b->kind == BWD_RULE && b->din[0] >= 0 && ir->rate0_view[b->din[0]] == b->dout;
 }
 
-int cg_fused_loss(const Ir *ir, const IrOp *op)
+/* the losses lossfuse.c fuses, and the calls that do it; one row per op kind */
+static const CgFusedLoss fused_losses[] = {
+    {OP_CROSS_ENTROPY, "*$o = sr_crossentropy_fwd_bwd($a0, $0, $1, e->dloss, $s0, $s1, $s2)",
+     "srk_crossentropy_fwd_bwd($o, $a0, $0, $1, e->dloss, $s0, $s1, $s2)",
+     "sr_crossentropy_bwd_over($0, $a0, $1, e->dloss, $s0, $s1, $s2)",
+     "srk_crossentropy_bwd($0, $0, $a0, $1, %s, $s0, $s1, $s2, 1)"},
+    {OP_CROSS_ENTROPY_VP, "*$o = sr_crossentropy_vp_fwd_bwd(e, $a0, $0, $1, e->dloss, $s0, $s1, $s2)",
+     "srk_crossentropy_vp_fwd_bwd(e, $o, $a0, $0, $1, e->dloss, $s0, $s1, $s2)",
+     "sr_crossentropy_vp_bwd_over(e, $0, $a0, $1, e->dloss, $s0, $s1, $s2)",
+     "srk_crossentropy_vp_bwd(e, $0, $0, $a0, $1, %s, $s0, $s1, $s2, 1)"},
+};
+
+const CgFusedLoss *cg_fused_loss(const Ir *ir, const IrOp *op)
 {
-    return ir->fused_loss >= 0 && op->id == ir->fused_loss && op->kind == OP_CROSS_ENTROPY;
+    if (ir->fused_loss < 0 || op->id != ir->fused_loss) return NULL;
+    for (size_t i = 0; i < sizeof fused_losses / sizeof fused_losses[0]; i++)
+        if (fused_losses[i].kind == op->kind) return &fused_losses[i];
+    return NULL;
+}
+
+int cg_loss_fusable(OpKind kind)
+{
+    for (size_t i = 0; i < sizeof fused_losses / sizeof fused_losses[0]; i++)
+        if (fused_losses[i].kind == kind) return 1;
+    return 0;
 }
 
 char *cg_view_buf(const Ir *ir, int id, const char *own, char *(*buf)(void *g, int id), void *g)

@@ -285,10 +285,11 @@ static int c_op(void *gp, int i)
     }
     fprintf(g->f, "    /* %s:%d  %s  %%%d %s%s */\n", cg_src_file(op->loc.file), op->loc.line, ir_ops[op->kind].name,
             o->id, elem_type(g, o->id), shape_str(&o->shape, ir));
-    if (cg_fused_loss(ir, op)) {
+    const CgFusedLoss *fl = cg_fused_loss(ir, op);
+    if (fl) {
         fprintf(g->f, "    if (e->train) /* backward follows: the gradient goes over the logits (lossfuse.c) */\n");
-        fprintf(g->f, "        SRK_AT(%s, %s);\n    else\n    ", site(op, "cross_entropy+d cross_entropy"),
-                expand(g, "srk_crossentropy_fwd_bwd($o, $a0, $0, $1, e->dloss, $s0, $s1, $s2)", op, NULL, 0));
+        fprintf(g->f, "        SRK_AT(%s, %s);\n    else\n    ",
+                site(op, sx_fmt("%s+d %s", user_name(op), user_name(op))), expand(g, fl->cuda_fwd_bwd, op, NULL, 0));
     }
     fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, user_name(op)), expand(g, ir_ops[op->kind].cuda_fwd, op, NULL, 0));
     return 1;
@@ -475,9 +476,8 @@ static void emit_stage(CGen *g, int s, int logits)
             IrOp *ce = ir->ops.v[ir->fused_loss];
             fprintf(f, "    if (!e->train) { /* the loss's gradient, which a training forward writes (lossfuse.c) */\n");
             cg_emit_syms(f, ir, g->P->layout.tp, "e->B", "e->T");
-            fprintf(f, "    SRK_AT(%s, %s);\n    }\n", site(ce, "d cross_entropy"),
-                    expand(g, sx_fmt("srk_crossentropy_bwd($0, $0, $a0, $1, %s, $s0, $s1, $s2, 1)", buf(g, ir->seed)), ce,
-                           NULL, 0));
+            fprintf(f, "    SRK_AT(%s, %s);\n    }\n", site(ce, sx_fmt("d %s", user_name(ce))),
+                    expand(g, sx_fmt(cg_fused_loss(ir, ce)->cuda_over, buf(g, ir->seed)), ce, NULL, 0));
         }
         for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
         fprintf(f, "}\n\n");

@@ -100,10 +100,10 @@ static int h_op(void *gp, int i)
     Gen *g = gp;
     IrOp *op = g->ir->ops.v[i];
     emit_value_comment(g, op);
-    if (cg_fused_loss(g->ir, op)) {
+    const CgFusedLoss *fl = cg_fused_loss(g->ir, op);
+    if (fl) {
         fprintf(g->f, "    if (e->train) /* backward follows: the gradient goes over the logits (lossfuse.c) */\n");
-        fprintf(g->f, "        %s;\n    else\n    ",
-                expand(g, "*$o = sr_crossentropy_fwd_bwd($a0, $0, $1, e->dloss, $s0, $s1, $s2)", op, NULL));
+        fprintf(g->f, "        %s;\n    else\n    ", expand(g, fl->host_fwd_bwd, op, NULL));
     }
     fprintf(g->f, "    %s;\n", expand(g, ir_ops[op->kind].fwd, op, NULL));
     return 1;
@@ -208,8 +208,8 @@ static void emit_stage(Gen *g, int s, int logits)
         if (last && mode != BW_WEIGHT && ir->fused_loss >= 0) { /* a forward not told it trains */
             fprintf(f, "    if (!e->train) { /* the loss's gradient, which a training forward writes (lossfuse.c) */\n");
             cg_emit_syms(f, ir, g->P->layout.tp, "e->B", "e->T");
-            fprintf(f, "    %s;\n    }\n", expand(g, "sr_crossentropy_bwd_over($0, $a0, $1, e->dloss, $s0, $s1, $s2)",
-                                                 ir->ops.v[ir->fused_loss], NULL));
+            IrOp *loss = ir->ops.v[ir->fused_loss];
+            fprintf(f, "    %s;\n    }\n", expand(g, cg_fused_loss(ir, loss)->host_over, loss, NULL));
         }
         for (int i = 0; i < bcalls.n; i++) fprintf(f, "    %s(e);\n", (char *)bcalls.v[i]);
         fprintf(f, "}\n\n");

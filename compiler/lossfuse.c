@@ -13,9 +13,11 @@
  * forward (e->train is 0) and keep the logits; a backward after such a
  * forward first writes the gradient over them itself (the code generators,
  * after the seed), so the flag saves a pass and never changes a result.
- * Ir.fused_loss names the op.
- * Left alone: the vocab-parallel loss (tensor parallelism), whose statistics
- * need collectives between the two halves.
+ * Ir.fused_loss names the op. The vocab-parallel loss (tensor parallelism,
+ * Megatron's vocab_parallel_cross_entropy) is fused too: its statistics need
+ * the tensor group's collectives between the passes, so its gradient takes
+ * a pass of its own after them, but still no buffer and no clearing. The
+ * losses and their calls are codegen.c's table (cg_fused_loss).
  */
 #include "shardc.h"
 
@@ -26,7 +28,7 @@ int lf_fuse(Program *P)
     int j = -1;
     for (int k = 0; k < ir->bwd.n && j < 0; k++) {
         IrBwd *b = ir->bwd.v[k];
-        if (b->kind == BWD_RULE && BWD_OP(ir, b)->kind == OP_CROSS_ENTROPY && BWD_OP(ir, b)->out == ir->output) j = k;
+        if (b->kind == BWD_RULE && cg_loss_fusable(BWD_OP(ir, b)->kind) && BWD_OP(ir, b)->out == ir->output) j = k;
     }
     if (j < 0) return 0;
     IrBwd *b = ir->bwd.v[j];

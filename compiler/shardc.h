@@ -481,8 +481,16 @@ int cg_step_runs(Ir *ir, const IrBwd *b, int mode);
 /* a value's buffer expression (own: the back end's, for its own storage): where gradalias.c
  * lets it be another gradient at dropout rate 0, the run-time choice of the two */
 char *cg_view_buf(const Ir *ir, int id, const char *own, char *(*buf)(void *g, int id), void *g);
-/* the loss op whose forward writes its gradient over the logits in a training step (lossfuse.c) */
-int cg_fused_loss(const Ir *ir, const IrOp *op);
+/* the loss op whose forward writes its gradient over the logits in a training step (lossfuse.c):
+ * its calls, or NULL for any other op. Templates as ops.def's; the CUDA fallback's %s is the
+ * seed's buffer (d loss on the device) */
+typedef struct CgFusedLoss {
+    OpKind kind;                         /* OP_CROSS_ENTROPY, OP_CROSS_ENTROPY_VP */
+    const char *host_fwd_bwd, *cuda_fwd_bwd; /* a training forward: loss, and gradient over the logits */
+    const char *host_over, *cuda_over;       /* the gradient over the logits after a plain forward */
+} CgFusedLoss;
+const CgFusedLoss *cg_fused_loss(const Ir *ir, const IrOp *op);
+int cg_loss_fusable(OpKind kind); /* whether lossfuse.c may fuse a loss of this kind (the table has its calls) */
 char *cg_cdim(Ir *ir, Dim d);   /* C expression of a dimension, long arithmetic over B and T */
 char *cg_fmt_float(double x);   /* a float literal */
 double cg_tnum(Program *P, const char *name, double dflt); /* a number of the train block */

@@ -137,6 +137,30 @@ void sr_embedding_vp_bwd(float *dw, const float *dout, const int32_t *idx, int N
     }
 }
 
+/* a row counts when its target is a class of the whole vocabulary (nv, or every rank's columns):
+ * outside it (-100, torch's ignore_index) no loss and no gradient, as sr_crossentropy_fwd */
+static int ce_vp_live(const sr_exec *e, int32_t target, int Vl, int nv)
+{
+    long classes = nv > 0 ? nv : (long)Vl * (e->tp > 0 ? e->tp : 1);
+    return target >= 0 && target < classes;
+}
+
+/* this rank's columns' gradient, added to d (acc 1) or written into it (acc 0; d may be the logits) */
+static void ce_vp_grad(sr_exec *e, float *d, const float *logits, const float *lse, const int32_t *targets,
+                       float dloss, int N, int Vl, int nv, int acc)
+{
+    if (!d || N <= 0) return;
+    long lo = (long)e->tp_rank * Vl;
+    int nc = sr_ce_classes(lo, Vl, nv);
+    float sc = dloss / (float)N;
+#pragma omp parallel for if (N >= 16)
+    for (int i = 0; i < N; i++) {
+        long t = (long)targets[i] - lo;
+        sr_ce_grad_row(d + (long)i * Vl, logits + (long)i * Vl, lse[i], t >= 0 && t < nc ? (int)t : -1,
+                       ce_vp_live(e, targets[i], Vl, nv), nc, Vl, sc, acc);
+    }
+}
+
 float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl,
                              int nv)
 {
@@ -180,26 +204,31 @@ float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const 
     double loss = 0;
     for (int i = 0; i < N; i++) {
         lse[i] = allmx[i] + logf(sums[i]);
-        loss += (double)(lse[i] - sums[N + i]);
+        if (ce_vp_live(e, targets[i], Vl, nv)) loss += (double)(lse[i] - sums[N + i]);
     }
     return (float)(loss / N);
+}
+
+float sr_crossentropy_vp_fwd_bwd(sr_exec *e, float *lse, float *logits, const int32_t *targets, float dloss, int N,
+                                 int Vl, int nv)
+{
+    /* the statistics need the group's collectives between the passes: the forward's two passes,
+     * then the gradient over the logits in a third, with no buffer of its own */
+    float loss = sr_crossentropy_vp_fwd(e, lse, logits, targets, N, Vl, nv);
+    sr_crossentropy_vp_bwd_over(e, logits, lse, targets, dloss, N, Vl, nv);
+    return loss;
+}
+
+void sr_crossentropy_vp_bwd_over(sr_exec *e, float *logits, const float *lse, const int32_t *targets, float dloss,
+                                 int N, int Vl, int nv)
+{
+    ce_vp_grad(e, logits, logits, lse, targets, dloss, N, Vl, nv, 0);
 }
 
 void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, const float *lse,
                             const int32_t *targets, float dloss, int N, int Vl, int nv)
 {
-    if (!dlogits) return;
-    long lo = (long)e->tp_rank * Vl;
-    int nc = sr_ce_classes(lo, Vl, nv);
-    float scale = dloss / (float)N;
-#pragma omp parallel for if (N >= 16)
-    for (int i = 0; i < N; i++) {
-        const float *x = logits + (long)i * Vl;
-        float *d = dlogits + (long)i * Vl;
-        for (int j = 0; j < nc; j++) d[j] += scale * expf(x[j] - lse[i]);
-        long t = (long)targets[i] - lo;
-        if (t >= 0 && t < nc) d[t] -= scale;
-    }
+    ce_vp_grad(e, dlogits, logits, lse, targets, dloss, N, Vl, nv, 1);
 }
 
 /* ---- shards of parameters ----------------------------------------------------- */

@@ -327,29 +327,41 @@ __global__ void ce_vp_sums_kernel(float *sums, const float *allmx, const TL *log
         sums[N + i] = (t >= 0 && t < nc) ? srk_ld(lr[t]) : 0.0f;
     }
 }
-static __global__ void ce_vp_rows_kernel(float *lse, float *rowloss, const float *allmx, const float *sums, long N)
+static __global__ void ce_vp_rows_kernel(float *lse, float *rowloss, const float *allmx, const float *sums,
+                                         const int32_t *targets, long classes, long N)
 {
+    // a row whose target is not a class (-100, torch's ignore_index) adds no loss
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (long)gridDim.x * blockDim.x) {
         float l = allmx[i] + logf(sums[i]);
         lse[i] = l;
-        rowloss[i] = l - sums[N + i];
+        rowloss[i] = targets[i] >= 0 && targets[i] < classes ? l - sums[N + i] : 0.0f;
     }
 }
 template <class TD, class TL>
 __global__ void ce_vp_bwd_kernel(TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                                 const float *dloss, long N, int Vl, int nc, long lo)
+                                 const float *dloss, float dl, long N, int Vl, int nc, long lo, long classes, int over)
 {
     // one block per row: dlogits += dloss/N * (exp(l - lse) - onehot(target in this rank's columns)),
-    // the first nc of them (the rest pad)
+    // the first nc of them (the rest pad), nothing for an ignored row; over: written instead, into
+    // zeros (padding and ignored rows 0), and dlogits may be the logits themselves (each element
+    // read, then written, by one thread). dloss NULL: dl is d loss
     long i = blockIdx.x;
-    float sc = dloss[0] / (float)N, l = lse[i];
+    float sc = (dloss ? dloss[0] : dl) / (float)N, l = lse[i];
+    bool live = targets[i] >= 0 && targets[i] < classes;
     long t = (long)targets[i] - lo;
     const TL *lr = logits + i * Vl;
     TD *dr = dlogits + i * Vl;
-    for (int j = threadIdx.x; j < nc; j += blockDim.x) {
-        float p = sc * expf(srk_ld(lr[j]) - l);
-        srk_acc(&dr[j], j == t ? p - sc : p);
+    if (!live && !over) return;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+        float p = live && j < nc ? sc * expf(srk_ld(lr[j]) - l) - (j == t ? sc : 0.0f) : 0.0f;
+        if (over) dr[j] = srk_to<TD>(p);
+        else if (j < nc) srk_acc(&dr[j], p);
     }
+}
+/* the vocabulary's classes: nv, or every rank's columns */
+static inline long srk_ce_vp_classes(const sr_exec *e, long Vl, long nv)
+{
+    return nv > 0 ? nv : Vl * (e->tp > 0 ? e->tp : 1);
 }
 
 template <class TL>
@@ -387,17 +399,27 @@ void srk_crossentropy_vp_fwd(sr_exec *e, float *loss, float *lse, const TL *logi
             srk_tp_fatal("cross-entropy");
     }
     SR_LAUNCH(ce_vp_rows_kernel, srk_blocks(N, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, lse, rows,
-              (const float *)allmx, (const float *)sums, N);
+              (const float *)allmx, (const float *)sums, targets, srk_ce_vp_classes(e, Vl, nv), N);
     SR_LAUNCH(mean_rows_kernel, 1, 1024, 0, srk_ctx.stream, loss, (const float *)rows, N);
 }
+/* dlogits (N, Vl) += the gradient; over 1: written instead (into zeros), dlogits may be logits */
 template <class TD, class TL>
 void srk_crossentropy_vp_bwd(sr_exec *e, TD *dlogits, const TL *logits, const float *lse, const int32_t *targets,
-                             const float *dloss, long N, long Vl, long nv)
+                             const float *dloss, long N, long Vl, long nv, int over = 0, float dl = 0.0f)
 {
     if (!dlogits || N <= 0) return;
     long lo = (long)e->tp_rank * Vl;
     SR_LAUNCH((ce_vp_bwd_kernel<TD, TL>), (unsigned)N, CE_THREADS, 0, srk_ctx.stream, dlogits, logits, lse, targets,
-              dloss, N, (int)Vl, sr_ce_classes(lo, (int)Vl, (int)nv), lo);
+              dloss, dl, N, (int)Vl, sr_ce_classes(lo, (int)Vl, (int)nv), lo, srk_ce_vp_classes(e, Vl, nv), over);
+}
+/* a training step's forward (compiler/lossfuse.c): the loss, then its gradient over the logits
+ * (the statistics' collectives come between the passes, so a pass of its own) */
+template <class TL>
+void srk_crossentropy_vp_fwd_bwd(sr_exec *e, float *loss, float *lse, TL *logits, const int32_t *targets, float dloss,
+                                 long N, long Vl, long nv)
+{
+    srk_crossentropy_vp_fwd(e, loss, lse, (const TL *)logits, targets, N, Vl, nv);
+    srk_crossentropy_vp_bwd(e, logits, (const TL *)logits, lse, targets, (const float *)NULL, N, Vl, nv, 1, dloss);
 }
 
 #endif /* SRK_TP_CUH */

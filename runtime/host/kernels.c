@@ -1087,18 +1087,25 @@ void sr_dropout_bwd(float *dx, const float *dout, long n, float p, uint64_t seed
 
 enum { CE_CHUNKS = 64 };
 
-/* a row of logits (ld columns, V classes) overwritten by its gradient, sr_crossentropy_bwd's
- * arithmetic into zeros (l its lse, sc = dloss / N): 0 for an ignored row and the padding */
+void sr_ce_grad_row(float *di, const float *li, float l, int hot, int live, int V, int ld, float sc, int acc)
+{
+    if (acc) {
+        if (!live) return;
+        OMP(simd)
+        for (int j = 0; j < V; j++) di[j] += sc * fexp(li[j] - l);
+    } else if (live) {
+        OMP(simd)
+        for (int j = 0; j < V; j++) di[j] = sc * fexp(li[j] - l);
+    } else {
+        memset(di, 0, sizeof(float) * (size_t)V);
+    }
+    if (live && hot >= 0 && hot < V) di[hot] -= sc; // the one-hot term
+    if (!acc && ld > V) memset(di + V, 0, sizeof(float) * (size_t)(ld - V));
+}
+/* a row of logits (ld columns, V classes) overwritten by its gradient, target t: ignored outside [0, V) */
 static void ce_grad_row(float *li, float l, int t, int V, int ld, float sc)
 {
-    if (t >= 0 && t < V) {
-        OMP(simd)
-        for (int j = 0; j < V; j++) li[j] = sc * fexp(li[j] - l);
-        li[t] -= sc; // the one-hot term
-    } else {
-        memset(li, 0, sizeof(float) * (size_t)V);
-    }
-    if (ld > V) memset(li + V, 0, sizeof(float) * (size_t)(ld - V));
+    sr_ce_grad_row(li, li, l, t, t >= 0 && t < V, V, ld, sc, 0);
 }
 
 /* the loss's rows: lse, and the mean loss returned; with grad, each row, still in cache,
@@ -1153,15 +1160,9 @@ void sr_crossentropy_bwd(float *dlogits, const float *logits, const float *lse,
     V = sr_ce_classes(0, V, nv);
     float sc = dloss / (float)N;
     OMP(parallel for if((long)N * V >= PAR_MIN))
-    for (int i = 0; i < N; i++) {
-        const float *li = logits + (size_t)i * ld;
-        float *di = dlogits + (size_t)i * ld;
-        float l = lse[i];
+    for (int i = 0; i < N; i++) { // an ignored row (target outside [0, V)): no gradient
         int t = targets[i];
-        if (t < 0 || t >= V) continue; // ignored row: no gradient
-        OMP(simd)
-        for (int j = 0; j < V; j++) di[j] += sc * fexp(li[j] - l);
-        di[t] -= sc; // the one-hot term
+        sr_ce_grad_row(dlogits + (size_t)i * ld, logits + (size_t)i * ld, lse[i], t, t >= 0 && t < V, V, ld, sc, 1);
     }
 }
 

@@ -232,6 +232,11 @@ float sr_crossentropy_fwd_bwd(float *lse, float *logits, const int32_t *targets,
  * by their gradient, the same bits (a backward whose forward was not told it trains) */
 void sr_crossentropy_bwd_over(float *logits, const float *lse, const int32_t *targets, float dloss, int N, int V,
                               int nv);
+/* one row's gradient from its logits x (ld columns, the first V classes): sc * exp(x - lse)
+ * (sc = dloss / N), less sc at column hot (-1: the target is not among them, as on another
+ * tensor rank's columns); acc 1: added to d, nothing for an ignored row (live 0) nor the
+ * padding; acc 0: written into d (which may be x), zeros in the padding and an ignored row */
+void sr_ce_grad_row(float *d, const float *x, float lse, int hot, int live, int V, int ld, float sc, int acc);
 
 /* copy / zero */
 void sr_copy(float *out, const float *x, long n);

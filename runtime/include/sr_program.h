@@ -151,12 +151,21 @@ void sr_embedding_vp_bwd(float *dw, const float *dout, const int32_t *idx, int N
  * logits (N, Vl) are this rank's columns; per-row max, sum of exponentials
  * and the target's logit are combined over the group, never the logits.
  * lse (N) is saved; returns the mean loss. Columns from nv on in the whole
- * vocabulary (0: none) pad it: left out, no gradient. */
+ * vocabulary (0: none) pad it: left out, no gradient. A row whose target is
+ * not a class (-100, torch's ignore_index) adds no loss and no gradient but
+ * counts in N, as sr_crossentropy_fwd. */
 
 float sr_crossentropy_vp_fwd(sr_exec *e, float *lse, const float *logits, const int32_t *targets, int N, int Vl,
                              int nv);
 void sr_crossentropy_vp_bwd(sr_exec *e, float *dlogits, const float *logits, const float *lse,
                             const int32_t *targets, float dloss, int N, int Vl, int nv);
+/* a training step's forward (compiler/lossfuse.c): sr_crossentropy_vp_fwd, then the logits
+ * overwritten by sr_crossentropy_vp_bwd's gradient into zeros (padding and ignored rows 0);
+ * _bwd_over is that second half alone, after a forward not told it trains */
+float sr_crossentropy_vp_fwd_bwd(sr_exec *e, float *lse, float *logits, const int32_t *targets, float dloss, int N,
+                                 int Vl, int nv);
+void sr_crossentropy_vp_bwd_over(sr_exec *e, float *logits, const float *lse, const int32_t *targets, float dloss,
+                                 int N, int Vl, int nv);
 
 typedef struct sr_program {
     const char *name;        /* model name, e.g. "GPT" */

@@ -94,6 +94,9 @@ expect_eq "GPT-2 host program: gradients cleared" "$(grep -c 'sr_zero(' /tmp/cli
 # lossfuse.c: a training step's forward writes the loss's gradient over the logits (no backward
 # step, no gradient buffer or its clearing); evaluation keeps the plain loss
 expect_eq "GPT-2 host program: the loss and its gradient in one pass when training" "$(grep -c 'if (e->train)' /tmp/cli-src/cli-gpt2.c) $(grep -c 'sr_crossentropy_fwd_bwd(' /tmp/cli-src/cli-gpt2.c) $(grep -c 'sr_crossentropy_bwd(' /tmp/cli-src/cli-gpt2.c)" "1 1 0"
+rm -rf /tmp/cli-src-tp
+"$shardc" build "$src/examples/gpt2.model" --tp 2 --set make_vocab_size_divisible_by=128 -o /tmp/cli-gpt2-tp --emit-src /tmp/cli-src-tp > /dev/null 2>&1
+expect_eq "GPT-2 at tp=2: the vocab-parallel loss and its gradient over the logits when training, no backward step" "$(grep -c 'if (e->train)' /tmp/cli-src-tp/cli-gpt2-tp.c) $(grep -c 'sr_crossentropy_vp_fwd_bwd(' /tmp/cli-src-tp/cli-gpt2-tp.c) $(grep -c 'sr_crossentropy_vp_bwd(' /tmp/cli-src-tp/cli-gpt2-tp.c) $(grep -c 'sr_crossentropy_vp_bwd_over(' /tmp/cli-src-tp/cli-gpt2-tp.c)" "1 1 0 1"
 expect_eq "GPT-2 host program: dropout backward steps that run only at a rate above 0" "$(grep -c 'if (e->dropout > 0.0f) {' /tmp/cli-src/cli-gpt2.c)" "25"
 # ... and the 24 residual adds' backward steps, left with nothing to write, are dropped from the
 # backward program (199 steps from autodiff), so the memory plan no longer counts their reads;

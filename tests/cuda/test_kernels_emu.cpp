@@ -678,6 +678,49 @@ static void test_crossentropy(long N, long V, long nv = 0)
         dfree(p);
 }
 
+/* the vocab-parallel loss on one tensor rank (tp 1: no collectives) against the host's: loss, lse,
+ * the gradient (an ignored row, padding columns); its fused forward (lossfuse.c) and its gradient
+ * over the logits after a plain forward equal the backward written into NaN, bit for bit */
+template <class T>
+static void test_crossentropy_vp(long N, long V, long nv = 0)
+{
+    float tol = tol_for<T>(1e-5f);
+    sr_exec e;
+    memset(&e, 0, sizeof e);
+    e.tp = 1;
+    vec l = rounded<T>(rnd(N * V, -4.0f, 4.0f)), dl0 = rounded<T>(rnd(N * V));
+    std::vector<int32_t> t((size_t)N);
+    for (long i = 0; i < N; i++) t[(size_t)i] = (int32_t)((i * 13 + 5) % (nv ? nv : V));
+    t[1] = -100;
+    vec lse((size_t)N), dl = dl0;
+    float loss = sr_crossentropy_vp_fwd(&e, lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv);
+    sr_crossentropy_vp_bwd(&e, dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
+    T *d_l = up<T>(l), *d_dl = up<T>(dl0), *d_l2 = up<T>(l), *d_fresh = up<T>(vec((size_t)(N * V), NAN));
+    float *d_lse = up<float>(vec((size_t)N)), *d_loss = up<float>(vec(1)), *d_seed = up<float>(vec(1, 0.7f));
+    float *d_lse2 = up<float>(vec((size_t)N)), *d_loss2 = up<float>(vec(1));
+    int32_t *d_t = up_i(t);
+    srk_crossentropy_vp_fwd(&e, d_loss, d_lse, d_l, d_t, N, V, nv);
+    expect(fmt("crossentropy_vp %s loss N=%ld V=%ld classes %ld (an ignored row)", tname<T>(), N, V, nv ? nv : V).c_str(),
+           down(d_loss, 1), vec(1, loss), 1e-5f);
+    expect("crossentropy_vp lse", down(d_lse, N), lse, 1e-5f);
+    srk_crossentropy_vp_bwd(&e, d_dl, d_l, d_lse, d_t, d_seed, N, V, nv);
+    expect(fmt("crossentropy_vp %s bwd (accumulates; nothing for the ignored row)", tname<T>()).c_str(),
+           down(d_dl, N * V), dl, tol);
+    srk_crossentropy_vp_bwd(&e, d_fresh, d_l, d_lse, d_t, d_seed, N, V, nv, 1);
+    srk_crossentropy_vp_fwd_bwd(&e, d_loss2, d_lse2, d_l2, d_t, 0.7f, N, V, nv);
+    expect(fmt("crossentropy_vp %s fused: the loss", tname<T>()).c_str(), down(d_loss2, 1), down(d_loss, 1), 0);
+    expect("crossentropy_vp fused: lse", down(d_lse2, N), down(d_lse, N), 0);
+    expect("crossentropy_vp fused: the gradient over the logits (padding, the ignored row: 0)", down(d_l2, N * V),
+           down(d_fresh, N * V), 0);
+    srk_crossentropy_vp_bwd(&e, d_l, d_l, d_lse, d_t, d_seed, N, V, nv, 1); /* in place, after a plain forward */
+    expect("crossentropy_vp bwd in place over the logits", down(d_l, N * V), down(d_fresh, N * V), 0);
+    no_error("crossentropy_vp");
+    for (const void *p : {(const void *)d_l, (const void *)d_lse, (const void *)d_loss, (const void *)d_dl,
+                          (const void *)d_seed, (const void *)d_t, (const void *)d_l2, (const void *)d_fresh,
+                          (const void *)d_lse2, (const void *)d_loss2})
+        dfree(p);
+}
+
 /* ---- attention ------------------------------------------------------------------------------- */
 /* which path ran since the counters read tc0, mma0, cd0 */
 static const char *attn_path_since(long tc0, long mma0, long cd0)
@@ -1353,6 +1396,7 @@ int main(int argc, char **argv)
             /* bf16 logits, as the LM head of a bf16 program writes them (50304: the 16-byte form) */
             test_crossentropy<bf16>(37, 101), test_crossentropy<bf16>(37, 101, 90);
             test_crossentropy<bf16>(4, 50304, 50257);
+            test_crossentropy_vp<bf16>(37, 101), test_crossentropy_vp<bf16>(6, 130, 100);
             /* hd 8: SIMT; hd 32, 64, 128: tensor cores, one and several 64-row tiles; with wmma (the
              * default) and with mma.sync (hd 32, 64), or only the one SHARDC_CUDA_ATTN names */
             int env_mode = srk_ctx.attn_mode;
@@ -1402,6 +1446,7 @@ int main(int argc, char **argv)
             test_fresh<float>();
             test_crossentropy<float>(37, 101), test_crossentropy<float>(4, 50257);
             test_crossentropy<float>(37, 101, 90), test_crossentropy<float>(4, 50304, 50257);
+            test_crossentropy_vp<float>(37, 101), test_crossentropy_vp<float>(6, 130, 100);
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
             test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
             test_attention_qkv<float>(2, 37, 24, 3), test_attention_qkv<float>(1, 70, 128, 2);

@@ -19,6 +19,7 @@
 #endif
 
 #include "shardrt.h"
+#include "sr_program.h"
 
 #include "check.h"
 
@@ -892,6 +893,45 @@ static void test_crossentropy_fused(int N, int ld, int nv)
     free(l), free(lse), free(lse2), free(dl), free(t), free(l2);
 }
 
+/* the vocab-parallel loss on one tensor rank (tp 1: no collectives) against the plain one, with an
+ * ignored row and padding columns: loss, lse and gradient; its fused forward (lossfuse.c) leaves
+ * its backward's gradient into zeros over the logits, bit for bit, and so does its second half
+ * after a plain forward */
+static void test_crossentropy_vp(int N, int ld, int nv)
+{
+    sr_exec e;
+    memset(&e, 0, sizeof e);
+    e.tp = 1;
+    float *l = rand_buf((long)N * ld, -5, 5), *lse = zbuf(N), *lse2 = zbuf(N), *dl = zbuf((long)N * ld);
+    float *dv = zbuf((long)N * ld), *lse3 = zbuf(N);
+    int32_t *t = malloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) t[i] = (int32_t)(urand() * nv);
+    t[N / 2] = -100;
+    float *l2 = malloc(sizeof(float) * (size_t)N * ld);
+    memcpy(l2, l, sizeof(float) * (size_t)N * ld);
+    float loss = sr_crossentropy_fwd(lse, l, t, N, ld, nv);
+    sr_crossentropy_bwd(dl, l, lse, t, 0.7f, N, ld, nv);
+    float lv = sr_crossentropy_vp_fwd(&e, lse2, l, t, N, ld, nv);
+    sr_crossentropy_vp_bwd(&e, dv, l, lse2, t, 0.7f, N, ld, nv);
+    double el = fabs(lv - loss) / fmax(fabs(loss), 1.0), es = 0.0, eg = 0.0;
+    for (int i = 0; i < N; i++) es = fmax(es, fabs(lse2[i] - lse[i]) / fmax(fabs(lse[i]), 1.0));
+    for (long k = 0; k < (long)N * ld; k++) eg = fmax(eg, fabs(dv[k] - dl[k]));
+    int zero = 1;
+    for (int j = 0; j < ld; j++) zero &= dv[(long)(N / 2) * ld + j] == 0.0f;
+    check(el < 1e-5 && es < 1e-5 && eg < 1e-7 && zero,
+          "crossentropy_vp (tp 1) N=%d V=%d classes %d: the plain loss (err %.1e), lse (%.1e), gradient (%.1e), an "
+          "ignored row adds nothing", N, ld, nv, el, es, eg);
+    float lf = sr_crossentropy_vp_fwd_bwd(&e, lse3, l2, t, 0.7f, N, ld, nv);
+    check(lf == lv && !memcmp(lse3, lse2, sizeof(float) * (size_t)N) &&
+              !memcmp(l2, dv, sizeof(float) * (size_t)N * ld),
+          "crossentropy_vp fused N=%d V=%d: the loss, lse and the gradient over the logits bit for bit", N, ld);
+    memcpy(l2, l, sizeof(float) * (size_t)N * ld);
+    sr_crossentropy_vp_bwd_over(&e, l2, lse2, t, 0.7f, N, ld, nv);
+    check(!memcmp(l2, dv, sizeof(float) * (size_t)N * ld), "crossentropy_vp bwd over the logits N=%d V=%d: bit for bit",
+          N, ld);
+    free(l), free(lse), free(lse2), free(lse3), free(dl), free(dv), free(t), free(l2);
+}
+
 /* a vocabulary of V classes padded with P columns (cross_entropy(logits,
  * targets, V) on V + P columns): the unpadded loss, lse and gradient, and
  * nothing for the padding columns, whatever their logits */
@@ -1160,6 +1200,7 @@ int main(void)
     test_crossentropy_fwd(5, 7);
     test_crossentropy_fwd(64, 1000);
     test_crossentropy_fused(5, 7, 7), test_crossentropy_fused(64, 1000, 1000), test_crossentropy_fused(33, 128, 100);
+    test_crossentropy_vp(5, 7, 7), test_crossentropy_vp(64, 1000, 1000), test_crossentropy_vp(33, 128, 100);
     test_crossentropy_padded(9, 37, 11);
     test_crossentropy_padded(5, 50257, 47);
     test_gradients();
