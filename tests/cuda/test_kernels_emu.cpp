@@ -636,85 +636,59 @@ static void test_softmax(long N, long C)
 
 /* logits are float in bf16 programs too (the sampler reads them) */
 /* logits and their gradient in T (bf16: as a bf16 program keeps them), the loss and lse in float */
+/* vp: the vocab-parallel loss on one tensor rank (tp 1: no collectives) against the host's */
 template <class T>
-static void test_crossentropy(long N, long V, long nv = 0)
+static void test_crossentropy(long N, long V, long nv = 0, bool vp = false)
 {
     float tol = tol_for<T>(1e-5f);
+    sr_exec e;
+    memset(&e, 0, sizeof e);
+    e.tp = 1;
+    const char *name = vp ? "crossentropy_vp" : "crossentropy";
     vec l = rounded<T>(rnd(N * V, -4.0f, 4.0f)), dl0 = rounded<T>(rnd(N * V));
     std::vector<int32_t> t((size_t)N);
     for (long i = 0; i < N; i++) t[(size_t)i] = (int32_t)((i * 13 + 5) % V);
     t[1] = -100; /* ignored rows: no loss, no gradient, still counted in N */
     if (N > 5) t[5] = (int32_t)V;
     vec lse((size_t)N), dl = dl0;
-    float loss = sr_crossentropy_fwd(lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv);
-    sr_crossentropy_bwd(dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
+    float loss = vp ? sr_crossentropy_vp_fwd(&e, lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv)
+                    : sr_crossentropy_fwd(lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv);
+    if (vp) sr_crossentropy_vp_bwd(&e, dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
+    else sr_crossentropy_bwd(dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
     T *d_l = up<T>(l), *d_dl = up<T>(dl0);
     float *d_lse = up<float>(vec((size_t)N)), *d_loss = up<float>(vec(1)), *d_seed = up<float>(vec(1, 0.7f));
     int32_t *d_t = up_i(t);
-    srk_crossentropy_fwd(d_loss, d_lse, d_l, d_t, N, V, nv);
+    auto fwd = [&](float *loss_, float *lse_, T *l_) {
+        if (vp) srk_crossentropy_vp_fwd(&e, loss_, lse_, l_, d_t, N, V, nv);
+        else srk_crossentropy_fwd(loss_, lse_, l_, d_t, N, V, nv);
+    };
+    auto bwd = [&](T *d_, const T *l_, int over) { /* over: written (into zeros), else added */
+        if (vp) srk_crossentropy_vp_bwd(&e, d_, l_, d_lse, d_t, d_seed, N, V, nv, over);
+        else srk_crossentropy_bwd(d_, l_, d_lse, d_t, d_seed, N, V, nv, over);
+    };
+    fwd(d_loss, d_lse, d_l);
     /* the loss and lse from the same (rounded) logits: float sums, float's tolerance */
-    expect(fmt("crossentropy %s loss N=%ld V=%ld classes %ld", tname<T>(), N, V, nv ? nv : V).c_str(), down(d_loss, 1),
+    expect(fmt("%s %s loss N=%ld V=%ld classes %ld", name, tname<T>(), N, V, nv ? nv : V).c_str(), down(d_loss, 1),
            vec(1, loss), 1e-5f);
-    expect("crossentropy lse", down(d_lse, N), lse, 1e-5f);
-    srk_crossentropy_bwd(d_dl, d_l, d_lse, d_t, d_seed, N, V, nv);
-    expect(fmt("crossentropy %s bwd (ignored targets, accumulates)", tname<T>()).c_str(), down(d_dl, N * V), dl, tol);
+    expect(fmt("%s lse", name).c_str(), down(d_lse, N), lse, 1e-5f);
+    bwd(d_dl, d_l, 0);
+    expect(fmt("%s %s bwd (ignored targets, accumulates)", name, tname<T>()).c_str(), down(d_dl, N * V), dl, tol);
     check(fabsf(srk_get_scalar(d_loss) - loss) <= 1e-5f * fabsf(loss), "srk_get_scalar reads the loss back");
     /* a training step's forward (lossfuse.c): the loss, lse and, over the logits, the gradient
      * the backward writes when it overwrites (from NaN), bit for bit */
     T *d_l2 = up<T>(l), *d_fresh = up<T>(vec((size_t)(N * V), NAN));
     float *d_lse2 = up<float>(vec((size_t)N)), *d_loss2 = up<float>(vec(1));
-    srk_crossentropy_bwd(d_fresh, d_l, d_lse, d_t, d_seed, N, V, nv, 1);
-    srk_crossentropy_fwd_bwd(d_loss2, d_lse2, d_l2, d_t, 0.7f, N, V, nv);
-    expect(fmt("crossentropy %s fwd+bwd in one pass: the loss", tname<T>()).c_str(), down(d_loss2, 1), down(d_loss, 1), 0);
-    expect("crossentropy fwd+bwd: lse", down(d_lse2, N), down(d_lse, N), 0);
-    expect("crossentropy fwd+bwd: the gradient over the logits (padding, ignored rows: 0)", down(d_l2, N * V),
+    bwd(d_fresh, d_l, 1);
+    if (vp) srk_crossentropy_vp_fwd_bwd(&e, d_loss2, d_lse2, d_l2, d_t, 0.7f, N, V, nv);
+    else srk_crossentropy_fwd_bwd(d_loss2, d_lse2, d_l2, d_t, 0.7f, N, V, nv);
+    expect(fmt("%s %s fwd+bwd (a training forward): the loss", name, tname<T>()).c_str(), down(d_loss2, 1),
+           down(d_loss, 1), 0);
+    expect(fmt("%s fwd+bwd: lse", name).c_str(), down(d_lse2, N), down(d_lse, N), 0);
+    expect(fmt("%s fwd+bwd: the gradient over the logits (padding, ignored rows: 0)", name).c_str(), down(d_l2, N * V),
            down(d_fresh, N * V), 0);
-    srk_crossentropy_bwd(d_l, d_l, d_lse, d_t, d_seed, N, V, nv, 1); /* in place, after a plain forward */
-    expect("crossentropy bwd in place over the logits", down(d_l, N * V), down(d_fresh, N * V), 0);
-    no_error("crossentropy");
-    for (const void *p : {(const void *)d_l, (const void *)d_lse, (const void *)d_loss, (const void *)d_dl,
-                          (const void *)d_seed, (const void *)d_t, (const void *)d_l2, (const void *)d_fresh,
-                          (const void *)d_lse2, (const void *)d_loss2})
-        dfree(p);
-}
-
-/* the vocab-parallel loss on one tensor rank (tp 1: no collectives) against the host's: loss, lse,
- * the gradient (an ignored row, padding columns); its fused forward (lossfuse.c) and its gradient
- * over the logits after a plain forward equal the backward written into NaN, bit for bit */
-template <class T>
-static void test_crossentropy_vp(long N, long V, long nv = 0)
-{
-    float tol = tol_for<T>(1e-5f);
-    sr_exec e;
-    memset(&e, 0, sizeof e);
-    e.tp = 1;
-    vec l = rounded<T>(rnd(N * V, -4.0f, 4.0f)), dl0 = rounded<T>(rnd(N * V));
-    std::vector<int32_t> t((size_t)N);
-    for (long i = 0; i < N; i++) t[(size_t)i] = (int32_t)((i * 13 + 5) % (nv ? nv : V));
-    t[1] = -100;
-    vec lse((size_t)N), dl = dl0;
-    float loss = sr_crossentropy_vp_fwd(&e, lse.data(), l.data(), t.data(), (int)N, (int)V, (int)nv);
-    sr_crossentropy_vp_bwd(&e, dl.data(), l.data(), lse.data(), t.data(), 0.7f, (int)N, (int)V, (int)nv);
-    T *d_l = up<T>(l), *d_dl = up<T>(dl0), *d_l2 = up<T>(l), *d_fresh = up<T>(vec((size_t)(N * V), NAN));
-    float *d_lse = up<float>(vec((size_t)N)), *d_loss = up<float>(vec(1)), *d_seed = up<float>(vec(1, 0.7f));
-    float *d_lse2 = up<float>(vec((size_t)N)), *d_loss2 = up<float>(vec(1));
-    int32_t *d_t = up_i(t);
-    srk_crossentropy_vp_fwd(&e, d_loss, d_lse, d_l, d_t, N, V, nv);
-    expect(fmt("crossentropy_vp %s loss N=%ld V=%ld classes %ld (an ignored row)", tname<T>(), N, V, nv ? nv : V).c_str(),
-           down(d_loss, 1), vec(1, loss), 1e-5f);
-    expect("crossentropy_vp lse", down(d_lse, N), lse, 1e-5f);
-    srk_crossentropy_vp_bwd(&e, d_dl, d_l, d_lse, d_t, d_seed, N, V, nv);
-    expect(fmt("crossentropy_vp %s bwd (accumulates; nothing for the ignored row)", tname<T>()).c_str(),
-           down(d_dl, N * V), dl, tol);
-    srk_crossentropy_vp_bwd(&e, d_fresh, d_l, d_lse, d_t, d_seed, N, V, nv, 1);
-    srk_crossentropy_vp_fwd_bwd(&e, d_loss2, d_lse2, d_l2, d_t, 0.7f, N, V, nv);
-    expect(fmt("crossentropy_vp %s fused: the loss", tname<T>()).c_str(), down(d_loss2, 1), down(d_loss, 1), 0);
-    expect("crossentropy_vp fused: lse", down(d_lse2, N), down(d_lse, N), 0);
-    expect("crossentropy_vp fused: the gradient over the logits (padding, the ignored row: 0)", down(d_l2, N * V),
-           down(d_fresh, N * V), 0);
-    srk_crossentropy_vp_bwd(&e, d_l, d_l, d_lse, d_t, d_seed, N, V, nv, 1); /* in place, after a plain forward */
-    expect("crossentropy_vp bwd in place over the logits", down(d_l, N * V), down(d_fresh, N * V), 0);
-    no_error("crossentropy_vp");
+    bwd(d_l, d_l, 1); /* in place, after a plain forward */
+    expect(fmt("%s bwd in place over the logits", name).c_str(), down(d_l, N * V), down(d_fresh, N * V), 0);
+    no_error(name);
     for (const void *p : {(const void *)d_l, (const void *)d_lse, (const void *)d_loss, (const void *)d_dl,
                           (const void *)d_seed, (const void *)d_t, (const void *)d_l2, (const void *)d_fresh,
                           (const void *)d_lse2, (const void *)d_loss2})
@@ -1396,7 +1370,7 @@ int main(int argc, char **argv)
             /* bf16 logits, as the LM head of a bf16 program writes them (50304: the 16-byte form) */
             test_crossentropy<bf16>(37, 101), test_crossentropy<bf16>(37, 101, 90);
             test_crossentropy<bf16>(4, 50304, 50257);
-            test_crossentropy_vp<bf16>(37, 101), test_crossentropy_vp<bf16>(6, 130, 100);
+            test_crossentropy<bf16>(37, 101, 0, true), test_crossentropy<bf16>(6, 130, 100, true); /* vocab-parallel */
             /* hd 8: SIMT; hd 32, 64, 128: tensor cores, one and several 64-row tiles; with wmma (the
              * default) and with mma.sync (hd 32, 64), or only the one SHARDC_CUDA_ATTN names */
             int env_mode = srk_ctx.attn_mode;
@@ -1446,7 +1420,7 @@ int main(int argc, char **argv)
             test_fresh<float>();
             test_crossentropy<float>(37, 101), test_crossentropy<float>(4, 50257);
             test_crossentropy<float>(37, 101, 90), test_crossentropy<float>(4, 50304, 50257);
-            test_crossentropy_vp<float>(37, 101), test_crossentropy_vp<float>(6, 130, 100);
+            test_crossentropy<float>(37, 101, 0, true), test_crossentropy<float>(6, 130, 100, true);
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
             test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
             test_attention_qkv<float>(2, 37, 24, 3), test_attention_qkv<float>(1, 70, 128, 2);

@@ -872,16 +872,32 @@ static void test_crossentropy_fwd(int N, int V)
 /* a training step's loss (compiler/lossfuse.c): sr_crossentropy_fwd_bwd's loss and lse are
  * sr_crossentropy_fwd's, and the gradient it leaves over the logits is sr_crossentropy_bwd's
  * into zeros, bit for bit: with an ignored row and padding columns (nv < ld) */
+/* a loss case for the fused forms: logits l (N, ld) and a copy l2, targets t (classes nv, one row
+ * ignored), and the plain loss's lse, gradient dl (d loss 0.7, into zeros) and loss */
+typedef struct {
+    float *l, *l2, *lse, *dl, loss;
+    int32_t *t;
+} CeCase;
+static CeCase ce_case(int N, int ld, int nv)
+{
+    CeCase c;
+    c.l = rand_buf((long)N * ld, -5, 5), c.lse = zbuf(N), c.dl = zbuf((long)N * ld);
+    c.t = malloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) c.t[i] = (int32_t)(urand() * nv);
+    c.t[N / 2] = -100;
+    c.l2 = malloc(sizeof(float) * (size_t)N * ld);
+    memcpy(c.l2, c.l, sizeof(float) * (size_t)N * ld);
+    c.loss = sr_crossentropy_fwd(c.lse, c.l, c.t, N, ld, nv);
+    sr_crossentropy_bwd(c.dl, c.l, c.lse, c.t, 0.7f, N, ld, nv);
+    return c;
+}
+static void ce_case_free(CeCase *c) { free(c->l), free(c->l2), free(c->lse), free(c->dl), free(c->t); }
+
 static void test_crossentropy_fused(int N, int ld, int nv)
 {
-    float *l = rand_buf((long)N * ld, -5, 5), *lse = zbuf(N), *lse2 = zbuf(N), *dl = zbuf((long)N * ld);
-    int32_t *t = malloc((size_t)N * sizeof(int32_t));
-    for (int i = 0; i < N; i++) t[i] = (int32_t)(urand() * nv);
-    t[N / 2] = -100;
-    float *l2 = malloc(sizeof(float) * (size_t)N * ld);
-    memcpy(l2, l, sizeof(float) * (size_t)N * ld);
-    float loss = sr_crossentropy_fwd(lse, l, t, N, ld, nv);
-    sr_crossentropy_bwd(dl, l, lse, t, 0.7f, N, ld, nv);
+    CeCase c = ce_case(N, ld, nv);
+    float *l = c.l, *l2 = c.l2, *lse = c.lse, *dl = c.dl, loss = c.loss, *lse2 = zbuf(N);
+    int32_t *t = c.t;
     float loss2 = sr_crossentropy_fwd_bwd(lse2, l2, t, 0.7f, N, ld, nv);
     check(loss2 == loss && !memcmp(lse, lse2, sizeof(float) * (size_t)N) &&
               !memcmp(dl, l2, sizeof(float) * (size_t)N * ld),
@@ -890,7 +906,8 @@ static void test_crossentropy_fused(int N, int ld, int nv)
     sr_crossentropy_bwd_over(l, lse, t, 0.7f, N, ld, nv); /* after a plain forward: the second half */
     check(!memcmp(dl, l, sizeof(float) * (size_t)N * ld), "crossentropy bwd over the logits N=%d V=%d: bit for bit", N,
           ld);
-    free(l), free(lse), free(lse2), free(dl), free(t), free(l2);
+    free(lse2);
+    ce_case_free(&c);
 }
 
 /* the vocab-parallel loss on one tensor rank (tp 1: no collectives) against the plain one, with an
@@ -902,15 +919,10 @@ static void test_crossentropy_vp(int N, int ld, int nv)
     sr_exec e;
     memset(&e, 0, sizeof e);
     e.tp = 1;
-    float *l = rand_buf((long)N * ld, -5, 5), *lse = zbuf(N), *lse2 = zbuf(N), *dl = zbuf((long)N * ld);
-    float *dv = zbuf((long)N * ld), *lse3 = zbuf(N);
-    int32_t *t = malloc((size_t)N * sizeof(int32_t));
-    for (int i = 0; i < N; i++) t[i] = (int32_t)(urand() * nv);
-    t[N / 2] = -100;
-    float *l2 = malloc(sizeof(float) * (size_t)N * ld);
-    memcpy(l2, l, sizeof(float) * (size_t)N * ld);
-    float loss = sr_crossentropy_fwd(lse, l, t, N, ld, nv);
-    sr_crossentropy_bwd(dl, l, lse, t, 0.7f, N, ld, nv);
+    CeCase c = ce_case(N, ld, nv);
+    float *l = c.l, *l2 = c.l2, *lse = c.lse, *dl = c.dl, loss = c.loss;
+    float *lse2 = zbuf(N), *dv = zbuf((long)N * ld), *lse3 = zbuf(N);
+    int32_t *t = c.t;
     float lv = sr_crossentropy_vp_fwd(&e, lse2, l, t, N, ld, nv);
     sr_crossentropy_vp_bwd(&e, dv, l, lse2, t, 0.7f, N, ld, nv);
     double el = fabs(lv - loss) / fmax(fabs(loss), 1.0), es = 0.0, eg = 0.0;
@@ -929,7 +941,8 @@ static void test_crossentropy_vp(int N, int ld, int nv)
     sr_crossentropy_vp_bwd_over(&e, l2, lse2, t, 0.7f, N, ld, nv);
     check(!memcmp(l2, dv, sizeof(float) * (size_t)N * ld), "crossentropy_vp bwd over the logits N=%d V=%d: bit for bit",
           N, ld);
-    free(l), free(lse), free(lse2), free(lse3), free(dl), free(dv), free(t), free(l2);
+    free(lse2), free(lse3), free(dv);
+    ce_case_free(&c);
 }
 
 /* a vocabulary of V classes padded with P columns (cross_entropy(logits,
