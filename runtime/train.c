@@ -354,6 +354,12 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
     printf("\nParallel runs: mpirun -np N %s ..., srun --mpi=pmix -n N %s ..., or mpirun inside salloc/sbatch;\n"
            "N = dp x tp x pp.\n", argv0, argv0);
     printf("\nEnvironment: SHARDC_COMM=nccl|mpi is --comm where the flag is not given.\n");
+    if (prog->backend && prog->backend->name && !strcmp(prog->backend->name, "cuda"))
+        printf("CUDA: SHARDC_CUDA_ATTN=auto|wmma|mma|cudnn|simt, the attention kernels (auto, the default: a trial\n"
+               "at the first call picks the fastest path that agrees with simt, said after the first step);\n"
+               "SHARDC_CUDA_PROFILE=1 (device time by .model line, at exit); SHARDC_CUDA_SYNC=1 (wait after\n"
+               "each kernel: errors name it); SHARDC_CUDA_ARENA_MB=N (the device arena's size);\n"
+               "SHARDC_CUDA_BGRAD=0 (bias gradients apart from the weight GEMMs); SHARDC_CUDNN_LIB=FILE.\n");
     printf("Exit status: 0 ok, 1 error, 2 usage error.\n");
 }
 

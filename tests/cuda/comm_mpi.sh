@@ -66,6 +66,9 @@ check "--comm gloo: usage error ($(head -1 e6.txt))" usage_err e6.txt "--comm mu
 check "host --help: --comm, default mpi, and SHARDC_COMM" bash -c \
   "./tg_host --help | grep -qE -- '--comm nccl\|mpi .*\(default mpi\)' && ./tg_host --help | grep -q SHARDC_COMM"
 check "emulated CUDA --help: --comm, default nccl" bash -c "./tg_cuda --help | grep -qE -- '--comm nccl\|mpi .*\(default nccl\)'"
+check "CUDA --help names the CUDA settings (SHARDC_CUDA_ATTN and its default, auto); the host's does not" bash -c \
+  "./tg_cuda --help | grep -q 'SHARDC_CUDA_ATTN=auto|wmma|mma|cudnn|simt' && ./tg_cuda --help | grep -q SHARDC_CUDA_PROFILE=1 &&
+   ! ./tg_host --help | grep -q SHARDC_CUDA"
 if [ -n "$ex" ] && [ -x "$ex/tinygpt_fp32" ]; then
   check "nvcc-built CUDA --help: --comm, default nccl" bash -c \
     "'$ex/tinygpt_fp32' --help | grep -qE -- '--comm nccl\|mpi .*\(default nccl\)'"
