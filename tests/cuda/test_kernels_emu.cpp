@@ -699,10 +699,12 @@ static void test_crossentropy(long N, long V, long nv = 0, bool vp = false)
 /* which path ran since the counters read tc0, mma0, cd0 */
 static const char *attn_path_since(long tc0, long mma0, long cd0)
 {
-    return srk_ctx.attn_cudnn_calls > cd0     ? "cuDNN"
-           : srk_ctx.attn_mma_launches > mma0 ? "tensor cores (mma.sync)"
-           : srk_ctx.attn_tc_launches > tc0   ? "tensor cores (wmma)"
-                                              : "the SIMT kernels";
+    switch (srk_pick::path_since(tc0, mma0, cd0)) {
+    case SRK_ATTN_CUDNN: return "cuDNN";
+    case SRK_ATTN_MMA: return "tensor cores (mma.sync)";
+    case SRK_ATTN_WMMA: return "tensor cores (wmma)";
+    default: return "the SIMT kernels";
+    }
 }
 
 template <class T>
@@ -1257,7 +1259,6 @@ static int bench_attention(long B, long T, long C, long NH, int iters)
     cudaMalloc((void **)&aux, srk_attention_aux_bytes(B, T, C, NH, sizeof(bf16)));
     double flop = 2.0 * B * NH * (double)T * T * (double)(C / NH);
     printf("# bf16 causal attention B=%ld T=%ld C=%ld NH=%ld (hd %ld), %d calls each\n", B, T, C, NH, C / NH, iters);
-    static const char *names[] = {"wmma", "simt", "mma.sync", "cudnn"};
     int rc = 0;
     std::vector<int> modes = {SRK_ATTN_WMMA, SRK_ATTN_MMA, SRK_ATTN_SIMT};
     if (cudnn_usable()) modes.push_back(SRK_ATTN_CUDNN);
@@ -1277,14 +1278,11 @@ static int bench_attention(long B, long T, long C, long NH, int iters)
             cudaDeviceSynchronize();
             ms[bwd] = (ms[bwd] + now_ms()) / iters;
         }
-        const char *ran = srk_ctx.attn_cudnn_calls > cd0     ? "cudnn"
-                          : srk_ctx.attn_mma_launches > mma0 ? "mma.sync"
-                          : srk_ctx.attn_tc_launches > tc0   ? "wmma"
-                                                             : "simt";
+        const char *ran = srk_pick::name(srk_pick::path_since(tc0, mma0, cd0));
         printf("attention %-8s (ran %-8s): forward %8.3f ms %6.1f TFLOP/s   backward %8.3f ms %6.1f TFLOP/s\n",
-               names[mode], ran, ms[0], flop / (ms[0] * 1e9), ms[1], 2.5 * flop / (ms[1] * 1e9));
+               srk_pick::name(mode), ran, ms[0], flop / (ms[0] * 1e9), ms[1], 2.5 * flop / (ms[1] * 1e9));
         if (srk_ctx.failed) {
-            printf("FAIL %s: %s\n", names[mode], srk_ctx.err);
+            printf("FAIL %s: %s\n", srk_pick::name(mode), srk_ctx.err);
             srk_ctx.failed = 0;
             rc = 1;
         }
