@@ -53,6 +53,7 @@ struct rt_pipe {
     int *owner;          /* owner[i]: the lowest pipeline rank holding parameter i */
     char *tied;          /* tied[i]: parameter i is held by more than one pipeline rank */
     float *tied_tmp;     /* the owner's receive buffer for tied gradients (TIED_CHUNK floats at most) */
+    int *last_w;         /* last_w[c]: the rank's last instruction adding to chunk c's parameter gradients */
 };
 
 /* tied gradients move in pieces of at most this many floats, which bounds
@@ -132,8 +133,9 @@ sr_status rt_pipe_init(run *r)
     pp->chunks = calloc((size_t)pp->v, sizeof(chunk));
     pp->owner = calloc((size_t)prog->n_params + 1, sizeof(int));
     pp->tied = calloc((size_t)prog->n_params + 1, 1);
+    pp->last_w = calloc((size_t)pp->v, sizeof(int));
     int *peak = calloc((size_t)pp->v, sizeof(int));
-    if (!pp->chunks || !pp->owner || !pp->tied || !peak) {
+    if (!pp->chunks || !pp->owner || !pp->tied || !pp->last_w || !peak) {
         free(peak);
         return sr_seterr(SR_ERR_NOMEM, "out of memory");
     }
@@ -142,6 +144,13 @@ sr_status rt_pipe_init(run *r)
     for (int c = 0; c < pp->v; c++) pp->chunks[c].nslots = peak[c] > 0 ? peak[c] : 1;
     free(peak);
     SR_CHECK(st);
+    /* a chunk's gradients are final after its last backward (or zb-h1
+     * weight half) on this rank: that pass runs the data-parallel hooks */
+    for (int c = 0; c < pp->v; c++) pp->last_w[c] = -1;
+    for (int i = 0; i < pp->sched.n[pp->rank]; i++) {
+        const sr_instr *in = &pp->sched.ins[pp->rank][i];
+        if (in->op == SR_I_BWD || in->op == SR_I_BWD_WEIGHT) pp->last_w[in->chunk] = i;
+    }
     /* the holders of each parameter (rt_param_layout checked every one has one) */
     int64_t tmp_n = 0;
     for (int i = 0; i < prog->n_params; i++) {
@@ -201,6 +210,7 @@ void rt_pipe_free(run *r)
     if (pp->tied_tmp) r->be->free(pp->tied_tmp);
     free(pp->owner);
     free(pp->tied);
+    free(pp->last_w);
     sr_sched_free(&pp->sched);
     free(pp);
     r->pipe = NULL;
@@ -277,8 +287,11 @@ static void span(run *r, int track, const char *name, double t0, int mb, int c)
 }
 
 /* one step's forwards and backwards on this rank, as the schedule says;
- * loss_sum gets the last stage's microbatch losses */
-sr_status rt_pipe_step(run *r, long k, double *loss_sum)
+ * loss_sum gets the last stage's microbatch losses, *t_end the time its
+ * last pass ended. With data parallelism (r->dp, armed by the caller) each
+ * chunk's last gradient pass runs the grad_ready hooks, so the gradient
+ * all-reduce starts while the rest of the schedule runs. */
+sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
 {
     struct rt_pipe *pp = r->pipe;
     const sr_schedule *sc = &pp->sched;
@@ -346,12 +359,17 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum)
         case SR_I_BWD_INPUT:
         case SR_I_BWD_WEIGHT: {
             exec_for(r, c, sl, &e, k, r->o.dropout);
+            if (r->dp && i == pp->last_w[in->chunk]) {
+                e.grad_ready = sr_dp_grad_ready;
+                e.user = r->dp;
+            }
             const char *name = in->op == SR_I_BWD ? "backward" : in->op == SR_I_BWD_INPUT ? "backward-input"
                                                                                            : "backward-weight";
             if (in->op == SR_I_BWD) c->st->backward(&e);
             else if (in->op == SR_I_BWD_INPUT) c->st->backward_input(&e);
             else c->st->backward_weight(&e);
-            busy += sr_trace_now_us() - t0;
+            *t_end = sr_trace_now_us();
+            busy += *t_end - t0;
             span(r, SR_TRACK_COMPUTE, name, t0, mb, in->chunk);
             /* the slot is free once nothing of this microbatch remains to
              * run here (the rule the pools are sized by) */

@@ -93,7 +93,7 @@ int rt_first_seq(const run *r, int mb);
 /* pipeline.c: the pipeline executor */
 sr_status rt_pipe_init(run *r);
 void rt_pipe_free(run *r);
-sr_status rt_pipe_step(run *r, long k, double *loss_sum);
+sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end);
 sr_status rt_pipe_sync_grads(run *r);
 sr_status rt_pipe_forward(run *r, sr_exec *e, int *last);
 void rt_pipe_report(run *r);

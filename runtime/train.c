@@ -616,11 +616,15 @@ static sr_status sum_tp_partial_grads(run *r, long k)
  * its shard. The loss is averaged over the ranks too. */
 static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
 {
-    if (r->pipe) SR_CHECK(rt_pipe_sync_grads(r));
+    /* a tied parameter's copies are summed over the pipeline after the
+     * all-reduce (in flight since the backward; both sums are linear), and
+     * before ZeRO-1's reduce-scatter, whose shards differ between the
+     * pipeline ranks' arenas */
+    if (r->pipe && !r->dp) SR_CHECK(rt_pipe_sync_grads(r));
     if (r->grid.dp == 1) return sum_tp_partial_grads(r, k);
-    if (r->dp && r->pipe) sr_dp_begin(r->dp, 1, k); /* no hooks in a pipeline: reduce everything now */
     if (r->dp) {
         SR_CHECK(sr_dp_finish(r->dp));
+        if (r->pipe) SR_CHECK(rt_pipe_sync_grads(r));
         double hidden, total;
         sr_dp_overlap(r->dp, &hidden, &total, t_bwd_end);
         r->comm_hidden_us += hidden;
@@ -780,7 +784,10 @@ static sr_status train(run *r)
         float lr = lr_at(o, k);
         r->be->zero(r->grads, r->n_alloc);
         double loss_sum = 0, t_bwd_end = 0;
-        if (r->pipe) SR_CHECK(rt_pipe_step(r, k, &loss_sum));
+        if (r->pipe) {
+            if (r->dp) sr_dp_begin(r->dp, 1, k); /* hooks in each chunk's last gradient pass */
+            SR_CHECK(rt_pipe_step(r, k, &loss_sum, &t_bwd_end));
+        }
         for (int mb = 0; mb < M && !r->pipe; mb++) {
             int first = rt_first_seq(r, mb);
             SR_CHECK(sr_data_batch(&r->train, k, o->batch, T, first, r->B, r->h_inputs, r->h_targets));

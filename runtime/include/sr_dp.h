@@ -6,8 +6,9 @@
  * generated backward reports each parameter's gradient as final
  * (sr_exec.grad_ready); when every parameter of a bucket is final on the
  * last microbatch, the bucket's all-reduce is launched at once, so it runs
- * while backward computes the rest. sr_dp_finish launches what is left and
- * waits for all.
+ * while backward computes the rest. In a pipeline the caller arms it once
+ * per step and installs the hook in each chunk's last gradient pass
+ * (pipeline.c). sr_dp_finish launches what is left and waits for all.
  *
  * ZeRO-1 (sr_zero_*): optimizer state sharded over the data ranks: the
  * gradient arena (padded to a multiple of dp) is reduce-scattered, each rank

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism: pp=2 and pp=4 with every schedule (interleaved with
 # v=2), tp=2 x pp=2 with sequence parallelism and with recomputation, and
-# dp=2 x tp=2 x pp=2 on 8 ranks, reproduce the single-rank losses;
+# dp=2 x tp=2 x pp=2 on 8 ranks and dp=2 x pp=2 with the gradient all-reduce
+# overlapped, reproduce the single-rank losses;
 # checkpoints saved at pp=2 load at pp=1 and pp=4; the trace and the
 # timeline picture come out.
 source "$(dirname "$0")/lib.sh"
@@ -41,6 +42,27 @@ $mpi -np 4 ./q4v2 $run --pp 4 --schedule interleaved --log iv4.jsonl
 check "pp=4 interleaved v=2 gives the single-rank losses" same_or_roundoff ref8.jsonl iv4.jsonl ref8m1.jsonl 1e-5
 $mpi -np 8 ./p2t2 $run --pp 2 --tp 2 --dp 2 --log x8.jsonl
 check "dp=2 x tp=2 x pp=2 on 8 ranks gives the single-rank losses" same ref.jsonl x8.jsonl 1e-5
+# data parallelism in a pipeline: each chunk's last gradient pass starts the
+# all-reduce of its buckets (small ones here: many), while the rest of the
+# schedule runs; every schedule, and a trace that shows the overlap
+for s in 1f1b zb-h1 interleaved; do
+  b=p2; [ $s = zb-h1 ] && b=p2z; [ $s = interleaved ] && b=p2v2
+  $mpi -np 4 ./$b $run --pp 2 --dp 2 --schedule $s --bucket-mb 0.05 --log dpp-$s.jsonl
+  check "dp=2 x pp=2 $s, the all-reduce started in the backward, gives the single-rank losses" \
+    same ref.jsonl dpp-$s.jsonl 1e-5
+done
+mkdir -p dtr
+$mpi -np 4 ./p2 $run --pp 2 --dp 2 --bucket-mb 0.05 --steps 2 --trace dtr
+check "dp=2 x pp=2: every rank's first gradient all-reduce starts before its last backward ends" $py -c "
+import json
+for r in range(4):
+    ev = [e for e in json.load(open('dtr/trace-rank%d.json' % r))['traceEvents'] if e['ph'] == 'X']
+    opt = min(e['ts'] for e in ev if e['name'] == 'optimizer')
+    step = [e for e in ev if e['ts'] < opt]
+    ar = min(e['ts'] for e in step if e['name'] == 'all-reduce')
+    bwd = max(e['ts'] + e['dur'] for e in step if e['name'].startswith('backward'))
+    assert ar < bwd, (r, ar, bwd)
+"
 $mpi -np 2 ./p2 $run --pp 2 --dropout 0.1 --log drop2.jsonl
 ./p1 $run --dropout 0.1 --log drop1.jsonl
 check "dropout 0.1 at pp=2 gives the single-rank losses" same drop1.jsonl drop2.jsonl 1e-5
