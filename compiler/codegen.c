@@ -40,13 +40,15 @@ const char *cg_bwd_template(const IrBwd *b, const IrOp *op, int cuda)
     return cuda ? ir_ops[op->kind].cuda_bwd : ir_ops[op->kind].bwd;
 }
 
-int *cg_last_grad_steps(Ir *ir)
+int *cg_last_grad_steps(Ir *ir, int rank)
 {
     int *last = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
+    int pp = ir->pp > 1 ? ir->pp : 1;
     for (int i = 0; i < ir->params.n; i++) last[i] = -1;
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
         if (cg_step_sum(b)) continue; /* after the step's last backward, not in it */
+        if (b->pstage % pp != rank) continue;
         int gs[5] = {b->din[0], b->din[1], b->din[2], b->din[3], b->kind == BWD_ALLREDUCE ? b->dout : -1};
         for (int k = 0; k < 5; k++) {
             if (gs[k] < 0) continue;
@@ -549,7 +551,7 @@ static IrBwd *fusable_next(const CgEmit *x, Ir *ir, int j, int stage, int mode, 
 void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls)
 {
     char *cur = NULL;
-    int *last = cg_last_grad_steps(ir); /* the step completing each parameter's gradient */
+    int *last = cg_last_grad_steps(ir, stage % (ir->pp > 1 ? ir->pp : 1)); /* each parameter's on this rank */
     IrOp *prev = NULL;
     char *ahead[2] = {sx_alloc((size_t)ir->values.n + 1), sx_alloc((size_t)ir->values.n + 1)}; /* for fusion */
     memset(zeroed, 0, (size_t)ir->values.n + 1);

@@ -78,6 +78,7 @@ int pp_partition(Program *P)
     int S = P->layout.pp * P->layout.virtual_stages;
     if (P->layout.pp <= 1) S = 1;
     ir->nstages = S;
+    ir->pp = S > 1 ? P->layout.pp : 1;
     ir->stages = sx_alloc(sizeof(IrStage) * (size_t)S);
     ir->split_backward = S > 1 && !strcmp(P->layout.schedule, "zb-h1");
     for (int i = 0; i < ir->ops.n; i++) ((IrOp *)ir->ops.v[i])->pstage = 0;

@@ -292,6 +292,7 @@ typedef struct Ir {
     int nslots;   /* memplan: workspace slots */
     Dim *slot_elems; /* elements (4 bytes each) of every slot */
     int nstages;  /* pipeline stages (pp x virtual stages); 1 without a pipeline */
+    int pp;       /* pipeline ranks: stage s runs on rank s % pp; 1 without a pipeline */
     int split_backward; /* built for zb-h1: the backward runs as B then W passes */
     struct IrStage *stages;
     const char *symname[SX_MAXSYM];
@@ -425,8 +426,10 @@ double ir_op_flops(const Ir *ir, const IrOp *op, int bwd, long B, long T);
  * group (sequence parallelism), which the runtime does once per step
  * (sr_program.tp_partial_grads), after the microbatches: a backward skips it.
  * cg_last_grad_steps: last[i], the backward step after which parameter i's
- * gradient is complete in a backward (where the data-parallel grad_ready
- * hook fires), -1 if none adds to it.
+ * gradient is complete on pipeline rank `rank` (where the data-parallel
+ * grad_ready hook fires): the last of its steps in that rank's stages, as
+ * the rank runs a lower stage's last backward after a higher one's; -1 if
+ * none there adds to it. A tied parameter is complete on each holder.
  * cg_emit_tp_partial_grads: writes `static const int tp_partial_grads[]`
  * (the parameters of the step sums); returns how many.
  * cg_row_floats: floats per token (of B*T) of boundary activation id: its
@@ -436,7 +439,7 @@ int cg_step_sum(const IrBwd *b);
  * its forward op), host or CUDA: the op table's, or for b->rs the
  * all-gather's reduce-scatter backward */
 const char *cg_bwd_template(const IrBwd *b, const IrOp *op, int cuda);
-int *cg_last_grad_steps(Ir *ir);
+int *cg_last_grad_steps(Ir *ir, int rank);
 int cg_emit_tp_partial_grads(Ir *ir, FILE *f);
 int64_t cg_row_floats(Ir *ir, int id, int tp);
 
