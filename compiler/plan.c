@@ -720,9 +720,11 @@ static void cost(const Opts *o, Plan *pl)
         D->t_mb = D->t_f + D->t_b + D->t_r + D->t_tp + D->t_p2p;
         D->t_dp = t_dp + t_ag;
         /* the gradient reduction overlaps the last microbatch's backward
-         * except its last bucket; ZeRO's parameter gather follows the step
-         * (ZeRO-3 gathers during forward and backward, hidden behind them) */
-        double hidden = D->t_b + D->t_r;
+         * except its last bucket (ZeRO 1: the runtime's one reduce-scatter
+         * follows the backward, nothing hidden); ZeRO's parameter gather
+         * follows the step (ZeRO-3 gathers during forward and backward,
+         * hidden behind them) */
+        double hidden = pl->zero == 1 ? 0 : D->t_b + D->t_r;
         D->t_dp_exposed = t_dp - hidden > t_last ? t_dp - hidden : t_last;
         if (pl->zero == 3) {
             double h3 = (D->t_f + D->t_b + D->t_r) * pl->m;
