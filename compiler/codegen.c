@@ -411,6 +411,11 @@ void cg_emit_defaults(FILE *f, Program *P, int max_seq, const char *prefix, cons
         emit_str_value(f, sema_find_const(&P->train, strs[i][0]), strs[i][1]);
         fprintf(f, "%s\n", end);
     }
+    /* the schedule the program was built for is its default */
+    fprintf(f, "%sschedule = ", prefix);
+    if (P->ir.nstages > 1) cg_emit_cstr(f, P->layout.schedule);
+    else fprintf(f, "NULL");
+    fprintf(f, "%s\n", end);
 }
 
 /* ---- the forward and backward walks both back ends emit ---------------------------- */

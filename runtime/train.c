@@ -156,7 +156,7 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->pp = prog->pp > 0 ? prog->pp : 1;
     o->dp = 0;
     o->bucket_mb = 25.0f; /* PyTorch DDP's default */
-    o->schedule = prog->virtual_stages > 1 ? "interleaved" : "1f1b";
+    o->schedule = d->schedule ? d->schedule : prog->virtual_stages > 1 ? "interleaved" : "1f1b";
     o->recompute = prog->recompute ? "block" : "none";
     o->comm_timeout = 60.0f;
     o->comm = sr_comm_backend_name((prog->backend ? prog->backend : &sr_backend_host)->comm);

@@ -59,6 +59,7 @@ typedef struct sr_train_defaults {
     unsigned long long seed;
     int eval_every, save_every, microbatches;
     const char *data, *val_data;
+    const char *schedule;    /* a pipeline's: the build's parallel.schedule (--schedule); NULL: none */
 } sr_train_defaults;
 
 /* Execution state handed to the generated forward/backward functions for one

@@ -25,6 +25,13 @@ for s in gpipe 1f1b zb-h1; do
   check "pp=4 $s gives the single-rank losses" same ref.jsonl pp4-$s.jsonl 1e-5
 done
 $mpi -np 2 ./p2v2 $run --pp 2 --schedule interleaved --log iv.jsonl
+# without --schedule a program runs the schedule it was built for
+"$shardc" build "$src/examples/tinygpt.model" $cfg --pp 2 --schedule gpipe -o p2g
+for b in p2g:gpipe p2:1f1b p2z:zb-h1 p2v2:interleaved; do
+  $mpi -np 2 ./${b%%:*} --data text.txt --batch 8 --seq 32 --steps 1 --microbatches 4 --threads 1 > def.txt 2>&1
+  check "built for ${b#*:}: the default schedule ($(grep -o 'for [a-z0-9-]*, p=2' def.txt | head -1))" \
+    grep -q "for ${b#*:}, p=2" def.txt
+done
 check "pp=2 interleaved v=2 gives the single-rank losses" same ref.jsonl iv.jsonl 1e-5
 # pp=4 x 2 virtual stages needs 8 layers
 cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
