@@ -339,6 +339,7 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
             break;
         case SR_I_FWD:
             SR_CHECK(fill_tokens(r, &r->train, k, sl));
+            if (r->batches && in->chunk == 0) rt_record_batch(r, k, rt_first_seq(r, mb)); /* once a microbatch */
             exec_for(r, c, sl, &e, k, r->o.dropout);
             c->st->forward(&e);
             sl->act_out = e.act_out;

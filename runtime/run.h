@@ -89,6 +89,7 @@ int rt_flag_given(const char *given, const char *name);
 
 void rt_exec_init(run *r, sr_exec *e, int B, float dropout, long step);
 int rt_first_seq(const run *r, int mb);
+void rt_record_batch(run *r, long k, int first);
 
 /* pipeline.c: the pipeline executor */
 sr_status rt_pipe_init(run *r);

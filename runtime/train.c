@@ -489,8 +489,9 @@ void rt_exec_init(run *r, sr_exec *e, int B, float dropout, long step)
 }
 
 /* --dump-batches: one line per sequence trained on: step, sequence index in
- * the global batch, FNV-1a hash of its tokens and targets */
-static void record_batch(run *r, long k, int first)
+ * the global batch, FNV-1a hash of its tokens and targets (r->h_inputs,
+ * r->h_targets: the microbatch just read) */
+void rt_record_batch(run *r, long k, int first)
 {
     int T = r->o.seq;
     for (int j = 0; j < r->B; j++) {
@@ -792,7 +793,7 @@ static sr_status train(run *r)
             int first = rt_first_seq(r, mb);
             SR_CHECK(sr_data_batch(&r->train, k, o->batch, T, first, r->B, r->h_inputs, r->h_targets));
             push_tokens(r, r->B);
-            if (r->batches) record_batch(r, k, first);
+            if (r->batches) rt_record_batch(r, k, first);
             sr_exec e;
             rt_exec_init(r, &e, r->B, o->dropout, k);
             e.train = 1; /* backward follows */

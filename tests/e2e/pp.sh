@@ -72,6 +72,14 @@ for r in range(4):
     bwd = max(e['ts'] + e['dur'] for e in step if e['name'].startswith('backward'))
     assert ar < bwd, (r, ar, bwd)
 "
+# --dump-batches in a pipeline: each rank records the microbatches it runs
+# (ranks 0, 1: stage 0 of data ranks 0, 1; ranks 2, 3: stage 1)
+mkdir -p pb1 pb4
+./p1 $run --steps 3 --dump-batches pb1
+$mpi -np 4 ./p2 $run --pp 2 --dp 2 --steps 3 --dump-batches pb4
+check "dp=2 x pp=2 --dump-batches: each stage's two ranks ran every sequence once per step, the single rank's tokens" \
+  [ "$(sort pb1/*.txt)" = "$(cat pb4/batches-rank0.txt pb4/batches-rank1.txt | sort)" -a \
+    "$(sort pb1/*.txt)" = "$(cat pb4/batches-rank2.txt pb4/batches-rank3.txt | sort)" -a "$(cat pb1/*.txt | wc -l)" = 24 ]
 $mpi -np 2 ./p2 $run --pp 2 --dropout 0.1 --log drop2.jsonl
 ./p1 $run --dropout 0.1 --log drop1.jsonl
 check "dropout 0.1 at pp=2 gives the single-rank losses" same drop1.jsonl drop2.jsonl 1e-5
