@@ -1081,6 +1081,7 @@ static sr_status setup(run *r)
         f->split_dim = -1;
         r->n_full += f->numel;
     }
+    SR_CHECK(sr_host_isa_check()); /* before any host kernel runs, whatever the backend */
     SR_CHECK(r->be->init(r->grid.local_rank));
     r->B = o->batch / (o->dp * o->microbatches);
     r->tty = isatty(fileno(stderr));

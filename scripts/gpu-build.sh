@@ -20,7 +20,9 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 bld=$(realpath -m "$1"); bins=$(realpath -m "$2"); archs=$3
 shift 3
 mkdir -p "$bld" "$bins"
-cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DSHARDC_CUDA_ARCHS="${archs//,/;}" "$@" > "$bld/cmake.txt" 2>&1 ||
+# host kernels for baseline x86-64: the binaries may be carried to another machine
+cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DSHARDC_CUDA_ARCHS="${archs//,/;}" -DSHARDC_HOST_ARCH=none "$@" \
+  > "$bld/cmake.txt" 2>&1 ||
   { tail -30 "$bld/cmake.txt"; echo "gpu-build: cmake could not configure $bld"; exit 1; }
 grep -E "shardc cuda|shardrt comm" "$bld/cmake.txt"
 targets=${SHARDC_GPU_TARGETS:-all}

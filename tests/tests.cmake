@@ -29,6 +29,16 @@ target_compile_options(fake_program PRIVATE ${SHARDC_WARN})
 target_compile_definitions(fake_program PRIVATE _POSIX_C_SOURCE=200809L)
 add_test(NAME unit_train_driver COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/test_train.sh
   $<TARGET_FILE:fake_program>)
+# the start-up check of the host kernels' x86-64 level: a backend.c that says
+# x86-64-v4 (its objects take the place of libshardrt's backend.o)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  add_executable(fake_program_v4 tests/unit/fake_program.c runtime/host/backend.c)
+  target_link_libraries(fake_program_v4 PRIVATE shardrt)
+  target_compile_options(fake_program_v4 PRIVATE ${SHARDC_WARN})
+  target_compile_definitions(fake_program_v4 PRIVATE _POSIX_C_SOURCE=200809L SR_HOST_ARCH="x86-64-v4")
+  add_test(NAME unit_host_isa COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/test_host_isa.sh
+    $<TARGET_FILE:fake_program_v4>)
+endif()
 
 # ---- e2e: programs built by shardc --------------------------------------------
 add_test(NAME e2e_build COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/e2e/build.sh

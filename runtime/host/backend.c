@@ -6,6 +6,21 @@
 
 #include "sr_backend.h"
 
+/* compiled for the baseline, as the whole file is: only kernels.c and tp.c
+ * take -march (CMakeLists.txt) */
+sr_status sr_host_isa_check(void)
+{
+#if defined(SR_HOST_ARCH) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    const char *isa = !strcmp(SR_HOST_ARCH, "x86-64-v4") ? "AVX-512" : !strcmp(SR_HOST_ARCH, "x86-64-v3") ? "AVX2, FMA"
+                                                                                                         : "SSE4.2";
+    if (!__builtin_cpu_supports(SR_HOST_ARCH))
+        return sr_seterr(SR_ERR_STATE, "this CPU lacks %s (%s), which libshardrt's host kernels were built for; "
+                         "rebuild shardc on this machine, or with cmake -DSHARDC_HOST_ARCH=none", SR_HOST_ARCH, isa);
+#endif
+    return SR_OK;
+}
+
 static sr_status host_init(int local_rank)
 {
     (void)local_rank;

@@ -60,6 +60,11 @@ typedef struct sr_backend {
 
 extern const sr_backend sr_backend_host;
 
+/* the host kernels are built for an x86-64 level (CMake's SHARDC_HOST_ARCH):
+ * SR_OK where this CPU has it, else an error that names it (before any
+ * kernel runs: not an illegal instruction later) */
+sr_status sr_host_isa_check(void);
+
 #ifdef __cplusplus
 }
 #endif
