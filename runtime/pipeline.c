@@ -14,8 +14,9 @@
  * parameter held by several ranks (the tied embedding: first and last) has
  * its gradient summed among its holders, so the copies stay equal, and is
  * owned by the lowest of them (which counts it in the gradient norm and
- * saves it). Evaluation and sampling run through the pipeline too
- * (rt_pipe_forward): stage after stage, the boundary activation sent on.
+ * saves it). Evaluation (rt_pipe_eval: the microbatches in flight together)
+ * and sampling (rt_pipe_forward: stage after stage) run through the
+ * pipeline too, the boundary activation sent on.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -453,40 +454,85 @@ sr_status rt_pipe_sync_grads(run *r)
     return SR_OK;
 }
 
-/* One forward of the whole model through the pipeline (evaluation,
- * sampling), collective over the pipeline group: the stages run one after
- * another, each on its rank in the first slot of its chunk (no step is in
- * flight then), the boundary activation sent on. e holds the rows, tokens
- * and settings; the rank that ran the last stage gets e->loss and
- * e->logits, and *last = 1. */
-sr_status rt_pipe_forward(run *r, sr_exec *e, int *last)
+/* one chunk's forward of a microbatch outside a step (evaluation,
+ * sampling) in slot sl: the activation received from the previous stage,
+ * the forward, the output sent on (with send: asynchronously, the request
+ * kept there; else waited for). x holds the rows, tokens and settings. */
+static sr_status eval_chunk(run *r, chunk *ch, slot *sl, sr_exec *x, sr_req **send)
 {
     struct rt_pipe *pp = r->pipe;
     sr_comm *comm = r->grid.pp_comm;
+    int s = ch->stage;
+    int64_t n = (int64_t)x->B * x->T;
+    x->work = sl->work;
+    x->scratch = pp->scratch;
+    x->act_in = s > 0 ? sl->act_in : NULL;
+    if (s > 0)
+        SR_CHECK(sr_comm_recv(comm, sl->act_in, n * ch->st->act_in_row, (s - 1) % pp->p, TAG_EVAL, "activation",
+                              NULL));
+    ch->st->forward(x);
+    if (s < pp->S - 1)
+        SR_CHECK(sr_comm_send(comm, x->act_out, n * ch->st->act_out_row, (s + 1) % pp->p, TAG_EVAL, "activation",
+                              send));
+    return SR_OK;
+}
+
+/* One forward of the whole model through the pipeline (sampling),
+ * collective over the pipeline group: the stages run one after another,
+ * each on its rank in the first slot of its chunk (no step is in flight
+ * then), the boundary activation sent on. e holds the rows, tokens and
+ * settings; the rank that ran the last stage gets e->loss and e->logits,
+ * and *last = 1. */
+sr_status rt_pipe_forward(run *r, sr_exec *e, int *last)
+{
+    struct rt_pipe *pp = r->pipe;
     *last = 0;
     for (int c = 0; c < pp->v; c++) {
         chunk *ch = &pp->chunks[c];
-        int s = ch->stage;
-        slot *sl = &ch->slots[0];
-        int64_t n = (int64_t)e->B * e->T;
         sr_exec x = *e;
-        x.work = sl->work;
-        x.scratch = pp->scratch;
-        x.act_in = s > 0 ? sl->act_in : NULL;
-        if (s > 0)
-            SR_CHECK(sr_comm_recv(comm, sl->act_in, n * ch->st->act_in_row, (s - 1) % pp->p, TAG_EVAL,
-                                  "activation", NULL));
-        ch->st->forward(&x);
-        if (s < pp->S - 1) {
-            SR_CHECK(sr_comm_send(comm, x.act_out, n * ch->st->act_out_row, (s + 1) % pp->p, TAG_EVAL,
-                                  "activation", NULL));
-        } else {
+        SR_CHECK(eval_chunk(r, ch, &ch->slots[0], &x, NULL));
+        if (ch->stage == pp->S - 1) {
             e->loss = x.loss;
             e->logits = x.logits;
             e->logits_bf16 = x.logits_bf16;
             *last = 1;
         }
     }
+    return SR_OK;
+}
+
+/* The validation loss over nb batches of M microbatches through the
+ * pipeline, collective over the pipeline group. The microbatches flow as
+ * GPipe's forwards do: each rank receives, runs its chunks and sends on
+ * without waiting for its sends (a slot is drained before it is reused),
+ * so with one chunk a rank the stages work on successive microbatches at
+ * once. Transfers only go to later stages, so no rank waits on one that
+ * waits on it (NCCL's sends wait for their receives: no cycle either).
+ * *sum: the last stage's losses added in microbatch order, 0 elsewhere. */
+sr_status rt_pipe_eval(run *r, int64_t nb, double *sum)
+{
+    struct rt_pipe *pp = r->pipe;
+    int M = r->o.microbatches;
+    *sum = 0;
+    for (int64_t j = 0; j < nb * M; j++)
+        for (int c = 0; c < pp->v; c++) {
+            chunk *ch = &pp->chunks[c];
+            slot *sl = &ch->slots[j % ch->nslots];
+            SR_CHECK(drain(sl)); /* its buffers were last sent from */
+            sl->mb = (int)(j % M);
+            SR_CHECK(fill_tokens(r, &r->val, j / M, sl)); /* as a training forward: every stage */
+            sr_exec x;
+            rt_exec_init(r, &x, r->B, 0.0f, j / M);
+            x.inputs = sl->inputs;
+            x.targets = sl->targets;
+            x.row0 = (int64_t)rt_first_seq(r, sl->mb) * r->o.seq;
+            sr_status st = eval_chunk(r, ch, sl, &x, &sl->send[0]);
+            sl->mb = -1;
+            SR_CHECK(st);
+            if (ch->stage == pp->S - 1) *sum += x.loss;
+        }
+    for (int c = 0; c < pp->v; c++)
+        for (int q = 0; q < pp->chunks[c].nslots; q++) SR_CHECK(drain(&pp->chunks[c].slots[q]));
     return SR_OK;
 }
 

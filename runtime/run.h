@@ -97,6 +97,7 @@ void rt_pipe_free(run *r);
 sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end);
 sr_status rt_pipe_sync_grads(run *r);
 sr_status rt_pipe_forward(run *r, sr_exec *e, int *last);
+sr_status rt_pipe_eval(run *r, int64_t nb, double *sum);
 void rt_pipe_report(run *r);
 size_t rt_pipe_activation_bytes(run *r);
 int rt_pipe_owner(const run *r, int param); /* the pipeline rank that counts and saves it */

@@ -528,19 +528,22 @@ static sr_status evaluate(run *r, double *out)
     int64_t E = sr_data_batches_per_epoch(&r->val, o->batch, o->seq);
     int64_t nb = o->eval_batches < E ? o->eval_batches : E; /* no batch counted twice */
     double sum = 0;
-    for (int64_t b = 0; b < nb; b++)
+    if (r->pipe) {
+        SR_CHECK(rt_pipe_eval(r, nb, &sum));
+        /* the last stage's sum to every pipeline rank (the others add 0) */
+        SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, &sum, 1));
+    }
+    for (int64_t b = 0; b < nb && !r->pipe; b++)
         for (int mb = 0; mb < o->microbatches; mb++) {
-            int first = rt_first_seq(r, mb), last;
+            int first = rt_first_seq(r, mb);
             SR_CHECK(sr_data_batch(&r->val, b, o->batch, o->seq, first, r->B, r->h_inputs, r->h_targets));
             push_tokens(r, r->B);
             sr_exec e;
             rt_exec_init(r, &e, r->B, 0.0f, b);
             e.row0 = (int64_t)first * o->seq;
-            SR_CHECK(forward_whole(r, &e, &last));
-            if (last) sum += e.loss;
+            r->prog->forward(&e);
+            sum += e.loss;
         }
-    /* the last stage's sum to every pipeline rank (the others add 0) */
-    if (r->pipe) SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, &sum, 1));
     if (r->grid.dp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, &sum, 1));
     *out = sum / (double)(nb * o->microbatches * r->grid.dp);
     return SR_OK;

@@ -7,6 +7,8 @@
 # --comm-timeout: a deadlock is an error, not a hang), give exactly the
 # losses of the same binary over --comm mpi (which has neither constraint),
 # and stay within 1e-4 of the host binary (CUDA kernels add in another order).
+# Each run evaluates too (steps 0 and 3), the validation microbatches flowing
+# through the stages together (runtime/pipeline.c rt_pipe_eval).
 # 1F1B once more with block recomputation: its clones run in the rank's
 # shared scratch (memplan.c), which each microbatch's backward reuses.
 # dp=2 x pp=2 (1f1b, zb-h1): the gradient all-reduce runs during the backward.
@@ -19,7 +21,9 @@ check "builds: host and emulated CUDA, pp=4 (plain, zb-h1, interleaved x 2, reco
   '$shardc' build '$m' $cfg $cu --pp 4 -o c4 && '$shardc' build '$m' $cfg $cu --pp 4 --schedule zb-h1 -o c4z &&
   '$shardc' build '$m' $cfg8 $cu --pp 4 --virtual-stages 2 --schedule interleaved -o c4v &&
   '$shardc' build '$m' $cfg $cu --pp 4 --recompute block -o c4r"
-run="--data text.txt --batch 8 --seq 32 --steps 3 --lr 3e-3 --warmup 2 --microbatches 4 --quiet --comm-timeout 30"
+run="--data text.txt --batch 8 --seq 32 --steps 3 --lr 3e-3 --warmup 2 --microbatches 4 --quiet --comm-timeout 30
+  --val-data text.txt --eval-every 3 --eval-batches 2"
+vlosses() { grep -o '"val_loss":[^}]*' "$1" | cut -d: -f2; }
 mpi4() { timeout 300 mpirun --oversubscribe --bind-to none -np 4 "$@"; }
 ./h4 $run --log h4.jsonl; ./h8 $run --log h8.jsonl
 losses h4.jsonl > h4.txt; losses h8.jsonl > h8.txt
@@ -36,6 +40,10 @@ for s in gpipe 1f1b zb-h1 interleaved 1f1b+recompute; do
   losses n.jsonl > n.txt; losses p.jsonl > p.txt
   check "pp=4 $s: NCCL gives the MPI path's losses exactly ($(tr '\n' ' ' < n.txt))" cmp -s n.txt p.txt
   check "pp=4 $s: within 1e-4 of the host binary" close $ref n.txt 1e-4
+  vlosses n.jsonl > nv.txt; vlosses p.jsonl > pv.txt; vlosses ${ref%.txt}.jsonl > hv.txt
+  check "pp=4 $s: the validation losses (microbatches in flight together) over NCCL are the MPI path's ($(tr '\n' ' ' < nv.txt))" \
+    bash -c "[ \$(wc -l < nv.txt) = 2 ] && cmp -s nv.txt pv.txt"
+  check "pp=4 $s: validation losses within 1e-4 of the host binary" close hv.txt nv.txt 1e-4
 done
 # dp=2 x pp=2: each chunk's last gradient pass starts the all-reduce of its
 # buckets on the data communicator (small buckets: many), between the
