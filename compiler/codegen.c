@@ -40,10 +40,10 @@ const char *cg_bwd_template(const IrBwd *b, const IrOp *op, int cuda)
     return cuda ? ir_ops[op->kind].cuda_bwd : ir_ops[op->kind].bwd;
 }
 
-int *cg_last_grad_steps(Ir *ir, int rank)
+int *cg_last_grad_steps(Ir *ir, int stage)
 {
     int *last = sx_alloc(sizeof(int) * (size_t)(ir->params.n + 1));
-    int pp = ir->pp > 1 ? ir->pp : 1;
+    int pp = ir->pp > 1 ? ir->pp : 1, rank = stage % pp;
     for (int i = 0; i < ir->params.n; i++) last[i] = -1;
     for (int j = 0; j < ir->bwd.n; j++) {
         IrBwd *b = ir->bwd.v[j];
@@ -556,7 +556,7 @@ static IrBwd *fusable_next(const CgEmit *x, Ir *ir, int j, int stage, int mode, 
 void cg_emit_backward(const CgEmit *x, Ir *ir, int stage, int mode, char *zeroed, Vec *fnames, Vec *calls)
 {
     char *cur = NULL;
-    int *last = cg_last_grad_steps(ir, stage % (ir->pp > 1 ? ir->pp : 1)); /* each parameter's on this rank */
+    int *last = cg_last_grad_steps(ir, stage); /* each parameter's, on this stage's rank */
     IrOp *prev = NULL;
     char *ahead[2] = {sx_alloc((size_t)ir->values.n + 1), sx_alloc((size_t)ir->values.n + 1)}; /* for fusion */
     memset(zeroed, 0, (size_t)ir->values.n + 1);

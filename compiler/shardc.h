@@ -426,7 +426,7 @@ double ir_op_flops(const Ir *ir, const IrOp *op, int bwd, long B, long T);
  * group (sequence parallelism), which the runtime does once per step
  * (sr_program.tp_partial_grads), after the microbatches: a backward skips it.
  * cg_last_grad_steps: last[i], the backward step after which parameter i's
- * gradient is complete on pipeline rank `rank` (where the data-parallel
+ * gradient is complete on the pipeline rank of `stage` (where the data-parallel
  * grad_ready hook fires): the last of its steps in that rank's stages, as
  * the rank runs a lower stage's last backward after a higher one's; -1 if
  * none there adds to it. A tied parameter is complete on each holder.
@@ -439,7 +439,7 @@ int cg_step_sum(const IrBwd *b);
  * its forward op), host or CUDA: the op table's, or for b->rs the
  * all-gather's reduce-scatter backward */
 const char *cg_bwd_template(const IrBwd *b, const IrOp *op, int cuda);
-int *cg_last_grad_steps(Ir *ir, int rank);
+int *cg_last_grad_steps(Ir *ir, int stage);
 int cg_emit_tp_partial_grads(Ir *ir, FILE *f);
 int64_t cg_row_floats(Ir *ir, int id, int tp);
 

@@ -289,15 +289,16 @@ static void span(run *r, int track, const char *name, double t0, int mb, int c)
 
 /* one step's forwards and backwards on this rank, as the schedule says;
  * loss_sum gets the last stage's microbatch losses, *t_end the time its
- * last pass ended. With data parallelism (r->dp, armed by the caller) each
- * chunk's last gradient pass runs the grad_ready hooks, so the gradient
- * all-reduce starts while the rest of the schedule runs. */
+ * last pass ended. With data parallelism (r->dp) each chunk's last
+ * gradient pass runs the grad_ready hooks, so the gradient all-reduce
+ * starts while the rest of the schedule runs (sr_dp_finish waits). */
 sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
 {
     struct rt_pipe *pp = r->pipe;
     const sr_schedule *sc = &pp->sched;
     sr_comm *comm = r->grid.pp_comm;
     sr_comm_set_step(comm, k);
+    if (r->dp) sr_dp_begin(r->dp, 1, k); /* armed for the hooks of the chunks' last gradient passes */
     double t_step = sr_trace_now_us(), busy = 0;
     /* 1F1B's steady state issues a send and at once a recv (SEND_ACT then
      * RECV_GRAD, SEND_GRAD then RECV_ACT), and the neighbour does the same

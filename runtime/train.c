@@ -532,18 +532,19 @@ static sr_status evaluate(run *r, double *out)
         SR_CHECK(rt_pipe_eval(r, nb, &sum));
         /* the last stage's sum to every pipeline rank (the others add 0) */
         SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, &sum, 1));
+    } else {
+        for (int64_t b = 0; b < nb; b++)
+            for (int mb = 0; mb < o->microbatches; mb++) {
+                int first = rt_first_seq(r, mb);
+                SR_CHECK(sr_data_batch(&r->val, b, o->batch, o->seq, first, r->B, r->h_inputs, r->h_targets));
+                push_tokens(r, r->B);
+                sr_exec e;
+                rt_exec_init(r, &e, r->B, 0.0f, b);
+                e.row0 = (int64_t)first * o->seq;
+                r->prog->forward(&e);
+                sum += e.loss;
+            }
     }
-    for (int64_t b = 0; b < nb && !r->pipe; b++)
-        for (int mb = 0; mb < o->microbatches; mb++) {
-            int first = rt_first_seq(r, mb);
-            SR_CHECK(sr_data_batch(&r->val, b, o->batch, o->seq, first, r->B, r->h_inputs, r->h_targets));
-            push_tokens(r, r->B);
-            sr_exec e;
-            rt_exec_init(r, &e, r->B, 0.0f, b);
-            e.row0 = (int64_t)first * o->seq;
-            r->prog->forward(&e);
-            sum += e.loss;
-        }
     if (r->grid.dp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, &sum, 1));
     *out = sum / (double)(nb * o->microbatches * r->grid.dp);
     return SR_OK;
@@ -788,10 +789,7 @@ static sr_status train(run *r)
         float lr = lr_at(o, k);
         r->be->zero(r->grads, r->n_alloc);
         double loss_sum = 0, t_bwd_end = 0;
-        if (r->pipe) {
-            if (r->dp) sr_dp_begin(r->dp, 1, k); /* hooks in each chunk's last gradient pass */
-            SR_CHECK(rt_pipe_step(r, k, &loss_sum, &t_bwd_end));
-        }
+        if (r->pipe) SR_CHECK(rt_pipe_step(r, k, &loss_sum, &t_bwd_end));
         for (int mb = 0; mb < M && !r->pipe; mb++) {
             int first = rt_first_seq(r, mb);
             SR_CHECK(sr_data_batch(&r->train, k, o->batch, T, first, r->B, r->h_inputs, r->h_targets));

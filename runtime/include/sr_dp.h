@@ -6,7 +6,7 @@
  * generated backward reports each parameter's gradient as final
  * (sr_exec.grad_ready); when every parameter of a bucket is final on the
  * last microbatch, the bucket's all-reduce is launched at once, so it runs
- * while backward computes the rest. In a pipeline the caller arms it once
+ * while backward computes the rest. In a pipeline rt_pipe_step arms it once
  * per step and installs the hook in each chunk's last gradient pass
  * (pipeline.c). sr_dp_finish launches what is left and waits for all.
  *
