@@ -638,22 +638,26 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     /* data parallel: the gradients of the device's parameters */
     if (dp > 1) {
         double eg = pl->bf16 ? 2.0 : 4.0;
-        if (pl->zero == 0) {
-            /* buckets as the runtime cuts them: reverse declaration order */
-            double limit = o->bucket_mb * 1e6 / eg, hi = -1;
-            int nb = 0;
-            for (int k = np - 1; k >= 0; k--) {
-                double end = arena_lo[k + 1];
-                if (nb == 0 || hi - arena_lo[k] > limit) {
-                    nb++;
-                    hi = end;
-                }
+        /* buckets as the runtime cuts them: reverse declaration order */
+        double limit = o->bucket_mb * 1e6 / eg, hi = -1;
+        int nb = 0;
+        for (int k = np - 1; k >= 0; k--) {
+            double end = arena_lo[k + 1];
+            if (nb == 0 || hi - arena_lo[k] > limit) {
+                nb++;
+                hi = end;
             }
-            add_coll(D, "gradients (bucketed)", G_DATA, C_AR, PH_BWD, dp, D->arena * eg / (nb ? nb : 1), nb);
+        }
+        if (nb == 0) nb = 1;
+        if (pl->zero == 0) {
+            add_coll(D, "gradients (bucketed)", G_DATA, C_AR, PH_BWD, dp, D->arena * eg / nb, nb);
         } else {
+            /* ZeRO 1 and 2 reduce-scatter the same buckets (padded to dp equal
+             * slices) and gather the parameters per bucket after the step */
             double nalloc = ceil(D->arena / dp) * dp;
-            add_coll(D, "gradients", G_DATA, C_RS, PH_STEP, dp, nalloc * eg, 1);
-            if (pl->zero < 3) add_coll(D, "parameters", G_DATA, C_AG, PH_STEP, dp, nalloc * (pl->bf16 ? 2.0 : 4.0), 1);
+            add_coll(D, "gradients (bucketed)", G_DATA, C_RS, PH_BWD, dp, nalloc * eg / nb, nb);
+            if (pl->zero < 3)
+                add_coll(D, "parameters", G_DATA, C_AG, PH_STEP, dp, nalloc * (pl->bf16 ? 2.0 : 4.0) / nb, nb);
             else add_coll(D, "parameters (per tensor)", G_DATA, C_AG, PH_FWD, dp,
                           nalloc * (pl->bf16 ? 2.0 : 4.0) / D->ntensors, 2.0 * D->ntensors);
         }
@@ -719,12 +723,11 @@ static void cost(const Opts *o, Plan *pl)
         }
         D->t_mb = D->t_f + D->t_b + D->t_r + D->t_tp + D->t_p2p;
         D->t_dp = t_dp + t_ag;
-        /* the gradient reduction overlaps the last microbatch's backward
-         * except its last bucket (ZeRO 1: the runtime's one reduce-scatter
-         * follows the backward, nothing hidden); ZeRO's parameter gather
-         * follows the step (ZeRO-3 gathers during forward and backward,
-         * hidden behind them) */
-        double hidden = pl->zero == 1 ? 0 : D->t_b + D->t_r;
+        /* the gradient reduction (all-reduce or ZeRO's reduce-scatter)
+         * overlaps the last microbatch's backward except its last bucket;
+         * ZeRO's parameter gather follows the step (ZeRO-3 gathers during
+         * forward and backward, hidden behind them) */
+        double hidden = D->t_b + D->t_r;
         D->t_dp_exposed = t_dp - hidden > t_last ? t_dp - hidden : t_last;
         if (pl->zero == 3) {
             double h3 = (D->t_f + D->t_b + D->t_r) * pl->m;

@@ -1,4 +1,5 @@
-/* dp.c: bucketed gradient all-reduce overlapped with backward; see sr_dp.h. */
+/* dp.c: bucketed gradient all-reduce (or ZeRO-1 reduce-scatter) overlapped
+ * with backward; see sr_dp.h. */
 #include "sr_dp.h"
 
 #include <stdio.h>
@@ -7,8 +8,9 @@
 
 typedef struct bucket {
     int64_t lo, hi;        /* float range of the gradient arena */
-    int nparams, pending;  /* parameters in it, not yet final */
-    int launched;
+    int64_t slice, at;     /* ZeRO-1: floats per rank, this rank's slice's offset in the shard */
+    int nparams, pending;  /* parameters overlapping it, not yet final */
+    int launched, held;
     sr_req *req;
     double t_launch, t_done;
     char label[32];
@@ -17,30 +19,46 @@ typedef struct bucket {
 struct sr_dp {
     const sr_program *prog;
     sr_comm *comm;
-    float *grads;
+    float *grads, *shard;  /* shard: ZeRO-1's reduce-scatter output, NULL for all-reduce */
+    int size, rank;
     sr_trace *trace;
     bucket *b;
     int nb;
-    int *bucket_of;        /* parameter -> bucket */
+    int *first, *count;    /* parameter -> the buckets its floats overlap (consecutive) */
     int armed;
     int64_t step;
     sr_status err;         /* first failure inside a hook, reported by finish */
 };
 
 sr_status sr_dp_init(sr_dp **out, const sr_program *prog, const int64_t *offsets, int64_t n_floats,
-                     sr_comm *comm, float *grads, int64_t bucket_bytes, sr_trace *trace)
+                     sr_comm *comm, float *grads, float *shard, int64_t bucket_bytes, sr_trace *trace)
 {
     sr_dp *dp = calloc(1, sizeof *dp);
     if (!dp) return sr_seterr(SR_ERR_NOMEM, "out of memory");
     dp->prog = prog;
     dp->comm = comm;
     dp->grads = grads;
+    dp->shard = shard;
+    dp->size = sr_comm_size(comm);
+    dp->rank = sr_comm_rank(comm);
     dp->trace = trace;
-    dp->b = calloc((size_t)prog->n_params + 1, sizeof(bucket));
-    dp->bucket_of = calloc((size_t)prog->n_params + 1, sizeof(int));
-    if (!dp->b || !dp->bucket_of) {
+    int np = prog->n_params;
+    dp->b = calloc((size_t)np + 1, sizeof(bucket));
+    dp->first = calloc((size_t)np + 1, sizeof(int));
+    dp->count = calloc((size_t)np + 1, sizeof(int));
+    if (!dp->b || !dp->first || !dp->count) {
         sr_dp_free(dp);
         return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    }
+    /* ZeRO-1 cuts the arena at multiples of dp, so that every bucket
+     * reduce-scatters into equal slices (Megatron's distributed optimizer
+     * layout); a cut may then fall inside a parameter, which is then in two
+     * buckets. n_floats is a multiple of dp there. */
+    int64_t align = shard ? dp->size : 1;
+    if (n_floats % align) {
+        sr_dp_free(dp);
+        return sr_seterr(SR_ERR_ARG, "sr_dp_init: %lld floats do not split over %lld ranks",
+                         (long long)n_floats, (long long)align);
     }
     /* reverse declaration order: the order backward completes gradients.
      * Consecutive parameters held are adjacent in the arena, so a bucket is
@@ -48,18 +66,46 @@ sr_status sr_dp_init(sr_dp **out, const sr_program *prog, const int64_t *offsets
     int64_t limit = bucket_bytes / 4 > 0 ? bucket_bytes / 4 : 1;
     bucket *cur = NULL;
     int64_t end = n_floats; /* where the held parameter after this one starts */
-    for (int i = prog->n_params - 1; i >= 0; i--) {
-        dp->bucket_of[i] = -1;
+    for (int i = np - 1; i >= 0; i--) {
         if (offsets[i] < 0) continue;
         if (!cur || cur->hi - offsets[i] > limit) {
             cur = &dp->b[dp->nb++];
             cur->hi = end;
-            snprintf(cur->label, sizeof cur->label, "grad bucket %d", dp->nb - 1);
         }
         cur->lo = offsets[i];
-        cur->nparams++;
-        dp->bucket_of[i] = (int)(cur - dp->b);
         end = offsets[i];
+    }
+    if (align > 1 && dp->nb > 0) {
+        /* the cuts rounded down; buckets left empty by it are dropped */
+        int nb = 0;
+        dp->b[dp->nb - 1].lo = 0;
+        for (int j = 0; j < dp->nb; j++) {
+            int64_t hi = nb ? dp->b[nb - 1].lo : n_floats, lo = dp->b[j].lo / align * align;
+            if (lo == hi) continue;
+            dp->b[nb].hi = hi;
+            dp->b[nb++].lo = lo;
+        }
+        dp->nb = nb;
+    }
+    int64_t at = 0;
+    for (int j = 0; j < dp->nb; j++) {
+        bucket *b = &dp->b[j];
+        snprintf(b->label, sizeof b->label, "grad bucket %d", j);
+        b->slice = (b->hi - b->lo) / align;
+        b->at = at;
+        at += b->slice;
+    }
+    /* which buckets each parameter's floats fall in (descending ranges) */
+    for (int i = 0; i < np; i++) {
+        int64_t lo = offsets[i], hi = lo + prog->params[i].numel;
+        dp->first[i] = -1;
+        if (lo < 0) continue;
+        for (int j = 0; j < dp->nb; j++) {
+            if (dp->b[j].lo >= hi || dp->b[j].hi <= lo) continue;
+            if (dp->first[i] < 0) dp->first[i] = j;
+            dp->count[i]++;
+            dp->b[j].nparams++;
+        }
     }
     *out = dp;
     return SR_OK;
@@ -69,11 +115,36 @@ void sr_dp_free(sr_dp *dp)
 {
     if (!dp) return;
     free(dp->b);
-    free(dp->bucket_of);
+    free(dp->first);
+    free(dp->count);
     free(dp);
 }
 
 int sr_dp_buckets(const sr_dp *dp) { return dp->nb; }
+
+int sr_dp_bucket(const sr_dp *dp, int j, int64_t *lo, int64_t *hi, int *launched)
+{
+    if (j < 0 || j >= dp->nb) return 0;
+    *lo = dp->b[j].lo;
+    *hi = dp->b[j].hi;
+    *launched = dp->b[j].launched;
+    return 1;
+}
+
+int sr_dp_slice(const sr_dp *dp, int j, int64_t *lo, int64_t *n, int64_t *at)
+{
+    if (!dp->shard || j < 0 || j >= dp->nb) return 0;
+    *lo = dp->b[j].lo + (int64_t)dp->rank * dp->b[j].slice;
+    *n = dp->b[j].slice;
+    *at = dp->b[j].at;
+    return 1;
+}
+
+void sr_dp_hold(sr_dp *dp, int param)
+{
+    if (param < 0 || param >= dp->prog->n_params) return;
+    for (int k = 0; k < dp->count[param]; k++) dp->b[dp->first[param] + k].held = 1;
+}
 
 void sr_dp_begin(sr_dp *dp, int last, int64_t step)
 {
@@ -93,16 +164,20 @@ static void launch(sr_dp *dp, bucket *b)
 {
     b->launched = 1;
     b->t_launch = sr_trace_now_us();
-    sr_status s = sr_comm_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, b->label, &b->req);
+    sr_status s = dp->shard ? sr_comm_reduce_scatter(dp->comm, dp->grads + b->lo, dp->shard + b->at, b->slice,
+                                                     b->label, &b->req)
+                            : sr_comm_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, b->label, &b->req);
     if (s != SR_OK && dp->err == SR_OK) dp->err = s;
 }
 
 void sr_dp_grad_ready(sr_exec *e, int param)
 {
     sr_dp *dp = e->user;
-    if (!dp || !dp->armed || param < 0 || param >= dp->prog->n_params || dp->bucket_of[param] < 0) return;
-    bucket *b = &dp->b[dp->bucket_of[param]];
-    if (--b->pending == 0 && !b->launched) launch(dp, b);
+    if (!dp || !dp->armed || param < 0 || param >= dp->prog->n_params) return;
+    for (int k = 0; k < dp->count[param]; k++) {
+        bucket *b = &dp->b[dp->first[param] + k];
+        if (--b->pending == 0 && !b->launched && !b->held) launch(dp, b);
+    }
     /* MPI progresses non-blocking collectives only inside MPI calls */
     for (int i = 0; i < dp->nb; i++)
         if (dp->b[i].launched && dp->b[i].req && dp->b[i].t_done == 0 && sr_comm_test(dp->b[i].req))
@@ -122,10 +197,28 @@ sr_status sr_dp_finish(sr_dp *dp)
             b->req = NULL;
         }
         if (b->t_done == 0) b->t_done = sr_trace_now_us();
-        sr_trace_span(dp->trace, SR_TRACK_COMM, "all-reduce", b->t_launch, b->t_done, b->label);
+        sr_trace_span(dp->trace, SR_TRACK_COMM, dp->shard ? "reduce-scatter" : "all-reduce", b->t_launch,
+                      b->t_done, b->label);
     }
     dp->err = SR_OK;
     dp->armed = 0;
+    return first;
+}
+
+sr_status sr_dp_gather(sr_dp *dp, const float *shard, float *full, const char *what)
+{
+    sr_status first = SR_OK;
+    for (int i = 0; i < dp->nb && first == SR_OK; i++) {
+        bucket *b = &dp->b[i];
+        const float *send = shard ? shard + b->at : full + b->lo + (int64_t)dp->rank * b->slice;
+        first = sr_comm_allgather(dp->comm, send, full + b->lo, b->slice, what, &b->req);
+    }
+    for (int i = 0; i < dp->nb; i++) { /* every launched one waited for, even after a failure */
+        if (!dp->b[i].req) continue;
+        sr_status s = sr_comm_wait(dp->b[i].req);
+        if (s != SR_OK && first == SR_OK) first = s;
+        dp->b[i].req = NULL;
+    }
     return first;
 }
 

@@ -219,6 +219,7 @@ void rt_pipe_free(run *r)
 
 int rt_pipe_owner(const run *r, int param) { return r->pipe ? r->pipe->owner[param] : 0; }
 int rt_pipe_owns(const run *r, int param) { return !r->pipe || r->pipe->owner[param] == r->pipe->rank; }
+int rt_pipe_tied(const run *r, int param) { return r->pipe && r->pipe->tied[param] && r->poff[param] >= 0; }
 
 /* the slot of (mb, chunk): found, or taken from the free ones */
 static slot *slot_for(chunk *c, int mb, int take)

@@ -33,6 +33,14 @@ typedef struct opts {
 
 #define RT_MAX_FLAGS 64
 
+/* A run of one parameter's floats that this rank's optimizer updates: arena
+ * floats [at, at + n) of params, whose gradients and AdamW moments are at
+ * offset so of run.gopt, m and v */
+typedef struct rt_seg {
+    int param;
+    int64_t at, n, so;
+} rt_seg;
+
 typedef struct run {
     const sr_program *prog;
     opts o;
@@ -55,14 +63,17 @@ typedef struct run {
     sr_grid grid;               /* ranks, degrees, communicators */
     int have_grid;
     int rank0;                  /* the rank that prints, logs, saves and samples */
-    sr_dp *dp;                  /* bucketed gradient all-reduce (dp > 1 without ZeRO) */
+    sr_dp *dp;                  /* bucketed gradient all-reduce or ZeRO-1 reduce-scatter (dp > 1) */
     sr_trace *trace;
     int64_t *poff;              /* poff[i]: parameter i's float offset in this rank's arenas;
                                  * -1: another pipeline rank holds it */
     int64_t n_local;            /* floats of this rank's parameter layout */
     int64_t n_alloc;            /* floats of the parameter and gradient arenas (n_local padded for ZeRO) */
-    int64_t shard_lo, shard_n;  /* this rank's range of the arenas for the optimizer */
-    float *shard_tmp;           /* ZeRO-1: reduce-scattered gradients, gathered parameters */
+    int64_t shard_n;            /* floats of m, v and gopt: n_alloc, or n_alloc / dp with ZeRO-1 */
+    float *gshard;              /* ZeRO-1: this rank's slices of the summed gradients */
+    float *gopt;                /* the gradients the optimizer reads: grads, or gshard */
+    rt_seg *segs;               /* what the optimizer updates, in arena order within a bucket */
+    int nsegs;
     const sr_backend *be;       /* where params, grads, m, v, work, inputs, targets live */
     int32_t *h_inputs, *h_targets; /* (B, T) host staging of the token buffers */
     sr_param_desc *full;        /* the parameters in the full layout of checkpoints */
@@ -102,6 +113,7 @@ void rt_pipe_report(run *r);
 size_t rt_pipe_activation_bytes(run *r);
 int rt_pipe_owner(const run *r, int param); /* the pipeline rank that counts and saves it */
 int rt_pipe_owns(const run *r, int param);  /* this rank is its owner (always without a pipeline) */
+int rt_pipe_tied(const run *r, int param);  /* this rank holds one of its copies on several pipeline ranks */
 
 /* state.c: parameters and optimizer state in and out */
 sr_status rt_param_layout(run *r);

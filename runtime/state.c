@@ -372,7 +372,9 @@ static sr_status load_opt_state(run *r, const char *path, const char *suffix, fl
     if (s == SR_OK) s = load_tensors_host(r, path, full, suffix, NULL);
     if (s == SR_OK) {
         scatter_full(r, full, local);
-        r->be->h2d(dst, local + r->shard_lo, sizeof(float) * (size_t)r->shard_n);
+        int64_t lo, n, at;
+        for (int j = 0; sr_dp_slice(r->dp, j, &lo, &n, &at); j++)
+            r->be->h2d(dst + at, local + lo, sizeof(float) * (size_t)n);
     }
     free(full);
     free(local);
@@ -774,8 +776,8 @@ sr_status rt_checkpoint(run *r, long step)
         fv = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
         if (!fm || !fv) s = sr_seterr(SR_ERR_NOMEM, "out of memory while gathering the optimizer state");
         s = rt_agree(r, s, "gathering the optimizer state");
-        if (s == SR_OK) s = sr_comm_allgather(r->grid.dp_comm, m, fm, r->shard_n, "optimizer state", NULL);
-        if (s == SR_OK) s = sr_comm_allgather(r->grid.dp_comm, v, fv, r->shard_n, "optimizer state", NULL);
+        if (s == SR_OK) s = sr_dp_gather(r->dp, m, fm, "optimizer state");
+        if (s == SR_OK) s = sr_dp_gather(r->dp, v, fv, "optimizer state");
         r->m = fm;
         r->v = fv;
     }

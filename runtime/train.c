@@ -107,7 +107,7 @@ static const flag flags[] = {
     {"tp", F_INT, O(tp), "N", "tensor-parallel degree"},
     {"pp", F_INT, O(pp), "N", "pipeline-parallel degree"},
     {"zero", F_INT, O(zero), "0|1", "1: shard the AdamW state over the data ranks (ZeRO-1)"},
-    {"bucket-mb", F_FLOAT, O(bucket_mb), "MB", "gradient all-reduce bucket size in MB"},
+    {"bucket-mb", F_FLOAT, O(bucket_mb), "MB", "gradient bucket size in MB (reduced during the backward)"},
     {"comm", F_STR, O(comm), "nccl|mpi", "collectives over NCCL, or MPI (CUDA: staged through host memory)"},
     {"comm-timeout", F_FLOAT, O(comm_timeout), "S", "seconds a collective may wait before the run aborts"},
     {"trace", F_STR, O(trace), "DIR", "write a Chrome trace per rank to DIR/trace-rankR.json"},
@@ -599,70 +599,52 @@ static sr_status sum_tp_partial_grads(run *r, long k)
 {
     const sr_program *prog = r->prog;
     if (r->grid.tp == 1) return SR_OK;
-    int64_t lo = r->shard_lo, hi = r->shard_lo + r->shard_n;
     sr_comm_set_step(r->grid.tp_comm, k);
-    for (int j = 0; j < prog->n_tp_partial_grads; j++) {
-        int i = prog->tp_partial_grads[j];
-        const sr_param_desc *d = &prog->params[i];
-        int64_t o = r->poff[i];
-        if (o < 0) continue; /* another pipeline rank's parameter */
-        int64_t a = o > lo ? o : lo, b = o + d->numel < hi ? o + d->numel : hi;
-        if (b <= a) continue;
-        SR_CHECK(sr_comm_allreduce(r->grid.tp_comm, r->grads + a, b - a, "sequence-parallel parameter gradient",
-                                   NULL));
-    }
+    for (int s = 0; s < r->nsegs; s++)
+        for (int j = 0; j < prog->n_tp_partial_grads; j++)
+            if (prog->tp_partial_grads[j] == r->segs[s].param)
+                SR_CHECK(sr_comm_allreduce(r->grid.tp_comm, r->gopt + r->segs[s].so, r->segs[s].n,
+                                           "sequence-parallel parameter gradient", NULL));
     return SR_OK;
 }
 
 /* Data parallelism: after the microbatches, every rank holds the average
  * gradient (each microbatch's loss was scaled by 1/(M*dp) and the ranks'
- * gradients are summed). Without ZeRO the buckets were launched during the
- * last backward; with ZeRO-1 one reduce-scatter gives each rank the sum of
- * its shard. The loss is averaged over the ranks too. */
+ * gradients are summed), or with ZeRO-1 its shard of it. The buckets were
+ * launched during the last backward (sr_dp). The loss is averaged over the
+ * ranks too. */
 static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
 {
     /* a tied parameter's copies are summed over the pipeline after the
-     * all-reduce (in flight since the backward; both sums are linear), and
-     * before ZeRO-1's reduce-scatter, whose shards differ between the
-     * pipeline ranks' arenas */
-    if (r->pipe && !r->dp) SR_CHECK(rt_pipe_sync_grads(r));
-    if (r->grid.dp == 1) return sum_tp_partial_grads(r, k);
-    if (r->dp) {
-        SR_CHECK(sr_dp_finish(r->dp));
-        if (r->pipe) SR_CHECK(rt_pipe_sync_grads(r));
-        double hidden, total;
-        sr_dp_overlap(r->dp, &hidden, &total, t_bwd_end);
-        r->comm_hidden_us += hidden;
-        r->comm_total_us += total;
-    } else {
-        double t0 = sr_trace_now_us();
-        sr_comm_set_step(r->grid.dp_comm, k);
-        SR_CHECK(sr_comm_reduce_scatter(r->grid.dp_comm, r->grads, r->shard_tmp, r->shard_n,
-                                        "gradients (ZeRO-1)", NULL));
-        sr_trace_span(r->trace, SR_TRACK_COMM, "reduce-scatter", t0, sr_trace_now_us(), "gradients");
-        r->be->copy(r->grads + r->shard_lo, r->shard_tmp, sizeof(float) * (size_t)r->shard_n);
-    }
+     * all-reduce (in flight since the backward; both sums are linear); with
+     * ZeRO-1 before its buckets' reduce-scatter (held until now), whose
+     * slices differ between the pipeline ranks' arenas */
+    if (r->pipe && (!r->dp || r->gopt != r->grads)) SR_CHECK(rt_pipe_sync_grads(r));
+    if (!r->dp) return sum_tp_partial_grads(r, k);
+    SR_CHECK(sr_dp_finish(r->dp));
+    if (r->pipe && r->gopt == r->grads) SR_CHECK(rt_pipe_sync_grads(r));
+    double hidden, total;
+    sr_dp_overlap(r->dp, &hidden, &total, t_bwd_end);
+    r->comm_hidden_us += hidden;
+    r->comm_total_us += total;
     SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, loss_sum, 1));
     *loss_sum /= r->grid.dp;
     return sum_tp_partial_grads(r, k);
 }
 
-/* Global-norm clipping and AdamW on this rank's range of the arenas: all of
- * it, or with ZeRO-1 its shard, after which the parameters are gathered. */
+/* Global-norm clipping and AdamW on this rank's segments: all of the arena,
+ * or with ZeRO-1 its slices, after which the parameters are gathered. */
 static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
 {
     const sr_program *prog = r->prog;
     const opts *o = &r->o;
-    int64_t lo = r->shard_lo, hi = r->shard_lo + r->shard_n;
     /* squares of split parameters are summed over the tensor group; the
      * replicated ones are the same on every tensor rank and count once */
     double sq[2] = {0, 0};
-    for (int i = 0; i < prog->n_params; i++) {
-        const sr_param_desc *d = &prog->params[i];
-        int64_t at = r->poff[i];
-        if (at < 0 || !rt_pipe_owns(r, i)) continue; /* a tied copy counts once, by its owner */
-        int64_t a = at > lo ? at : lo, b = at + d->numel < hi ? at + d->numel : hi;
-        if (b > a) sq[d->split_dim >= 0] += r->be->sumsq(r->grads + a, b - a);
+    for (int s = 0; s < r->nsegs; s++) {
+        const rt_seg *g = &r->segs[s];
+        if (rt_pipe_owns(r, g->param)) /* a tied copy counts once, by its owner */
+            sq[prog->params[g->param].split_dim >= 0] += r->be->sumsq(r->gopt + g->so, g->n);
     }
     if (r->pipe) SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, sq, 2)); /* each counted by its owner */
     if (r->shard_n != r->n_alloc) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, sq, 2));
@@ -671,25 +653,43 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     if (o->grad_clip > 0) {
         /* torch.nn.utils.clip_grad_norm_: coefficient in float32, applied when < 1 */
         float coef = o->grad_clip / ((float)norm + 1e-6f);
-        if (coef < 1.0f) r->be->scale(r->grads + lo, coef, r->shard_n);
+        if (coef < 1.0f) r->be->scale(r->gopt, coef, r->shard_n);
     }
-    for (int i = 0; i < prog->n_params; i++) {
-        const sr_param_desc *d = &prog->params[i];
-        int64_t at = r->poff[i];
-        if (at < 0) continue;
-        int64_t a = at > lo ? at : lo, b = at + d->numel < hi ? at + d->numel : hi;
-        if (b <= a) continue;
-        r->be->adamw(r->params + a, r->grads + a, r->m + (a - lo), r->v + (a - lo), b - a, lr,
-                     o->beta1, o->beta2, o->eps, d->decay ? o->weight_decay : 0.0f, k + 1);
+    for (int s = 0; s < r->nsegs; s++) {
+        const rt_seg *g = &r->segs[s];
+        r->be->adamw(r->params + g->at, r->gopt + g->so, r->m + g->so, r->v + g->so, g->n, lr, o->beta1,
+                     o->beta2, o->eps, prog->params[g->param].decay ? o->weight_decay : 0.0f, k + 1);
     }
     if (r->shard_n != r->n_alloc) {
         double t0 = sr_trace_now_us();
-        r->be->copy(r->shard_tmp, r->params + lo, sizeof(float) * (size_t)r->shard_n);
-        SR_CHECK(sr_comm_allgather(r->grid.dp_comm, r->shard_tmp, r->params, r->shard_n,
-                                   "parameters (ZeRO-1)", NULL));
+        SR_CHECK(sr_dp_gather(r->dp, NULL, r->params, "parameters (ZeRO-1)"));
         sr_trace_span(r->trace, SR_TRACK_COMM, "all-gather", t0, sr_trace_now_us(), "parameters");
     }
     *norm_out = norm;
+    return SR_OK;
+}
+
+/* The optimizer's segments: every parameter held, or with ZeRO-1 the parts
+ * of them in this rank's slices of the buckets (counted, then filled). */
+static sr_status make_segments(run *r)
+{
+    const sr_program *prog = r->prog;
+    for (int pass = 0; pass < 2; pass++) {
+        r->nsegs = 0;
+        for (int j = 0;; j++) {
+            int64_t lo = 0, n = r->n_alloc, at = 0;
+            if (r->gopt == r->grads ? j > 0 : !sr_dp_slice(r->dp, j, &lo, &n, &at)) break;
+            for (int i = 0; i < prog->n_params; i++) {
+                int64_t o = r->poff[i], a = o > lo ? o : lo, b = o + prog->params[i].numel;
+                if (b > lo + n) b = lo + n;
+                if (o < 0 || b <= a) continue;
+                if (pass) r->segs[r->nsegs] = (rt_seg){i, a, b - a, at + (a - lo)};
+                r->nsegs++;
+            }
+        }
+        if (pass == 0 && !(r->segs = malloc(sizeof(rt_seg) * ((size_t)r->nsegs + 1))))
+            return sr_seterr(SR_ERR_NOMEM, "out of memory");
+    }
     return SR_OK;
 }
 
@@ -851,8 +851,8 @@ static sr_status train(run *r)
     long end = o->steps > r->start_step ? o->steps : r->start_step;
     if (o->comm_stats) SR_CHECK(write_comm_stats(r, end - r->start_step)); /* training traffic only */
     if (r->dp && r->comm_total_us > 0)
-        rt_info(r, "gradient all-reduce: %.1f ms in flight, %.0f%% of it hidden behind backward; "
-                "exposed wait %.2f ms per step",
+        rt_info(r, "gradient %s: %.1f ms in flight, %.0f%% of it hidden behind backward; "
+                "exposed wait %.2f ms per step", r->gshard ? "reduce-scatter (ZeRO-1)" : "all-reduce",
              r->comm_total_us / 1e3, 100.0 * r->comm_hidden_us / r->comm_total_us,
              (r->comm_total_us - r->comm_hidden_us) / 1e3 / (double)(end - r->start_step > 0 ? end - r->start_step : 1));
     rt_pipe_report(r);
@@ -1108,27 +1108,30 @@ static sr_status setup(run *r)
     int64_t n = r->n_local;
     int dp = r->grid.dp;
     r->n_alloc = n;
-    r->shard_lo = 0;
     r->shard_n = n;
     if (o->zero && dp > 1) {
-        /* ZeRO-1: the arenas padded to dp equal shards; rank d updates shard d */
+        /* ZeRO-1: the arenas padded to a multiple of dp; rank d updates slice d
+         * of every bucket (sr_dp), 1/dp of them */
         r->n_alloc = (n + dp - 1) / dp * dp;
         r->shard_n = r->n_alloc / dp;
-        r->shard_lo = (int64_t)r->grid.dp_rank * r->shard_n;
-        r->shard_tmp = r->be->alloc(sizeof(float) * (size_t)r->shard_n);
-        if (!r->shard_tmp) return sr_seterr(SR_ERR_NOMEM, "out of memory");
+        r->gshard = r->be->alloc(sizeof(float) * (size_t)r->shard_n);
+        if (!r->gshard) return sr_seterr(SR_ERR_NOMEM, "out of memory");
     }
     r->params = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
     r->grads = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
+    r->gopt = r->gshard ? r->gshard : r->grads;
     r->m = r->be->alloc(sizeof(float) * (size_t)r->shard_n);
     r->v = r->be->alloc(sizeof(float) * (size_t)r->shard_n);
     if (!r->params || !r->grads || !r->m || !r->v)
         return sr_seterr(SR_ERR_NOMEM, "cannot allocate %.1f MB for parameters, gradients and "
                          "optimizer state", (8.0 * (double)r->n_alloc + 8.0 * (double)r->shard_n) / 1e6);
     if (prog->n_stages > 1) SR_CHECK(rt_pipe_init(r));
-    if (dp > 1 && !o->zero)
-        SR_CHECK(sr_dp_init(&r->dp, prog, r->poff, r->n_local, r->grid.dp_comm, r->grads,
+    if (dp > 1)
+        SR_CHECK(sr_dp_init(&r->dp, prog, r->poff, r->n_alloc, r->grid.dp_comm, r->grads, r->gshard,
                             (int64_t)((double)o->bucket_mb * 1e6), r->trace));
+    for (int i = 0; r->gshard && r->pipe && i < prog->n_params; i++)
+        if (rt_pipe_tied(r, i)) sr_dp_hold(r->dp, i); /* summed over the pipeline first (sync_grads) */
+    SR_CHECK(make_segments(r));
     size_t w = prog->work_bytes(r->B, o->seq), w1 = prog->work_bytes(1, o->seq);
     r->work_size = w > w1 ? w : w1;
     size_t tok_bytes = (size_t)(r->B > 1 ? r->B : 1) * o->seq * sizeof(int32_t);
@@ -1192,7 +1195,7 @@ static void cleanup(run *r)
     if (r->have_train) sr_data_close(&r->train);
     if (r->have_val) sr_data_close(&r->val);
     if (r->be) {
-        void *bufs[] = {r->params, r->grads, r->m, r->v, r->work, r->inputs, r->targets, r->shard_tmp};
+        void *bufs[] = {r->params, r->grads, r->m, r->v, r->work, r->inputs, r->targets, r->gshard};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) r->be->free(bufs[i]);
     }
@@ -1200,6 +1203,7 @@ static void cleanup(run *r)
     free(r->h_targets);
     free(r->full);
     free(r->poff);
+    free(r->segs);
     sr_dp_free(r->dp);
     rt_pipe_free(r);
     if (r->trace) {

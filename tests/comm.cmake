@@ -3,6 +3,8 @@
 # tests/tests.cmake; needs runtime/comm.cmake (MPI, SHARDC_HAVE_NCCL).
 #
 #   comm_np2, comm_np4            every grid shape of 2 and 4 ranks, every op
+#   dp_buckets_np2, _np3          the gradient buckets of runtime/dp.c, both
+#                                 modes (tests/unit/test_dp.c)
 #   comm_timeout_np2, _np4        rank 1 skips a collective: the others must
 #                                 fail with SR_ERR_COMM after the 1 s timeout,
 #                                 then all sr_comm_abort(3); passes only when
@@ -40,6 +42,21 @@ printf '%s\n' "$out" | grep -Eq "^[1-9][0-9]* passed, 0 failed$" || { echo "chec
   set_tests_properties(comm_timeout_np${np} PROPERTIES
     ENVIRONMENT "${SHARDC_COMM_TEST_ENV}"
     TIMEOUT 60)
+endforeach()
+
+# the data-parallel buckets (runtime/dp.c): 3 ranks put ZeRO-1's cuts inside parameters
+add_executable(test_dp ${CMAKE_CURRENT_LIST_DIR}/unit/test_dp.c)
+target_link_libraries(test_dp PRIVATE shardrt)
+target_compile_options(test_dp PRIVATE ${SHARDC_WARN})
+foreach(np 2 3)
+  add_test(NAME dp_buckets_np${np}
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_dp> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(dp_buckets_np${np} PROPERTIES
+    ENVIRONMENT "${SHARDC_COMM_TEST_ENV}"
+    TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed"
+    FAIL_REGULAR_EXPRESSION "FAIL")
 endforeach()
 
 # all-reduce bus bandwidth of the MPI comm layer (bench/README.md)

@@ -10,10 +10,13 @@
  * per step and installs the hook in each chunk's last gradient pass
  * (pipeline.c). sr_dp_finish launches what is left and waits for all.
  *
- * ZeRO-1 (sr_zero_*): optimizer state sharded over the data ranks: the
- * gradient arena (padded to a multiple of dp) is reduce-scattered, each rank
- * updates its 1/dp shard of the parameters with its shard of the AdamW
- * state, and the parameters are all-gathered.
+ * ZeRO-1 (a shard buffer given): the optimizer state is sharded over the
+ * data ranks. The arena (padded to a multiple of dp) is cut at multiples of
+ * dp, so each bucket splits into dp equal slices, and a bucket's gradients
+ * are reduce-scattered, launched as an all-reduce bucket would be: rank d
+ * receives the sum of slice d of every bucket, its shard (Megatron-LM's
+ * distributed-optimizer layout). It updates those slices of the parameters
+ * with its shard of the AdamW state, and sr_dp_gather all-gathers them.
  */
 #ifndef SR_DP_H
 #define SR_DP_H
@@ -30,17 +33,33 @@ typedef struct sr_dp sr_dp;
 
 /* offsets[i]: parameter i's float offset in the gradient arena of n_floats
  * floats, -1 where this rank does not hold it (a pipeline rank holds its
- * stages' parameters only) */
+ * stages' parameters only). shard: NULL to all-reduce the buckets in place;
+ * for ZeRO-1 the n_floats / dp floats that receive this rank's slices
+ * (n_floats a multiple of dp) */
 sr_status sr_dp_init(sr_dp **out, const sr_program *prog, const int64_t *offsets, int64_t n_floats,
-                     sr_comm *dp_comm, float *grads, int64_t bucket_bytes, sr_trace *trace);
+                     sr_comm *dp_comm, float *grads, float *shard, int64_t bucket_bytes, sr_trace *trace);
 void sr_dp_free(sr_dp *dp);
 int sr_dp_buckets(const sr_dp *dp);
+/* bucket j (0: the highest range, all-reduced or reduce-scattered first):
+ * the arena's floats [*lo, *hi), and whether this step launched it yet;
+ * returns 0 past the last */
+int sr_dp_bucket(const sr_dp *dp, int j, int64_t *lo, int64_t *hi, int *launched);
+/* ZeRO-1: bucket j's slice on this rank is the arena's floats [*lo, *lo + *n),
+ * held at shard + *at; returns 0 past the last bucket (or without ZeRO) */
+int sr_dp_slice(const sr_dp *dp, int j, int64_t *lo, int64_t *n, int64_t *at);
+/* the buckets holding the parameter's floats wait for sr_dp_finish (a tied
+ * copy summed over the pipeline first) */
+void sr_dp_hold(sr_dp *dp, int param);
 /* before a microbatch's backward: `last` arms the launches */
 void sr_dp_begin(sr_dp *dp, int last, int64_t step);
 /* the sr_exec.grad_ready hook (e->user must be the sr_dp) */
 void sr_dp_grad_ready(sr_exec *e, int param);
 /* launches the buckets not launched yet, waits for every bucket */
 sr_status sr_dp_finish(sr_dp *dp);
+/* ZeRO-1: full (the arena's layout) = every rank's slices, all-gathered per
+ * bucket (all launched, then waited for); from shard (this rank's slices in
+ * the shard's layout), or with shard NULL in place from full's own slices */
+sr_status sr_dp_gather(sr_dp *dp, const float *shard, float *full, const char *what);
 /* over the last step: microseconds during which some bucket all-reduce was
  * in flight (total; concurrent buckets counted once), and how much of that
  * was before the backward ended (hidden); total - hidden is the exposed wait */

@@ -11,7 +11,9 @@
 # through the stages together (runtime/pipeline.c rt_pipe_eval).
 # 1F1B once more with block recomputation: its clones run in the rank's
 # shared scratch (memplan.c), which each microbatch's backward reuses.
-# dp=2 x pp=2 (1f1b, zb-h1): the gradient all-reduce runs during the backward.
+# dp=2 x pp=2 (1f1b, zb-h1): the gradient all-reduce runs during the backward;
+# with ZeRO-1 (1f1b) the reduce-scatter, the tied embedding's buckets after its
+# sum over the pipeline.
 source "$(dirname "$0")/lib.sh"
 cfg="--set n_layer=4 --set n_embd=64 --set n_head=4"
 cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
@@ -46,12 +48,12 @@ for s in gpipe 1f1b zb-h1 interleaved 1f1b+recompute; do
   check "pp=4 $s: validation losses within 1e-4 of the host binary" close hv.txt nv.txt 1e-4
 done
 # dp=2 x pp=2: each chunk's last gradient pass starts the all-reduce of its
-# buckets on the data communicator (small buckets: many), between the
-# pipeline's transfers on the other communicator
+# buckets (ZeRO-1: the reduce-scatter) on the data communicator (small
+# buckets: many), between the pipeline's transfers on the other communicator
 check "builds: emulated CUDA, pp=2 (1f1b, zb-h1)" bash -c "
   '$shardc' build '$m' $cfg $cu --pp 2 -o c2 && '$shardc' build '$m' $cfg $cu --pp 2 --schedule zb-h1 -o c2z"
-for s in 1f1b zb-h1; do
-  bin=./c2; [ $s = zb-h1 ] && bin=./c2z
+for s in 1f1b zb-h1 "1f1b --zero 1"; do
+  bin=./c2; [ "$s" = zb-h1 ] && bin=./c2z
   mpi4 $bin $run --dp 2 --pp 2 --schedule $s --bucket-mb 0.05 --comm nccl --log n.jsonl > n.err 2>&1; rn=$?
   mpi4 $bin $run --dp 2 --pp 2 --schedule $s --bucket-mb 0.05 --comm mpi --log p.jsonl > p.err 2>&1; rp=$?
   check "dp=2 x pp=2 $s over NCCL finishes (exit $rn; $(grep -m1 -i error n.err | head -c 160))" [ $rn -eq 0 ]

@@ -15,6 +15,15 @@ $mpi -np 4 $run --dp 4 --log dp4.jsonl
 check "dp=4 gives the single-rank losses (20 steps, 1e-5)" same dp1.jsonl dp4.jsonl 1e-5
 $mpi -np 2 $run --dp 2 --zero 1 --log zero.jsonl
 check "ZeRO-1 gives the plain data-parallel losses" same dp2.jsonl zero.jsonl 1e-5
+# ZeRO-1's buckets are reduce-scattered during the backward: at dp=3 the
+# arena's cuts (multiples of 3) fall inside parameters, which are then in
+# two buckets; small buckets make many
+$run --batch 12 --log b12.jsonl
+$mpi -np 3 $run --batch 12 --dp 3 --zero 1 --bucket-mb 0.01 --log zero3.jsonl
+check "ZeRO-1 at dp=3 with 0.01 MB buckets (cuts inside parameters) gives the single-rank losses" \
+  same b12.jsonl zero3.jsonl 1e-5
+$mpi -np 4 $run --dp 4 --zero 1 --bucket-mb 0.05 --microbatches 2 --log zero4.jsonl
+check "ZeRO-1 at dp=4 with small buckets and 2 microbatches gives the single-rank losses" same dp1.jsonl zero4.jsonl 1e-5
 $run --microbatches 4 --log mb4.jsonl
 check "4 microbatches give the unsplit losses" same dp1.jsonl mb4.jsonl 1e-5
 $mpi -np 2 $run --dp 2 --microbatches 2 --bucket-mb 0.05 --log small-buckets.jsonl
@@ -65,6 +74,28 @@ $run --load ck/step-00000010 --log at1.jsonl
 a=$(grep -o '"loss":[^,]*' full.jsonl | sed -n 11p | cut -d: -f2); b=$(grep -o '"loss":[^,]*' at1.jsonl | head -1 | cut -d: -f2)
 check "the dp=2 ZeRO-1 checkpoint loads at dp=1 with the same next loss ($a vs $b)" \
   $py -c "import sys; sys.exit(0 if abs($a - $b) <= 1e-5 * abs($a) else 1)"
+
+$mpi -np 3 $run --batch 12 --dp 3 --zero 1 --bucket-mb 0.01 --save ck3 --save-every 10 --log full3.jsonl
+$mpi -np 3 $run --batch 12 --dp 3 --zero 1 --bucket-mb 0.02 --load ck3/step-00000010 --log resumed3.jsonl
+check "ZeRO-1 dp=3 resumes with other buckets (so other slices) bit-exactly" \
+  [ "$(grep -o '"loss":[^,]*' full3.jsonl | tail -10)" = "$(grep -o '"loss":[^,]*' resumed3.jsonl)" ]
+
+# ZeRO-1's trace: a reduce-scatter per bucket, the first launched before the
+# backward ends, the parameters all-gathered after the optimizer
+mkdir -p ztr
+$mpi -np 2 $run --dp 2 --zero 1 --bucket-mb 0.05 --steps 2 --trace ztr
+check "ZeRO-1: every rank's first reduce-scatter starts before its backward ends" $py -c "
+import json
+for r in (0, 1):
+    ev = [e for e in json.load(open('ztr/trace-rank%d.json' % r))['traceEvents'] if e['ph'] == 'X']
+    opt = min(e['ts'] for e in ev if e['name'] == 'optimizer')
+    step = [e for e in ev if e['ts'] < opt]
+    rs = [e for e in step if e['name'] == 'reduce-scatter']
+    assert len(rs) > 3 and not any(e['name'] == 'all-reduce' for e in step), len(rs)
+    bwd = max(e['ts'] + e['dur'] for e in step if e['name'].startswith('backward'))
+    assert min(e['ts'] for e in rs) < bwd, (r, rs, bwd)
+    assert any(e['name'] == 'all-gather' and e['ts'] >= opt for e in ev)
+"
 
 # a trace per rank, with compute and communication tracks
 mkdir -p tr
