@@ -38,6 +38,22 @@ print(f"  {len(r)} steps, worst relative loss difference {rows[k][0]:.2e} at ste
 sys.exit(0 if all(d <= t for d, t, _ in rows) else 1)
 PY
 }
+# starts_in_backward DIR NAME RANKS: in each rank's --trace (DIR) the first
+# step's first NAME span (all-reduce, reduce-scatter) starts before the end
+# of its last backward pass of that step
+starts_in_backward() { $py - "$1" "$2" "$3" <<'PY'
+import json, sys
+d, name, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for r in range(ranks):
+    ev = [e for e in json.load(open('%s/trace-rank%d.json' % (d, r)))['traceEvents'] if e['ph'] == 'X']
+    opt = min(e['ts'] for e in ev if e['name'] == 'optimizer')
+    step = [e for e in ev if e['ts'] < opt]
+    first = min(e['ts'] for e in step if e['name'] == name)
+    bwd = max(e['ts'] + e['dur'] for e in step if e['name'].startswith('backward'))
+    assert first < bwd, (r, first, bwd)
+PY
+}
+
 # same_grads A B: two --dump-grads files hold the same gradients, each within
 # 1e-5 of its largest magnitude
 same_grads() { $py - "$1" "$2" "$src/tests/reference" <<'PY'

@@ -62,16 +62,8 @@ done
 # embedding's copy, final in that stage's backward too
 mkdir -p dtr
 $mpi -np 4 ./p2 $run --pp 2 --dp 2 --steps 2 --trace dtr
-check "dp=2 x pp=2: every rank's gradient all-reduce starts before its last backward ends" $py -c "
-import json
-for r in range(4):
-    ev = [e for e in json.load(open('dtr/trace-rank%d.json' % r))['traceEvents'] if e['ph'] == 'X']
-    opt = min(e['ts'] for e in ev if e['name'] == 'optimizer')
-    step = [e for e in ev if e['ts'] < opt]
-    ar = min(e['ts'] for e in step if e['name'] == 'all-reduce')
-    bwd = max(e['ts'] + e['dur'] for e in step if e['name'].startswith('backward'))
-    assert ar < bwd, (r, ar, bwd)
-"
+check "dp=2 x pp=2: every rank's gradient all-reduce starts before its last backward ends" \
+  starts_in_backward dtr all-reduce 4
 # ZeRO-1 in a pipeline: the buckets are reduce-scattered from each chunk's
 # last gradient pass; those of the tied embedding wait until its copies are
 # summed over the pipeline
@@ -83,16 +75,8 @@ for s in 1f1b zb-h1; do
 done
 mkdir -p zdtr
 $mpi -np 4 ./p2 $run --pp 2 --dp 2 --zero 1 --bucket-mb 0.05 --steps 2 --trace zdtr
-check "dp=2 x pp=2 with ZeRO-1: every rank's first reduce-scatter starts before its last backward ends" $py -c "
-import json
-for r in range(4):
-    ev = [e for e in json.load(open('zdtr/trace-rank%d.json' % r))['traceEvents'] if e['ph'] == 'X']
-    opt = min(e['ts'] for e in ev if e['name'] == 'optimizer')
-    step = [e for e in ev if e['ts'] < opt]
-    rs = min(e['ts'] for e in step if e['name'] == 'reduce-scatter')
-    bwd = max(e['ts'] + e['dur'] for e in step if e['name'].startswith('backward'))
-    assert rs < bwd, (r, rs, bwd)
-"
+check "dp=2 x pp=2 with ZeRO-1: every rank's first reduce-scatter starts before its last backward ends" \
+  starts_in_backward zdtr reduce-scatter 4
 # --dump-batches in a pipeline: each rank records the microbatches it runs
 # (ranks 0, 1: stage 0 of data ranks 0, 1; ranks 2, 3: stage 1)
 mkdir -p pb1 pb4
