@@ -13,6 +13,19 @@
 
 set(SHARDC_COMM_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
 
+# a test program under mpirun that ends with "N passed, M failed" and prints
+# FAIL for a failed check
+function(shardc_mpi_checks name np target timeout)
+  add_test(NAME ${name}
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "${SHARDC_COMM_TEST_ENV}"
+    TIMEOUT ${timeout}
+    PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed"
+    FAIL_REGULAR_EXPRESSION "FAIL")
+endfunction()
+
 add_executable(test_comm ${CMAKE_CURRENT_LIST_DIR}/unit/test_comm.c)
 target_link_libraries(test_comm PRIVATE shardrt)
 target_compile_options(test_comm PRIVATE ${SHARDC_WARN})
@@ -22,14 +35,7 @@ if(SHARDC_HAVE_NCCL)
 endif()
 
 foreach(np 2 4)
-  add_test(NAME comm_np${np}
-    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm> ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(comm_np${np} PROPERTIES
-    ENVIRONMENT "${SHARDC_COMM_TEST_ENV}"
-    TIMEOUT 300
-    PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed"
-    FAIL_REGULAR_EXPRESSION "FAIL")
+  shardc_mpi_checks(comm_np${np} ${np} test_comm 300)
 
   # the expected failure: mpirun's status and output are checked together
   add_test(NAME comm_timeout_np${np}
@@ -49,14 +55,7 @@ add_executable(test_dp ${CMAKE_CURRENT_LIST_DIR}/unit/test_dp.c)
 target_link_libraries(test_dp PRIVATE shardrt)
 target_compile_options(test_dp PRIVATE ${SHARDC_WARN})
 foreach(np 2 3)
-  add_test(NAME dp_buckets_np${np}
-    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_dp> ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(dp_buckets_np${np} PROPERTIES
-    ENVIRONMENT "${SHARDC_COMM_TEST_ENV}"
-    TIMEOUT 120
-    PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed"
-    FAIL_REGULAR_EXPRESSION "FAIL")
+  shardc_mpi_checks(dp_buckets_np${np} ${np} test_dp 120)
 endforeach()
 
 # all-reduce bus bandwidth of the MPI comm layer (bench/README.md)
