@@ -67,8 +67,8 @@ check "dp=2 x pp=2: every rank's gradient all-reduce starts before its last back
 # ZeRO-1 in a pipeline: the buckets are reduce-scattered from each chunk's
 # last gradient pass; those of the tied embedding wait until its copies are
 # summed over the pipeline
-for s in 1f1b zb-h1; do
-  b=p2; [ $s = zb-h1 ] && b=p2z
+for s in 1f1b zb-h1 interleaved; do
+  b=p2; [ $s = zb-h1 ] && b=p2z; [ $s = interleaved ] && b=p2v2
   $mpi -np 4 ./$b $run --pp 2 --dp 2 --zero 1 --schedule $s --bucket-mb 0.05 --log zdpp-$s.jsonl
   check "dp=2 x pp=2 $s with ZeRO-1, reduce-scattered in the backward, gives the single-rank losses" \
     same ref.jsonl zdpp-$s.jsonl 1e-5
