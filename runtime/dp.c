@@ -26,7 +26,6 @@ struct sr_dp {
     int nb;
     int *first, *count;    /* parameter -> the buckets its floats overlap (consecutive) */
     int armed;
-    int64_t step;
     sr_status err;         /* first failure inside a hook, reported by finish */
 };
 
@@ -149,7 +148,6 @@ void sr_dp_hold(sr_dp *dp, int param)
 void sr_dp_begin(sr_dp *dp, int last, int64_t step)
 {
     dp->armed = last;
-    dp->step = step;
     if (!last) return;
     sr_comm_set_step(dp->comm, step);
     for (int i = 0; i < dp->nb; i++) {

@@ -35,9 +35,10 @@ typedef struct opts {
 
 /* A run of one parameter's floats that this rank's optimizer updates: arena
  * floats [at, at + n) of params, whose gradients and AdamW moments are at
- * offset so of run.gopt, m and v */
+ * offset so of run.gopt, m and v; tp_partial: the parameter's gradient is
+ * summed over the tensor group (sr_program.tp_partial_grads) */
 typedef struct rt_seg {
-    int param;
+    int param, tp_partial;
     int64_t at, n, so;
 } rt_seg;
 
@@ -70,7 +71,7 @@ typedef struct run {
     int64_t n_local;            /* floats of this rank's parameter layout */
     int64_t n_alloc;            /* floats of the parameter and gradient arenas (n_local padded for ZeRO) */
     int64_t shard_n;            /* floats of m, v and gopt: n_alloc, or n_alloc / dp with ZeRO-1 */
-    float *gshard;              /* ZeRO-1: this rank's slices of the summed gradients */
+    float *gshard;              /* ZeRO-1 (non-NULL only then): this rank's slices of the summed gradients */
     float *gopt;                /* the gradients the optimizer reads: grads, or gshard */
     rt_seg *segs;               /* what the optimizer updates, in arena order within a bucket */
     int nsegs;

@@ -366,7 +366,7 @@ sr_status rt_init_from(run *r, const char *path)
 /* optimizer state is stored whole; with ZeRO-1 this rank keeps its shard */
 static sr_status load_opt_state(run *r, const char *path, const char *suffix, float *dst)
 {
-    if (r->shard_n == r->n_alloc) return load_tensors(r, path, dst, suffix, NULL);
+    if (!r->gshard) return load_tensors(r, path, dst, suffix, NULL);
     float *full = rt_alloc_floats(r->n_full), *local = rt_alloc_floats(r->n_alloc);
     sr_status s = full && local ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", path);
     if (s == SR_OK) s = load_tensors_host(r, path, full, suffix, NULL);
@@ -771,7 +771,7 @@ sr_status rt_checkpoint(run *r, long step)
 {
     float *m = r->m, *v = r->v, *fm = NULL, *fv = NULL;
     sr_status s = SR_OK;
-    if (r->shard_n != r->n_alloc) {
+    if (r->gshard) {
         fm = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
         fv = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
         if (!fm || !fv) s = sr_seterr(SR_ERR_NOMEM, "out of memory while gathering the optimizer state");

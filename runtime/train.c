@@ -597,14 +597,12 @@ static void progress(run *r, long k, float loss, float lr, double norm, double t
  * tensor peers hold the same shard, so every rank issues the same calls. */
 static sr_status sum_tp_partial_grads(run *r, long k)
 {
-    const sr_program *prog = r->prog;
     if (r->grid.tp == 1) return SR_OK;
     sr_comm_set_step(r->grid.tp_comm, k);
     for (int s = 0; s < r->nsegs; s++)
-        for (int j = 0; j < prog->n_tp_partial_grads; j++)
-            if (prog->tp_partial_grads[j] == r->segs[s].param)
-                SR_CHECK(sr_comm_allreduce(r->grid.tp_comm, r->gopt + r->segs[s].so, r->segs[s].n,
-                                           "sequence-parallel parameter gradient", NULL));
+        if (r->segs[s].tp_partial)
+            SR_CHECK(sr_comm_allreduce(r->grid.tp_comm, r->gopt + r->segs[s].so, r->segs[s].n,
+                                       "sequence-parallel parameter gradient", NULL));
     return SR_OK;
 }
 
@@ -619,10 +617,10 @@ static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
      * all-reduce (in flight since the backward; both sums are linear); with
      * ZeRO-1 before its buckets' reduce-scatter (held until now), whose
      * slices differ between the pipeline ranks' arenas */
-    if (r->pipe && (!r->dp || r->gopt != r->grads)) SR_CHECK(rt_pipe_sync_grads(r));
+    if (r->pipe && (!r->dp || r->gshard)) SR_CHECK(rt_pipe_sync_grads(r));
     if (!r->dp) return sum_tp_partial_grads(r, k);
     SR_CHECK(sr_dp_finish(r->dp));
-    if (r->pipe && r->gopt == r->grads) SR_CHECK(rt_pipe_sync_grads(r));
+    if (r->pipe && !r->gshard) SR_CHECK(rt_pipe_sync_grads(r));
     double hidden, total;
     sr_dp_overlap(r->dp, &hidden, &total, t_bwd_end);
     r->comm_hidden_us += hidden;
@@ -647,7 +645,7 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
             sq[prog->params[g->param].split_dim >= 0] += r->be->sumsq(r->gopt + g->so, g->n);
     }
     if (r->pipe) SR_CHECK(sr_comm_allreduce_double(r->grid.pp_comm, sq, 2)); /* each counted by its owner */
-    if (r->shard_n != r->n_alloc) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, sq, 2));
+    if (r->gshard) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, sq, 2));
     if (r->grid.tp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.tp_comm, &sq[1], 1));
     double norm = sqrt(sq[0] + sq[1]);
     if (o->grad_clip > 0) {
@@ -660,7 +658,7 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
         r->be->adamw(r->params + g->at, r->gopt + g->so, r->m + g->so, r->v + g->so, g->n, lr, o->beta1,
                      o->beta2, o->eps, prog->params[g->param].decay ? o->weight_decay : 0.0f, k + 1);
     }
-    if (r->shard_n != r->n_alloc) {
+    if (r->gshard) {
         double t0 = sr_trace_now_us();
         SR_CHECK(sr_dp_gather(r->dp, NULL, r->params, "parameters (ZeRO-1)"));
         sr_trace_span(r->trace, SR_TRACK_COMM, "all-gather", t0, sr_trace_now_us(), "parameters");
@@ -678,12 +676,16 @@ static sr_status make_segments(run *r)
         r->nsegs = 0;
         for (int j = 0;; j++) {
             int64_t lo = 0, n = r->n_alloc, at = 0;
-            if (r->gopt == r->grads ? j > 0 : !sr_dp_slice(r->dp, j, &lo, &n, &at)) break;
+            if (!r->gshard ? j > 0 : !sr_dp_slice(r->dp, j, &lo, &n, &at)) break;
             for (int i = 0; i < prog->n_params; i++) {
                 int64_t o = r->poff[i], a = o > lo ? o : lo, b = o + prog->params[i].numel;
                 if (b > lo + n) b = lo + n;
                 if (o < 0 || b <= a) continue;
-                if (pass) r->segs[r->nsegs] = (rt_seg){i, a, b - a, at + (a - lo)};
+                if (pass) {
+                    int tpp = 0;
+                    for (int q = 0; q < prog->n_tp_partial_grads; q++) tpp |= prog->tp_partial_grads[q] == i;
+                    r->segs[r->nsegs] = (rt_seg){i, tpp, a, b - a, at + (a - lo)};
+                }
                 r->nsegs++;
             }
         }
