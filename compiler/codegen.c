@@ -420,12 +420,31 @@ void cg_emit_defaults(FILE *f, Program *P, int max_seq, const char *prefix, cons
 
 /* ---- the forward and backward walks both back ends emit ---------------------------- */
 
+/* the param_needed hook for each parameter that ops i..i+n-1 read and no
+ * earlier op of the stage did (announced) */
+static void emit_param_needed(const CgEmit *x, Ir *ir, int i, int n, char *announced)
+{
+    for (int j = i; j < i + n; j++) {
+        IrOp *op = ir->ops.v[j];
+        for (int k = 0; k < op->nin; k++) {
+            IrValue *v = ir_value(ir, op->in[k]);
+            if (v->kind != VK_PARAM || announced[v->param]) continue;
+            announced[v->param] = 1;
+            fprintf(x->f, "    if (e->param_needed) e->param_needed(e, %d); /* %s */\n", v->param,
+                    ((IrParam *)ir->params.v[v->param])->name);
+        }
+    }
+}
+
 /* one function per op group, in op order, for the stage's ops (recomputed
  * ones only in the backward); x->op emits op i and returns how many ops it
- * covered (a fused chain: more than one) */
+ * covered (a fused chain: more than one, as x->covers says beforehand).
+ * The first op of the stage to read a parameter is preceded by the
+ * param_needed hook (ZeRO-1 gathers parameters during the forward). */
 void cg_emit_forward(const CgEmit *x, Ir *ir, int stage, Vec *fnames, Vec *calls)
 {
     char *cur = NULL;
+    char *announced = sx_alloc((size_t)ir->params.n + 1); /* zeroed */
     for (int i = 0; i < ir->ops.n; i++) {
         IrOp *op = ir->ops.v[i];
         if (op->pstage != stage || op->recomp) continue;
@@ -435,8 +454,10 @@ void cg_emit_forward(const CgEmit *x, Ir *ir, int stage, Vec *fnames, Vec *calls
             x->open_fn(x->g, cg_fn_name(fnames, calls, "fwd", grp));
             cur = grp;
         }
-        int n = x->op(x->g, i);
-        i += (n > 0 ? n : 1) - 1;
+        int n = x->covers ? x->covers(x->g, i) : 1;
+        emit_param_needed(x, ir, i, n, announced);
+        if (x->op(x->g, i) != n) sx_ice("forward op %d: the back end covered other ops than it said", i);
+        i += n - 1;
     }
     if (cur) fprintf(x->f, "}\n\n");
 }

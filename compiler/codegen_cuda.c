@@ -295,6 +295,13 @@ static int c_op(void *gp, int i)
     return 1;
 }
 
+static int c_covers(void *gp, int i)
+{
+    char *call, *what;
+    int n = fuse_at(gp, i, &call, &what);
+    return n ? n : 1;
+}
+
 static void c_recompute(void *gp, IrOp *op)
 {
     CGen *g = gp;
@@ -399,7 +406,7 @@ static int c_fuse(void *gp, IrOp **ops, IrBwd **bs, const unsigned *fresh, int n
 
 static CgEmit cuda_emit(CGen *g)
 {
-    CgEmit x = {g, g->f, c_open_fn, c_op, c_recompute, c_allreduce, c_begin_step, c_zero, c_step, 1, c_fuse};
+    CgEmit x = {g, g->f, c_open_fn, c_op, c_recompute, c_allreduce, c_begin_step, c_zero, c_step, 1, c_fuse, c_covers};
     return x;
 }
 

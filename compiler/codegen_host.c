@@ -150,7 +150,7 @@ static void h_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
 
 static CgEmit host_emit(Gen *g)
 {
-    CgEmit x = {g, g->f, h_open_fn, h_op, h_recompute, h_allreduce, h_begin_step, h_zero, h_step, 0, NULL};
+    CgEmit x = {g, g->f, h_open_fn, h_op, h_recompute, h_allreduce, h_begin_step, h_zero, h_step, 0, NULL, NULL};
     return x;
 }
 

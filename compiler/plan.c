@@ -653,11 +653,12 @@ static void dev_analyze(Ana *A, int d, Dev *D)
             add_coll(D, "gradients (bucketed)", G_DATA, C_AR, PH_BWD, dp, D->arena * eg / nb, nb);
         } else {
             /* ZeRO 1 and 2 reduce-scatter the same buckets (padded to dp equal
-             * slices) and gather the parameters per bucket after the step */
+             * slices) and gather the parameters per bucket after the step,
+             * waited for by the next forward as it needs them */
             double nalloc = ceil(D->arena / dp) * dp;
             add_coll(D, "gradients (bucketed)", G_DATA, C_RS, PH_BWD, dp, nalloc * eg / nb, nb);
             if (pl->zero < 3)
-                add_coll(D, "parameters", G_DATA, C_AG, PH_STEP, dp, nalloc * (pl->bf16 ? 2.0 : 4.0) / nb, nb);
+                add_coll(D, "parameters", G_DATA, C_AG, PH_FWD, dp, nalloc * (pl->bf16 ? 2.0 : 4.0) / nb, nb);
             else add_coll(D, "parameters (per tensor)", G_DATA, C_AG, PH_FWD, dp,
                           nalloc * (pl->bf16 ? 2.0 : 4.0) / D->ntensors, 2.0 * D->ntensors);
         }
@@ -708,15 +709,17 @@ static void cost(const Opts *o, Plan *pl)
         D->t_f = D->ff / F;
         D->t_b = D->bf / F;
         D->t_r = D->rf / F;
-        double t_dp = 0, t_last = 0, t_ag = 0;
+        double t_dp = 0, t_last = 0, t_ag = 0, t_ag1 = 0;
         for (int i = 0; i < D->ncoll; i++) {
             Coll *c = &D->coll[i];
             double per_mb = c->calls / pl->m;
             if (c->group == G_TENSOR) D->t_tp += coll_time(o, pl, c, per_mb);
             else if (c->group == G_PIPE && c->phase == PH_STEP) D->t_embed += coll_time(o, pl, c, c->calls);
             else if (c->group == G_PIPE) D->t_p2p += coll_time(o, pl, c, per_mb);
-            else if (c->kind == C_AG) t_ag += coll_time(o, pl, c, c->calls);
-            else {
+            else if (c->kind == C_AG) {
+                t_ag += coll_time(o, pl, c, c->calls);
+                t_ag1 = coll_time(o, pl, c, 1);
+            } else {
                 t_dp += coll_time(o, pl, c, c->calls);
                 t_last = coll_time(o, pl, c, 1);
             }
@@ -725,14 +728,17 @@ static void cost(const Opts *o, Plan *pl)
         D->t_dp = t_dp + t_ag;
         /* the gradient reduction (all-reduce or ZeRO's reduce-scatter)
          * overlaps the last microbatch's backward except its last bucket;
-         * ZeRO's parameter gather follows the step (ZeRO-3 gathers during
-         * forward and backward, hidden behind them) */
+         * ZeRO 1 and 2's parameter gather, launched after the step, the
+         * next step's first forward except the bucket it needs first (ZeRO-3
+         * gathers during forward and backward, hidden behind them) */
         double hidden = D->t_b + D->t_r;
         D->t_dp_exposed = t_dp - hidden > t_last ? t_dp - hidden : t_last;
         if (pl->zero == 3) {
             double h3 = (D->t_f + D->t_b + D->t_r) * pl->m;
             D->t_dp_exposed += t_ag > h3 ? t_ag - h3 : 0;
-        } else D->t_dp_exposed += t_ag;
+        } else if (t_ag > 0) {
+            D->t_dp_exposed += t_ag - D->t_f > t_ag1 ? t_ag - D->t_f : t_ag1;
+        }
         D->t_opt = OPT_FLOPS_PER_PARAM * D->params / (pl->zero >= 1 ? pl->dp : 1) / F;
         if (D->t_mb > tmax) tmax = D->t_mb;
         if (D->t_dp_exposed > dpx) dpx = D->t_dp_exposed;

@@ -522,6 +522,8 @@ typedef struct CgEmit {
      * ones clear nothing), fresh[k] as step's; returns how many of the first
      * steps it covered (2 or more), else the walk emits bs[0] alone */
     int (*fuse)(void *g, IrOp **ops, IrBwd **bs, const unsigned *fresh, int n);
+    /* optional (NULL: 1): how many ops x->op(g, i) will cover */
+    int (*covers)(void *g, int i);
 } CgEmit;
 int cg_training_head(Program *P, int *vocab, int *classes, int *max_seq, int *logits); /* inputs and loss head, checked */
 int *cg_emit_param_tables(FILE *f, Program *P, const int64_t *offsets); /* params[], stageS_params[] */

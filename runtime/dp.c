@@ -13,7 +13,9 @@ typedef struct bucket {
     int launched, held;
     sr_req *req;
     double t_launch, t_done;
-    char label[32];
+    sr_req *greq;          /* ZeRO-1: its parameters' all-gather, not waited for yet */
+    double t_glaunch, t_gdone;
+    char label[32], glabel[32];
 } bucket;
 
 struct sr_dp {
@@ -27,6 +29,10 @@ struct sr_dp {
     int *first, *count;    /* parameter -> the buckets its floats overlap (consecutive) */
     int armed;
     sr_status err;         /* first failure inside a hook, reported by finish */
+    float *gfull;          /* the parameters being all-gathered (sr_dp_gather_start), else NULL */
+    void (*gathered)(void *ctx, float *p, int64_t n);
+    void *gctx;
+    double g_wait_us, g_flight_us; /* the gathers' host waits and spans, summed */
 };
 
 sr_status sr_dp_init(sr_dp **out, const sr_program *prog, const int64_t *offsets, int64_t n_floats,
@@ -90,6 +96,7 @@ sr_status sr_dp_init(sr_dp **out, const sr_program *prog, const int64_t *offsets
     for (int j = 0; j < dp->nb; j++) {
         bucket *b = &dp->b[j];
         snprintf(b->label, sizeof b->label, "grad bucket %d", j);
+        snprintf(b->glabel, sizeof b->glabel, "param bucket %d", j);
         b->slice = (b->hi - b->lo) / align;
         b->at = at;
         at += b->slice;
@@ -218,6 +225,85 @@ sr_status sr_dp_gather(sr_dp *dp, const float *shard, float *full, const char *w
         dp->b[i].req = NULL;
     }
     return first;
+}
+
+void sr_dp_on_gathered(sr_dp *dp, void (*fn)(void *ctx, float *p, int64_t n), void *ctx)
+{
+    dp->gathered = fn;
+    dp->gctx = ctx;
+}
+
+/* the forward needs the first-declared parameters first: the last bucket */
+sr_status sr_dp_gather_start(sr_dp *dp, float *full)
+{
+    sr_status first = SR_OK;
+    dp->gfull = full;
+    for (int i = dp->nb - 1; i >= 0 && first == SR_OK; i--) {
+        bucket *b = &dp->b[i];
+        b->t_glaunch = sr_trace_now_us();
+        b->t_gdone = 0;
+        first = sr_comm_allgather(dp->comm, full + b->lo + (int64_t)dp->rank * b->slice, full + b->lo, b->slice,
+                                  "parameters (ZeRO-1)", &b->greq);
+    }
+    return first;
+}
+
+/* bucket b's gather: the device ordered after it (the host waits with
+ * MPI), then what the backend derives from the parameters refreshed */
+static sr_status gather_wait(sr_dp *dp, bucket *b)
+{
+    double t0 = sr_trace_now_us();
+    sr_status s = sr_comm_wait_device(b->greq);
+    b->greq = NULL;
+    double t1 = sr_trace_now_us();
+    sr_trace_span(dp->trace, SR_TRACK_COMPUTE, "wait", t0, t1, b->glabel); /* where the rank needed it */
+    dp->g_wait_us += t1 - t0;
+    if (b->t_gdone == 0) b->t_gdone = t1;
+    if (s == SR_OK && dp->gathered) dp->gathered(dp->gctx, dp->gfull + b->lo, b->hi - b->lo);
+    return s;
+}
+
+void sr_dp_param_needed(sr_exec *e, int param)
+{
+    sr_dp *dp = e->user;
+    if (!dp || !dp->gfull || param < 0 || param >= dp->prog->n_params) return;
+    for (int k = 0; k < dp->count[param]; k++) {
+        bucket *b = &dp->b[dp->first[param] + k];
+        if (!b->greq) continue;
+        sr_status s = gather_wait(dp, b);
+        if (s != SR_OK && dp->err == SR_OK) dp->err = s;
+    }
+    /* MPI progresses the others only inside MPI calls */
+    for (int i = 0; i < dp->nb; i++)
+        if (dp->b[i].greq && dp->b[i].t_gdone == 0 && sr_comm_test(dp->b[i].greq))
+            dp->b[i].t_gdone = sr_trace_now_us();
+}
+
+sr_status sr_dp_gather_settle(sr_dp *dp)
+{
+    if (!dp->gfull) return SR_OK;
+    sr_status first = dp->err;
+    double lo = 0, hi = 0;
+    for (int i = dp->nb - 1; i >= 0; i--) {
+        bucket *b = &dp->b[i];
+        if (b->greq) {
+            sr_status s = gather_wait(dp, b);
+            if (s != SR_OK && first == SR_OK) first = s;
+        }
+        sr_trace_span(dp->trace, SR_TRACK_COMM, "all-gather", b->t_glaunch, b->t_gdone, b->glabel);
+        if (i == dp->nb - 1 || b->t_glaunch < lo) lo = b->t_glaunch;
+        if (b->t_gdone > hi) hi = b->t_gdone;
+    }
+    dp->g_flight_us += hi > lo ? hi - lo : 0;
+    dp->gfull = NULL;
+    dp->err = SR_OK;
+    return first;
+}
+
+void sr_dp_gather_stats(const sr_dp *dp, double *wait_us, double *flight_us)
+{
+    *wait_us = dp->g_wait_us;
+    *flight_us = dp->g_flight_us;
 }
 
 /* Buckets overlap one another, so their spans are merged first: the time

@@ -344,6 +344,10 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
             SR_CHECK(fill_tokens(r, &r->train, k, sl));
             if (r->batches && in->chunk == 0) rt_record_batch(r, k, rt_first_seq(r, mb)); /* once a microbatch */
             exec_for(r, c, sl, &e, k, r->o.dropout);
+            if (r->gshard) { /* the parameters' all-gather waited for as the chunk needs them */
+                e.param_needed = sr_dp_param_needed;
+                e.user = r->dp;
+            }
             c->st->forward(&e);
             sl->act_out = e.act_out;
             if (s == pp->S - 1) *loss_sum += e.loss;

@@ -123,6 +123,8 @@ sr_status rt_init_random(run *r);
 sr_status rt_init_from(run *r, const char *path);
 sr_status rt_load_checkpoint(run *r);
 sr_status rt_checkpoint(run *r, long step);
+/* ZeRO-1: waits for the parameters' all-gather in flight (SR_OK without) */
+sr_status rt_params_settle(run *r);
 sr_status rt_dump_grads(run *r, long step);
 
 #endif /* SR_RUN_H */

@@ -770,6 +770,7 @@ sr_status rt_agree(run *r, sr_status s, const char *what)
 sr_status rt_checkpoint(run *r, long step)
 {
     float *m = r->m, *v = r->v, *fm = NULL, *fv = NULL;
+    SR_CHECK(rt_params_settle(r));
     sr_status s = SR_OK;
     if (r->gshard) {
         fm = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);
@@ -812,6 +813,7 @@ sr_status rt_checkpoint(run *r, long step)
 sr_status rt_export(run *r, const char *dir)
 {
     const sr_program *prog = r->prog;
+    SR_CHECK(rt_params_settle(r));
     char *model = path_join(dir, "model.safetensors"), *tmp = path_join(dir, ".model.safetensors.tmp");
     char *config = path_join(dir, "config.json");
     sr_status s = model && tmp && config ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while exporting");

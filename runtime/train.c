@@ -553,6 +553,7 @@ static sr_status evaluate(run *r, double *out)
 static sr_status run_eval(run *r, long step)
 {
     double vl;
+    SR_CHECK(rt_params_settle(r));
     SR_CHECK(evaluate(r, &vl));
     rt_info(r, "step %ld: val loss %.6f", step, vl);
     if (r->log) {
@@ -630,12 +631,26 @@ static sr_status sync_grads(run *r, long k, double *loss_sum, double t_bwd_end)
     return sum_tp_partial_grads(r, k);
 }
 
+/* ZeRO-1: every parameter gathered, before anything but a training
+ * forward (whose param_needed hooks wait bucket by bucket) reads them */
+sr_status rt_params_settle(run *r)
+{
+    return r->gshard ? sr_dp_gather_settle(r->dp) : SR_OK;
+}
+
+/* the CUDA backend's bf16 copy of a bucket's parameters, after its gather */
+static void params_arrived(void *ctx, float *p, int64_t n)
+{
+    ((run *)ctx)->be->params_arrived(p, n);
+}
+
 /* Global-norm clipping and AdamW on this rank's segments: all of the arena,
- * or with ZeRO-1 its slices, after which the parameters are gathered. */
+ * or with ZeRO-1 its slices, whose gather to the other ranks is started. */
 static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
 {
     const sr_program *prog = r->prog;
     const opts *o = &r->o;
+    SR_CHECK(rt_params_settle(r)); /* the last update's gathers, waited for by the forward */
     /* squares of split parameters are summed over the tensor group; the
      * replicated ones are the same on every tensor rank and count once */
     double sq[2] = {0, 0};
@@ -658,11 +673,8 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
         r->be->adamw(r->params + g->at, r->gopt + g->so, r->m + g->so, r->v + g->so, g->n, lr, o->beta1,
                      o->beta2, o->eps, prog->params[g->param].decay ? o->weight_decay : 0.0f, k + 1);
     }
-    if (r->gshard) {
-        double t0 = sr_trace_now_us();
-        SR_CHECK(sr_dp_gather(r->dp, NULL, r->params, "parameters (ZeRO-1)"));
-        sr_trace_span(r->trace, SR_TRACK_COMM, "all-gather", t0, sr_trace_now_us(), "parameters");
-    }
+    /* ZeRO-1: the others' slices arrive while the next forward runs */
+    if (r->gshard) SR_CHECK(sr_dp_gather_start(r->dp, r->params));
     *norm_out = norm;
     return SR_OK;
 }
@@ -804,6 +816,7 @@ static sr_status train(run *r)
             if (r->dp) {
                 sr_dp_begin(r->dp, mb == M - 1, k);
                 e.grad_ready = sr_dp_grad_ready;
+                if (r->gshard) e.param_needed = sr_dp_param_needed;
                 e.user = r->dp;
             }
             sr_trace_begin(r->trace, SR_TRACK_COMPUTE, "forward");
@@ -851,12 +864,21 @@ static sr_status train(run *r)
         }
     }
     long end = o->steps > r->start_step ? o->steps : r->start_step;
+    SR_CHECK(rt_params_settle(r));
     if (o->comm_stats) SR_CHECK(write_comm_stats(r, end - r->start_step)); /* training traffic only */
     if (r->dp && r->comm_total_us > 0)
         rt_info(r, "gradient %s: %.1f ms in flight, %.0f%% of it hidden behind backward; "
                 "exposed wait %.2f ms per step", r->gshard ? "reduce-scatter (ZeRO-1)" : "all-reduce",
              r->comm_total_us / 1e3, 100.0 * r->comm_hidden_us / r->comm_total_us,
              (r->comm_total_us - r->comm_hidden_us) / 1e3 / (double)(end - r->start_step > 0 ? end - r->start_step : 1));
+    if (r->gshard && end > r->start_step) {
+        double wait, flight;
+        sr_dp_gather_stats(r->dp, &wait, &flight);
+        rt_info(r, "parameter all-gather (ZeRO-1): %.1f ms in flight, %.0f%% of it hidden behind the next "
+                "forward; exposed wait %.2f ms per step", flight / 1e3,
+                flight > 0 ? 100.0 * (1.0 - (wait < flight ? wait : flight) / flight) : 100.0,
+                wait / 1e3 / (double)(end - r->start_step));
+    }
     rt_pipe_report(r);
     if (r->have_val && last_eval != end) SR_CHECK(run_eval(r, end));
     int trained = o->steps > r->start_step;
@@ -911,6 +933,7 @@ static sr_status sample(run *r)
 {
     const opts *o = &r->o;
     const sr_program *prog = r->prog;
+    SR_CHECK(rt_params_settle(r));
     int V = prog->vocab, T = o->seq, nv = sr_classes(prog); /* V - nv columns pad */
     int byte_model = nv == 256;
     /* the prompt's tokens: through the tokenizer, or bytes (open_tokenizer
@@ -1133,6 +1156,7 @@ static sr_status setup(run *r)
                             (int64_t)((double)o->bucket_mb * 1e6), r->trace));
     for (int i = 0; r->gshard && r->pipe && i < prog->n_params; i++)
         if (rt_pipe_tied(r, i)) sr_dp_hold(r->dp, i); /* summed over the pipeline first (sync_grads) */
+    if (r->gshard && r->be->params_arrived) sr_dp_on_gathered(r->dp, params_arrived, r);
     SR_CHECK(make_segments(r));
     size_t w = prog->work_bytes(r->B, o->seq), w1 = prog->work_bytes(1, o->seq);
     r->work_size = w > w1 ? w : w1;

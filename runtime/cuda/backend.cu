@@ -334,6 +334,12 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, 
     srk_params_written();
 }
 
+static void cuda_params_arrived(float *p, int64_t n)
+{
+    srk_site(NULL, 0, "bf16 copy of gathered parameters");
+    srk_params_arrived(p, n);
+}
+
 /* the arena's high-water mark (with any allocation that fell outside it) */
 static int64_t cuda_peak_bytes(void) { return (int64_t)arena.high; }
 
@@ -511,4 +517,5 @@ extern "C" const sr_backend sr_backend_cuda = {
     .sync = cuda_sync,
     .peak_bytes = cuda_peak_bytes,
     .note = cuda_note,
+    .params_arrived = cuda_params_arrived,
 };

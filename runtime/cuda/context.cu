@@ -153,6 +153,12 @@ void srk_bind_params(const float *params, int64_t n, uint64_t step)
     }
 }
 
+void srk_params_arrived(const float *p, int64_t n)
+{
+    if (srk_ctx.shadow && p >= srk_ctx.params && p + n <= srk_ctx.params + srk_ctx.nparams)
+        srk_f32_to_bf16(srk_ctx.shadow + (p - srk_ctx.params), p, n);
+}
+
 const bf16 *srk_bf16_view(const float *p, int64_t n, int scratch_id)
 {
     if (srk_ctx.shadow && p >= srk_ctx.params && p + n <= srk_ctx.params + srk_ctx.nparams)

@@ -143,6 +143,10 @@ const bf16 *srk_bf16_view(const float *p, int64_t n, int scratch_id);
 /* the generated forward/backward tell the context where the parameters are */
 void srk_bind_params(const float *params, int64_t n, uint64_t step);
 void srk_params_written(void);
+/* parameters p[0..n) were written by the comm layer, the stream ordered
+ * after it (ZeRO-1's gather during the forward): their part of the shadow
+ * converted again */
+void srk_params_arrived(const float *p, int64_t n);
 /* program set-up (generated main): precision, and the SHARDC_CUDA_* settings;
  * nonzero (the error printed) when one of those is bad */
 int srk_configure(int use_bf16);

@@ -56,6 +56,10 @@ typedef struct sr_backend {
      * backend's attention trial), a line each, printed after the first step; NULL:
      * nothing to say */
     const char *(*note)(void);
+    /* the comm layer wrote parameters p[0..n) (the device is ordered after
+     * it): refresh what the backend derives from them (the CUDA backend's
+     * bf16 copy); NULL: nothing derived */
+    void (*params_arrived)(float *p, int64_t n);
 } sr_backend;
 
 extern const sr_backend sr_backend_host;

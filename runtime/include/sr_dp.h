@@ -16,7 +16,8 @@
  * are reduce-scattered, launched as an all-reduce bucket would be: rank d
  * receives the sum of slice d of every bucket, its shard (Megatron-LM's
  * distributed-optimizer layout). It updates those slices of the parameters
- * with its shard of the AdamW state, and sr_dp_gather all-gathers them.
+ * with its shard of the AdamW state, and sr_dp_gather_start all-gathers
+ * them per bucket while the next forward runs (sr_dp_param_needed).
  */
 #ifndef SR_DP_H
 #define SR_DP_H
@@ -60,6 +61,26 @@ sr_status sr_dp_finish(sr_dp *dp);
  * bucket (all launched, then waited for); from shard (this rank's slices in
  * the shard's layout), or with shard NULL in place from full's own slices */
 sr_status sr_dp_gather(sr_dp *dp, const float *shard, float *full, const char *what);
+/* ZeRO-1, overlapped with the next forward (Megatron-LM's
+ * --overlap-param-gather): launches every bucket's in-place all-gather of
+ * full (the arena's layout; this rank's slices updated), the one the
+ * forward needs first first, and returns. Until sr_dp_gather_settle the
+ * parameters may be read only after the sr_exec.param_needed hook
+ * (sr_dp_param_needed) has waited for their buckets. */
+sr_status sr_dp_gather_start(sr_dp *dp, float *full);
+/* the sr_exec.param_needed hook (e->user must be the sr_dp): the device
+ * (with MPI the host) waits for the gathers of the buckets holding the
+ * parameter; a failure is reported by sr_dp_finish */
+void sr_dp_param_needed(sr_exec *e, int param);
+/* waits for the gathers not waited for yet (all of the parameters readable
+ * then) and traces them; SR_OK without gathers in flight */
+sr_status sr_dp_gather_settle(sr_dp *dp);
+/* called after each bucket's gather is waited for, with the bucket's
+ * parameters (the CUDA backend refreshes its bf16 copy of them) */
+void sr_dp_on_gathered(sr_dp *dp, void (*fn)(void *ctx, float *p, int64_t n), void *ctx);
+/* over the run: microseconds spent waiting for the gathers (in the hooks
+ * and the settles), and from each step's first launch to its last completion */
+void sr_dp_gather_stats(const sr_dp *dp, double *wait_us, double *flight_us);
 /* over the last step: microseconds during which some bucket all-reduce was
  * in flight (total; concurrent buckets counted once), and how much of that
  * was before the backward ended (hidden); total - hidden is the exposed wait */

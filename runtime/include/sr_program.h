@@ -90,7 +90,12 @@ typedef struct sr_exec {
      * launch the all-reduce of a complete bucket while backward goes on.
      * NULL: not called. */
     void (*grad_ready)(struct sr_exec *e, int param);
-    void *user;              /* the runtime's, for grad_ready */
+    /* called by forward before the first op (of the function about to run)
+     * that reads parameter `param`, so the runtime can let ZeRO-1's
+     * parameter all-gather of the last update run until then. NULL: not
+     * called. */
+    void (*param_needed)(struct sr_exec *e, int param);
+    void *user;              /* the runtime's, for grad_ready and param_needed */
     int tp_rank, tp;         /* this rank in the tensor group, and its size */
     struct sr_comm *tp_comm; /* the tensor group: tensor-parallel collectives */
     /* pipeline boundaries (runtime buffers; NULL on the first / last stage) */

@@ -1057,6 +1057,43 @@ static void test_backend(void)
           high, cap);
 }
 
+/* the parameters' bf16 shadow (bf16 program): made by srk_bind_params once
+ * a step; parameters the comm layer writes during the step (ZeRO-1's gather
+ * in the forward, which NCCL writes behind the backend's back) reach it only
+ * through the backend's params_arrived, for their range alone */
+static void test_shadow(void)
+{
+    const sr_backend *be = &sr_backend_cuda;
+    const long n = 1000, lo = 300, k = 400;
+    vec p = rnd(n), q = rnd(n);
+    /* not freed: the shadow stays bound to it, and no later buffer may take its address */
+    float *dp = (float *)be->alloc(sizeof(float) * (size_t)n);
+    if (!dp) {
+        check(false, "shadow: alloc");
+        return;
+    }
+    be->h2d(dp, p.data(), sizeof(float) * (size_t)n);
+    srk_bind_params(dp, n, 7);
+    auto shadow_is = [&](const vec &want_lo, const char *what) { /* want_lo in [lo, lo+k), p elsewhere */
+        std::vector<bf16> s((size_t)n);
+        be->d2h(s.data(), srk_bf16_view(dp, n, SRK_SCR_CONV_C), sizeof(bf16) * (size_t)n);
+        long bad = 0;
+        for (long i = 0; i < n; i++) {
+            float want = __bfloat162float(__float2bfloat16(i >= lo && i < lo + k ? want_lo[(size_t)i] : p[(size_t)i]));
+            bad += __bfloat162float(s[(size_t)i]) != want;
+        }
+        check(bad == 0, "shadow: %s (%ld of %ld differ)", what, bad, n);
+    };
+    shadow_is(p, "srk_bind_params makes it");
+    /* the comm layer writes [lo, lo+k) in device memory, not through the backend */
+    check(cudaMemcpy(dp + lo, q.data() + lo, sizeof(float) * (size_t)k, cudaMemcpyHostToDevice) == cudaSuccess,
+          "shadow: a write behind the backend's back");
+    srk_bind_params(dp, n, 7);
+    shadow_is(p, "the same step's next srk_bind_params does not see such a write");
+    be->params_arrived(dp + lo, k);
+    shadow_is(q, "params_arrived refreshes its range, and only it");
+}
+
 /* errors name the kernel and the generated line */
 static __global__ void too_big_kernel(float *x) { x[threadIdx.x] = 0.0f; }
 static void test_error_report(void)
@@ -1358,6 +1395,7 @@ int main(int argc, char **argv)
             test_repeat_kv<bf16>(37, 2, 24, 3);
             test_dropout<bf16>(1000, 0.1f), test_dropout<bf16>(1000, 0.0f), test_dropout<bf16>(1000, 1.0f);
             test_embedding<bf16>(53, 37, 29);
+            test_shadow();
             test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
             test_layernorm<bf16>(9, 8), test_layernorm<bf16>(9, 1024); /* one eight a row; four a lane */

@@ -81,7 +81,8 @@ check "ZeRO-1 dp=3 resumes with other buckets (so other slices) bit-exactly" \
   [ "$(grep -o '"loss":[^,]*' full3.jsonl | tail -10)" = "$(grep -o '"loss":[^,]*' resumed3.jsonl)" ]
 
 # ZeRO-1's trace: a reduce-scatter per bucket, the first launched before the
-# backward ends, the parameters all-gathered after the optimizer
+# backward ends, the parameters all-gathered after the optimizer and waited
+# for bucket by bucket in the next forward
 mkdir -p ztr
 $mpi -np 2 $run --dp 2 --zero 1 --bucket-mb 0.05 --steps 2 --trace ztr
 check "ZeRO-1: every rank's first reduce-scatter starts before its backward ends" \
@@ -96,6 +97,8 @@ for r in (0, 1):
     assert names.count('reduce-scatter') > 3 and 'all-reduce' not in names, names
     assert any(e['name'] == 'all-gather' and e['ts'] >= opt for e in ev)
 "
+check "ZeRO-1: each bucket's parameter all-gather is waited for inside the next step's forward" \
+  gathered_in_forward ztr 2
 
 # a trace per rank, with compute and communication tracks
 mkdir -p tr

@@ -54,6 +54,27 @@ for r in range(ranks):
 PY
 }
 
+# gathered_in_forward DIR RANKS: in each rank's --trace (DIR, 2 steps or
+# more) ZeRO-1's parameter all-gathers of the first step start in its
+# optimizer, one per bucket, and each is waited for inside a forward of the
+# next step (not all before it)
+gathered_in_forward() { $py - "$1" "$2" <<'PY'
+import json, sys
+d, ranks = sys.argv[1], int(sys.argv[2])
+for r in range(ranks):
+    ev = [e for e in json.load(open('%s/trace-rank%d.json' % (d, r)))['traceEvents'] if e['ph'] == 'X']
+    opt = sorted((e for e in ev if e['name'] == 'optimizer'), key=lambda e: e['ts'])
+    lo, hi = opt[0]['ts'], opt[1]['ts']
+    bucket = lambda e: e.get('args', {}).get('info', '')
+    ags = {bucket(e) for e in ev if e['name'] == 'all-gather' and lo <= e['ts'] < hi}
+    waits = [e for e in ev if e['name'] == 'wait' and bucket(e).startswith('param') and lo <= e['ts'] < hi]
+    fwd = [e for e in ev if e['name'] == 'forward' and lo <= e['ts'] < hi]
+    assert len(ags) >= 2 and {bucket(e) for e in waits} == ags, (r, sorted(ags), [bucket(e) for e in waits])
+    for w in waits:
+        assert any(f['ts'] <= w['ts'] and w['ts'] + w['dur'] <= f['ts'] + f['dur'] for f in fwd), (r, w)
+PY
+}
+
 # same_grads A B: two --dump-grads files hold the same gradients, each within
 # 1e-5 of its largest magnitude
 same_grads() { $py - "$1" "$2" "$src/tests/reference" <<'PY'

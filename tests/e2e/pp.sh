@@ -77,6 +77,8 @@ mkdir -p zdtr
 $mpi -np 4 ./p2 $run --pp 2 --dp 2 --zero 1 --bucket-mb 0.05 --steps 2 --trace zdtr
 check "dp=2 x pp=2 with ZeRO-1: every rank's first reduce-scatter starts before its last backward ends" \
   starts_in_backward zdtr reduce-scatter 4
+check "dp=2 x pp=2 with ZeRO-1: each stage's parameter all-gathers are waited for inside the next step's forwards" \
+  gathered_in_forward zdtr 4
 # --dump-batches in a pipeline: each rank records the microbatches it runs
 # (ranks 0, 1: stage 0 of data ranks 0, 1; ranks 2, 3: stage 1)
 mkdir -p pb1 pb4

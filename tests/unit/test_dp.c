@@ -11,6 +11,11 @@
  *     sr_dp_finish;
  *   - the sums: the all-reduced arena, ZeRO-1's slices of every bucket;
  *   - sr_dp_gather from the shard and in place gives the whole arena;
+ *   - the gather overlapped with a forward (sr_dp_gather_start): each
+ *     parameter is whole once sr_dp_param_needed returns for it, every
+ *     bucket is reported gathered once (sr_dp_on_gathered), by the hook of
+ *     the first parameter in it, and sr_dp_gather_settle leaves the arena
+ *     whole;
  *   - an arena that does not split over the ranks is refused.
  * Values are small integers, so every sum is exact. Rank 0 prints one line
  * per check, "ok" only where it held on every rank, then "N passed, M failed".
@@ -53,6 +58,19 @@ static int param_at(int64_t x)
 }
 
 #define STEPS 30
+
+/* sr_dp_on_gathered's reports: bucket ranges, in order */
+static int64_t arrived[64][2];
+static int narrived;
+static void on_gathered(void *ctx, float *p, int64_t n)
+{
+    float *full = ctx;
+    if (narrived < 64) {
+        arrived[narrived][0] = p - full;
+        arrived[narrived][1] = p - full + n;
+    }
+    narrived++;
+}
 
 static void run_mode(const sr_program *prog, sr_comm *comm, int zero, int64_t bucket_bytes)
 {
@@ -169,6 +187,43 @@ static void run_mode(const sr_program *prog, sr_comm *comm, int zero, int64_t bu
         for (int64_t x = 0; x < n; x++) ok &= full[x] == (float)(2 * x);
         snprintf(what, sizeof what, "%s, %s: sr_dp_gather in place gives the whole arena", mode, size);
         check(ok, what);
+
+        /* overlapped with a forward: started, then the parameters needed in
+         * declaration order (the last bucket's first) */
+        for (int64_t x = 0; x < n; x++) full[x] = -1;
+        for (int j = 0; sr_dp_slice(dp, j, &lo, &k, &at); j++)
+            for (int64_t x = 0; x < k; x++) full[lo + x] = (float)(3 * (lo + x));
+        sr_dp_on_gathered(dp, on_gathered, full);
+        narrived = 0;
+        ok = sr_dp_gather_start(dp, full) == SR_OK;
+        int whole = 1, reported = 1;
+        for (int i = 0; i < NP; i++) {
+            sr_dp_param_needed(&e, i);
+            for (int64_t x = off[i]; x < off[i] + numel[i]; x++) whole &= full[x] == (float)(3 * x);
+            for (int64_t x = off[i]; x < off[i] + numel[i]; x++) { /* its buckets reported by now */
+                int seen = 0;
+                for (int a = 0; a < narrived && a < 64; a++) seen |= arrived[a][0] <= x && x < arrived[a][1];
+                reported &= seen;
+            }
+        }
+        int during = narrived;
+        ok &= sr_dp_gather_settle(dp) == SR_OK && sr_dp_gather_settle(dp) == SR_OK;
+        for (int64_t x = 0; x < n; x++) ok &= full[x] == (float)(3 * x);
+        int once = narrived == nb && during == nb;
+        for (int j = 0; once && sr_dp_bucket(dp, j, &lo, &hi, &launched); j++) {
+            int c = 0;
+            for (int a = 0; a < narrived; a++) c += arrived[a][0] == lo && arrived[a][1] == hi;
+            once &= c == 1;
+        }
+        sr_dp_param_needed(&e, 0); /* settled: nothing to wait for, nothing reported */
+        once &= narrived == nb;
+        snprintf(what, sizeof what, "%s, %s: gathered during a forward, each parameter whole when its hook returns",
+                 mode, size);
+        check(ok && whole, what);
+        snprintf(what, sizeof what, "%s, %s: gathered during a forward, each of the %d buckets reported once, by "
+                 "the hook of its first parameter", mode, size, nb);
+        check(once && reported, what);
+        sr_dp_on_gathered(dp, NULL, NULL);
         free(full);
     }
     sr_dp_free(dp);
