@@ -8,7 +8,9 @@
 # 2..11 of each round), and per rank from the trace (steps 1..5) the time
 # from its first bucket's launch to the end of its last backward pass of the
 # step (positive: launched during the backward), and from that end to the
-# end of its last bucket's reduction (what the step waited for).
+# end of its last bucket's reduction (what the step waited for); with ZeRO
+# also when the parameter all-gather ended relative to the next forward's
+# start (negative: before it) and how long that forward waited for it.
 # Environment: PP (default 2; 1: no pipeline, dp ranks only), ZERO (default
 # 0; 1: --zero 1, whose buckets are reduce-scattered), BUCKET_MB (default 25).
 set -e
@@ -26,7 +28,7 @@ np=$((2 * PP)); mpi="mpirun --oversubscribe --bind-to none -np $np"
 for i in 1 2 3; do
   for b in $bins; do
     OMP_NUM_THREADS=1 $mpi ./$b $run --steps 12 --log $b-$i.jsonl > $b-$i.txt 2>&1
-    echo "$b round $i: $(grep -E '^gradient (all-reduce|reduce-scatter)' $b-$i.txt)"
+    echo "$b round $i: $(grep -E '^(gradient (all-reduce|reduce-scatter)|parameter all-gather)' $b-$i.txt)"
   done
 done
 for b in $bins; do rm -rf tr-$b; OMP_NUM_THREADS=1 $mpi ./$b $run --steps 6 --quiet --trace tr-$b; done
@@ -49,4 +51,17 @@ for b in sys.argv[2:]:
             tail.append((max(e['ts'] + e['dur'] for e in red) - end) / 1e3)
         print('  rank %d: first gradient bucket launched %.1f ms before its last backward ended, the last done '
               '%.2f ms after it (means of %d steps)' % (r, statistics.mean(lead), statistics.mean(tail), len(lead)))
+        # ZeRO-1's parameter all-gather: from the optimizer's end to the next step's first forward, and the
+        # time that forward spent waiting for gathered buckets (traced since the gather overlaps it)
+        gap, waits = [], []
+        for o, nxt in zip(sorted((e for e in ev if e['name'] == 'optimizer'), key=lambda e: e['ts']), opt[1:]):
+            ags = [e for e in ev if e['name'] == 'all-gather' and o['ts'] <= e['ts'] < nxt]
+            if not ags:
+                continue
+            fwd = min(e['ts'] for e in ev if e['name'] == 'forward' and e['ts'] > o['ts'])
+            gap.append((max(e['ts'] + e['dur'] for e in ags) - fwd) / 1e3)
+            waits.append(sum(e['dur'] for e in ev if e['name'] == 'wait' and o['ts'] < e['ts'] < nxt) / 1e3)
+        if gap:
+            print('  rank %d: parameter all-gather done %.2f ms after the next forward began, the forward waited '
+                  '%.2f ms for it (means of %d steps)' % (r, statistics.mean(gap), statistics.mean(waits), len(gap)))
 PY
