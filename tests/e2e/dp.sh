@@ -3,7 +3,8 @@
 # depend on the layout; ZeRO-1 and microbatches change nothing; every
 # sequence of a global batch is trained on exactly once per step; a wrong
 # world size and a killed rank end the run with an error, not a hang;
-# checkpoints move between layouts.
+# checkpoints move between layouts; ZeRO-1's gathers overlap the next forward
+# and are whole before an evaluation or a sample.
 source "$(dirname "$0")/lib.sh"
 "$shardc" build "$src/examples/tinygpt.model" -o tg --set n_layer=2 --set n_embd=64 --set n_head=4
 run="./tg --data text.txt --batch 8 --seq 32 --steps 20 --lr 3e-3 --warmup 2 --grad-clip 1.0 --quiet --threads 1"
@@ -99,6 +100,20 @@ for r in (0, 1):
 "
 check "ZeRO-1: each bucket's parameter all-gather is waited for inside the next step's forward" \
   gathered_in_forward ztr 2
+
+# ZeRO-1's parameter gather runs into the next forward: an evaluation
+# between steps and the sample after the last wait for all of it first
+head -c 20000 text.txt > val.txt
+ev="--steps 6 --val-data val.txt --eval-every 2 --eval-batches 2 --sample 24 --prompt model"
+$mpi -np 2 $run --dp 2 $ev --log ev0.jsonl > ev0.out
+$mpi -np 2 $run --dp 2 --zero 1 --bucket-mb 0.05 $ev --log ev1.jsonl > ev1.out
+check "ZeRO-1: evaluations between steps and the sample read whole parameters (plain dp=2's val losses, to 1e-6, and sample)" $py -c "
+import json, sys
+v = [[json.loads(l)['val_loss'] for l in open(f) if 'val_loss' in l] for f in ('ev0.jsonl', 'ev1.jsonl')]
+print('  val losses', v[0], v[1])
+assert len(v[0]) == 4 and len(v[1]) == 4 and all(abs(a - b) <= 1e-6 * a for a, b in zip(*v))
+assert open('ev0.out', 'rb').read() == open('ev1.out', 'rb').read() and len(open('ev0.out', 'rb').read()) > 24
+"
 
 # a trace per rank, with compute and communication tracks
 mkdir -p tr
