@@ -7,8 +7,8 @@
 # one-GPU machine), and gpt2_bf16 is a stand-in that logs a known
 # throughput and a profile (GPT-2 itself is far too slow to emulate). The
 # script's own checks must pass (kernels, fp32 losses vs the host, bf16
-# with the default attention (auto) and with mma.sync vs the host, the --comm mpi fallback at dp=2
-# and pp=2) and its MFU must be the one
+# with the default attention (auto) and with mma.sync vs the host, the --comm mpi fallback at dp=2,
+# bf16 ZeRO-1 and pp=2) and its MFU must be the one
 # worked out by hand from the stand-in's tokens/s. cuDNN's attention
 # cannot run on the emulator: a last run checks that its probe fails
 # plainly and that the script goes on without it. (SHARDC_GPU_BUILD is a
@@ -101,6 +101,8 @@ check "the profile is printed and kept (gpt2-profile.txt), and wmma's and mma.sy
 check "dp=2 on one device: NCCL's refusal names --comm mpi, and the MPI path matches one rank" bash -c \
   "grep -q \"^ok   NCCL's refusal says to use --comm mpi\" run.txt &&
    grep -q '^ok   dp=2 on one GPU over MPI path (--comm mpi) matches one rank' run.txt"
+check "bf16 dp=2 with ZeRO-1 over --comm mpi matches it without ZeRO" \
+  grep -q "^ok   bf16 dp=2 with ZeRO-1 (parameters gathered during the forward, over --comm mpi) matches it without ZeRO" run.txt
 check "pp=2 with recomputation over --comm mpi matches one rank" \
   grep -q "^ok   pp=2 with recomputation on one GPU (--comm mpi) matches one rank" run.txt
 check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '^FAIL' run.txt))" \
