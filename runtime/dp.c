@@ -13,7 +13,7 @@ typedef struct bucket {
     int launched, held;
     sr_req *req;
     double t_launch, t_done;
-    sr_req *greq;          /* ZeRO-1: its parameters' all-gather, not waited for yet */
+    sr_req *greq;          /* ZeRO-1: its all-gather (parameters, or sr_dp_gather's), not waited for yet */
     double t_glaunch, t_gdone;
     char label[32], glabel[32];
 } bucket;
@@ -30,8 +30,7 @@ struct sr_dp {
     int armed;
     sr_status err;         /* first failure inside a hook, reported by finish */
     float *gfull;          /* the parameters being all-gathered (sr_dp_gather_start), else NULL */
-    void (*gathered)(void *ctx, float *p, int64_t n);
-    void *gctx;
+    void (*gathered)(float *p, int64_t n);
     double g_wait_us, g_flight_us; /* the gathers' host waits and spans, summed */
 };
 
@@ -175,6 +174,18 @@ static void launch(sr_dp *dp, bucket *b)
     if (s != SR_OK && dp->err == SR_OK) dp->err = s;
 }
 
+/* MPI progresses non-blocking collectives only inside MPI calls: the hooks
+ * poll every pending reduction and gather (the time each is first seen
+ * complete is its span's end) */
+static void progress(sr_dp *dp)
+{
+    for (int i = 0; i < dp->nb; i++) {
+        bucket *b = &dp->b[i];
+        if (b->req && b->t_done == 0 && sr_comm_test(b->req)) b->t_done = sr_trace_now_us();
+        if (b->greq && b->t_gdone == 0 && sr_comm_test(b->greq)) b->t_gdone = sr_trace_now_us();
+    }
+}
+
 void sr_dp_grad_ready(sr_exec *e, int param)
 {
     sr_dp *dp = e->user;
@@ -183,10 +194,7 @@ void sr_dp_grad_ready(sr_exec *e, int param)
         bucket *b = &dp->b[dp->first[param] + k];
         if (--b->pending == 0 && !b->launched && !b->held) launch(dp, b);
     }
-    /* MPI progresses non-blocking collectives only inside MPI calls */
-    for (int i = 0; i < dp->nb; i++)
-        if (dp->b[i].launched && dp->b[i].req && dp->b[i].t_done == 0 && sr_comm_test(dp->b[i].req))
-            dp->b[i].t_done = sr_trace_now_us(); /* first seen complete */
+    progress(dp);
 }
 
 sr_status sr_dp_finish(sr_dp *dp)
@@ -210,42 +218,39 @@ sr_status sr_dp_finish(sr_dp *dp)
     return first;
 }
 
-sr_status sr_dp_gather(sr_dp *dp, const float *shard, float *full, const char *what)
+/* every bucket's all-gather into full (from shard, or with shard NULL in
+ * place), the last bucket (the forward's first) first; b->greq each */
+static sr_status launch_gathers(sr_dp *dp, const float *shard, float *full, const char *what)
 {
     sr_status first = SR_OK;
-    for (int i = 0; i < dp->nb && first == SR_OK; i++) {
-        bucket *b = &dp->b[i];
-        const float *send = shard ? shard + b->at : full + b->lo + (int64_t)dp->rank * b->slice;
-        first = sr_comm_allgather(dp->comm, send, full + b->lo, b->slice, what, &b->req);
-    }
-    for (int i = 0; i < dp->nb; i++) { /* every launched one waited for, even after a failure */
-        if (!dp->b[i].req) continue;
-        sr_status s = sr_comm_wait(dp->b[i].req);
-        if (s != SR_OK && first == SR_OK) first = s;
-        dp->b[i].req = NULL;
-    }
-    return first;
-}
-
-void sr_dp_on_gathered(sr_dp *dp, void (*fn)(void *ctx, float *p, int64_t n), void *ctx)
-{
-    dp->gathered = fn;
-    dp->gctx = ctx;
-}
-
-/* the forward needs the first-declared parameters first: the last bucket */
-sr_status sr_dp_gather_start(sr_dp *dp, float *full)
-{
-    sr_status first = SR_OK;
-    dp->gfull = full;
     for (int i = dp->nb - 1; i >= 0 && first == SR_OK; i--) {
         bucket *b = &dp->b[i];
+        const float *send = shard ? shard + b->at : full + b->lo + (int64_t)dp->rank * b->slice;
         b->t_glaunch = sr_trace_now_us();
         b->t_gdone = 0;
-        first = sr_comm_allgather(dp->comm, full + b->lo + (int64_t)dp->rank * b->slice, full + b->lo, b->slice,
-                                  "parameters (ZeRO-1)", &b->greq);
+        first = sr_comm_allgather(dp->comm, send, full + b->lo, b->slice, what, &b->greq);
     }
     return first;
+}
+
+sr_status sr_dp_gather(sr_dp *dp, const float *shard, float *full, const char *what)
+{
+    sr_status first = launch_gathers(dp, shard, full, what);
+    for (int i = 0; i < dp->nb; i++) { /* every launched one waited for, even after a failure */
+        if (!dp->b[i].greq) continue;
+        sr_status s = sr_comm_wait(dp->b[i].greq);
+        if (s != SR_OK && first == SR_OK) first = s;
+        dp->b[i].greq = NULL;
+    }
+    return first;
+}
+
+void sr_dp_on_gathered(sr_dp *dp, void (*fn)(float *p, int64_t n)) { dp->gathered = fn; }
+
+sr_status sr_dp_gather_start(sr_dp *dp, float *full)
+{
+    dp->gfull = full;
+    return launch_gathers(dp, NULL, full, "parameters (ZeRO-1)");
 }
 
 /* bucket b's gather: the device ordered after it (the host waits with
@@ -259,7 +264,7 @@ static sr_status gather_wait(sr_dp *dp, bucket *b)
     sr_trace_span(dp->trace, SR_TRACK_COMPUTE, "wait", t0, t1, b->glabel); /* where the rank needed it */
     dp->g_wait_us += t1 - t0;
     if (b->t_gdone == 0) b->t_gdone = t1;
-    if (s == SR_OK && dp->gathered) dp->gathered(dp->gctx, dp->gfull + b->lo, b->hi - b->lo);
+    if (s == SR_OK && dp->gathered) dp->gathered(dp->gfull + b->lo, b->hi - b->lo);
     return s;
 }
 
@@ -273,10 +278,7 @@ void sr_dp_param_needed(sr_exec *e, int param)
         sr_status s = gather_wait(dp, b);
         if (s != SR_OK && dp->err == SR_OK) dp->err = s;
     }
-    /* MPI progresses the others only inside MPI calls */
-    for (int i = 0; i < dp->nb; i++)
-        if (dp->b[i].greq && dp->b[i].t_gdone == 0 && sr_comm_test(dp->b[i].greq))
-            dp->b[i].t_gdone = sr_trace_now_us();
+    progress(dp);
 }
 
 sr_status sr_dp_gather_settle(sr_dp *dp)

@@ -813,7 +813,6 @@ sr_status rt_checkpoint(run *r, long step)
 sr_status rt_export(run *r, const char *dir)
 {
     const sr_program *prog = r->prog;
-    SR_CHECK(rt_params_settle(r));
     char *model = path_join(dir, "model.safetensors"), *tmp = path_join(dir, ".model.safetensors.tmp");
     char *config = path_join(dir, "config.json");
     sr_status s = model && tmp && config ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while exporting");

@@ -638,12 +638,6 @@ sr_status rt_params_settle(run *r)
     return r->gshard ? sr_dp_gather_settle(r->dp) : SR_OK;
 }
 
-/* the CUDA backend's bf16 copy of a bucket's parameters, after its gather */
-static void params_arrived(void *ctx, float *p, int64_t n)
-{
-    ((run *)ctx)->be->params_arrived(p, n);
-}
-
 /* Global-norm clipping and AdamW on this rank's segments: all of the arena,
  * or with ZeRO-1 its slices, whose gather to the other ranks is started. */
 static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
@@ -864,7 +858,7 @@ static sr_status train(run *r)
         }
     }
     long end = o->steps > r->start_step ? o->steps : r->start_step;
-    SR_CHECK(rt_params_settle(r));
+    SR_CHECK(rt_params_settle(r)); /* what follows (and sampling, after train) reads them whole */
     if (o->comm_stats) SR_CHECK(write_comm_stats(r, end - r->start_step)); /* training traffic only */
     if (r->dp && r->comm_total_us > 0)
         rt_info(r, "gradient %s: %.1f ms in flight, %.0f%% of it hidden behind backward; "
@@ -933,7 +927,6 @@ static sr_status sample(run *r)
 {
     const opts *o = &r->o;
     const sr_program *prog = r->prog;
-    SR_CHECK(rt_params_settle(r));
     int V = prog->vocab, T = o->seq, nv = sr_classes(prog); /* V - nv columns pad */
     int byte_model = nv == 256;
     /* the prompt's tokens: through the tokenizer, or bytes (open_tokenizer
@@ -1156,7 +1149,7 @@ static sr_status setup(run *r)
                             (int64_t)((double)o->bucket_mb * 1e6), r->trace));
     for (int i = 0; r->gshard && r->pipe && i < prog->n_params; i++)
         if (rt_pipe_tied(r, i)) sr_dp_hold(r->dp, i); /* summed over the pipeline first (sync_grads) */
-    if (r->gshard && r->be->params_arrived) sr_dp_on_gathered(r->dp, params_arrived, r);
+    if (r->gshard && r->be->params_arrived) sr_dp_on_gathered(r->dp, r->be->params_arrived);
     SR_CHECK(make_segments(r));
     size_t w = prog->work_bytes(r->B, o->seq), w1 = prog->work_bytes(1, o->seq);
     r->work_size = w > w1 ? w : w1;

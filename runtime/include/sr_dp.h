@@ -59,7 +59,8 @@ void sr_dp_grad_ready(sr_exec *e, int param);
 sr_status sr_dp_finish(sr_dp *dp);
 /* ZeRO-1: full (the arena's layout) = every rank's slices, all-gathered per
  * bucket (all launched, then waited for); from shard (this rank's slices in
- * the shard's layout), or with shard NULL in place from full's own slices */
+ * the shard's layout), or with shard NULL in place from full's own slices;
+ * not while sr_dp_gather_start's gathers are in flight (settle them first) */
 sr_status sr_dp_gather(sr_dp *dp, const float *shard, float *full, const char *what);
 /* ZeRO-1, overlapped with the next forward (Megatron-LM's
  * --overlap-param-gather): launches every bucket's in-place all-gather of
@@ -77,7 +78,7 @@ void sr_dp_param_needed(sr_exec *e, int param);
 sr_status sr_dp_gather_settle(sr_dp *dp);
 /* called after each bucket's gather is waited for, with the bucket's
  * parameters (the CUDA backend refreshes its bf16 copy of them) */
-void sr_dp_on_gathered(sr_dp *dp, void (*fn)(void *ctx, float *p, int64_t n), void *ctx);
+void sr_dp_on_gathered(sr_dp *dp, void (*fn)(float *p, int64_t n));
 /* over the run: microseconds spent waiting for the gathers (in the hooks
  * and the settles), and from each step's first launch to its last completion */
 void sr_dp_gather_stats(const sr_dp *dp, double *wait_us, double *flight_us);

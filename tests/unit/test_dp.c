@@ -62,9 +62,9 @@ static int param_at(int64_t x)
 /* sr_dp_on_gathered's reports: bucket ranges, in order */
 static int64_t arrived[64][2];
 static int narrived;
-static void on_gathered(void *ctx, float *p, int64_t n)
+static float *full; /* the arena gathered into */
+static void on_gathered(float *p, int64_t n)
 {
-    float *full = ctx;
     if (narrived < 64) {
         arrived[narrived][0] = p - full;
         arrived[narrived][1] = p - full + n;
@@ -172,7 +172,7 @@ static void run_mode(const sr_program *prog, sr_comm *comm, int zero, int64_t bu
     int64_t at, k;
     if (zero) {
         /* gather from the shard, then in place */
-        float *full = malloc(sizeof(float) * (size_t)n);
+        full = malloc(sizeof(float) * (size_t)n);
         for (int64_t x = 0; x < n; x++) full[x] = -1;
         for (int j = 0; sr_dp_slice(dp, j, &lo, &k, &at); j++)
             for (int64_t x = 0; x < k; x++) shard[at + x] = (float)(lo + x);
@@ -193,7 +193,7 @@ static void run_mode(const sr_program *prog, sr_comm *comm, int zero, int64_t bu
         for (int64_t x = 0; x < n; x++) full[x] = -1;
         for (int j = 0; sr_dp_slice(dp, j, &lo, &k, &at); j++)
             for (int64_t x = 0; x < k; x++) full[lo + x] = (float)(3 * (lo + x));
-        sr_dp_on_gathered(dp, on_gathered, full);
+        sr_dp_on_gathered(dp, on_gathered);
         narrived = 0;
         ok = sr_dp_gather_start(dp, full) == SR_OK;
         int whole = 1, reported = 1;
@@ -223,7 +223,7 @@ static void run_mode(const sr_program *prog, sr_comm *comm, int zero, int64_t bu
         snprintf(what, sizeof what, "%s, %s: gathered during a forward, each of the %d buckets reported once, by "
                  "the hook of its first parameter", mode, size, nb);
         check(once && reported, what);
-        sr_dp_on_gathered(dp, NULL, NULL);
+        sr_dp_on_gathered(dp, NULL);
         free(full);
     }
     sr_dp_free(dp);
