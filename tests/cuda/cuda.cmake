@@ -33,7 +33,8 @@
 #                              op, nothing staged, groups; timeouts abort the communicator; two
 #                              ranks that both send first outside a group deadlock, as on a GPU
 #   cuda_pipeline_nccl_emu     pp=4 gpipe, 1f1b, zb-h1, interleaved over the emulated NCCL (serial
-#                              streams, rendezvous sends): they finish, = --comm mpi exactly
+#                              streams, rendezvous sends): they finish, = --comm mpi exactly;
+#                              dp=2 x pp=2, and dp=2 x tp=2 x pp=2 on 8 ranks (ZeRO-1, seq. par.)
 #   cuda_comm_mpi              --comm mpi / SHARDC_COMM=mpi: the emulated CUDA binary at dp=2,
 #                              tp=2, pp=2 matches the host binary's losses; --comm nccl is a
 #                              usage error on host builds; dp=2 --comm nccl on the emulator;

@@ -14,6 +14,8 @@
 # dp=2 x pp=2 (1f1b, zb-h1): the gradient all-reduce runs during the backward;
 # with ZeRO-1 (1f1b) the reduce-scatter, the tied embedding's buckets after its
 # sum over the pipeline.
+# dp=2 x tp=2 x pp=2 on 8 ranks (sequence parallelism, ZeRO-1): the issue's
+# `mpirun -np 8 BIN --dp 2 --tp 2 --pp 2`, NCCL on all three groups.
 source "$(dirname "$0")/lib.sh"
 cfg="--set n_layer=4 --set n_embd=64 --set n_head=4"
 cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
@@ -62,5 +64,24 @@ for s in 1f1b zb-h1 "1f1b --zero 1"; do
   check "dp=2 x pp=2 $s: NCCL gives the MPI path's losses exactly ($(tr '\n' ' ' < n.txt))" cmp -s n.txt p.txt
   check "dp=2 x pp=2 $s: within 1e-4 of the host binary" close h4.txt n.txt 1e-4
 done
+# the issue's layout, mpirun -np 8 BIN --dp 2 --tp 2 --pp 2: every collective and
+# transfer over NCCL (the tensor group's with sequence parallelism, ZeRO-1's
+# reduce-scatter and parameter gather on the data group, the stages' sends)
+check "builds: emulated CUDA, tp=2 x pp=2 with sequence parallelism" \
+  "$shardc" build "$m" $cfg $cu --tp 2 --pp 2 --sequence-parallel -o c8
+mpi8() { timeout 300 mpirun --oversubscribe --bind-to none -np 8 "$@"; }
+l8="--dp 2 --tp 2 --pp 2 --zero 1 --bucket-mb 0.05"
+mpi8 ./c8 $run $l8 --comm nccl --log n.jsonl > n.err 2>&1; rn=$?
+mpi8 ./c8 $run $l8 --comm mpi --log p.jsonl > p.err 2>&1; rp=$?
+check "dp=2 x tp=2 x pp=2 (8 ranks, ZeRO-1) over NCCL finishes (exit $rn; $(grep -m1 -i error n.err | head -c 160))" \
+  [ $rn -eq 0 ]
+check "dp=2 x tp=2 x pp=2 over --comm mpi finishes (exit $rp)" [ $rp -eq 0 ]
+losses n.jsonl > n.txt; losses p.jsonl > p.txt
+check "dp=2 x tp=2 x pp=2: NCCL gives the MPI path's losses exactly ($(tr '\n' ' ' < n.txt))" cmp -s n.txt p.txt
+check "dp=2 x tp=2 x pp=2: within 1e-4 of one host rank" close h4.txt n.txt 1e-4
+vlosses n.jsonl > nv.txt; vlosses p.jsonl > pv.txt; vlosses h4.jsonl > hv.txt
+check "dp=2 x tp=2 x pp=2: the validation losses over NCCL are the MPI path's ($(tr '\n' ' ' < nv.txt))" \
+  bash -c "[ \$(wc -l < nv.txt) = 2 ] && cmp -s nv.txt pv.txt"
+check "dp=2 x tp=2 x pp=2: validation losses within 1e-4 of one host rank" close hv.txt nv.txt 1e-4
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
