@@ -545,12 +545,15 @@ void sr_comm_reset_stats(sr_comm *c)
 /* ------------------------------------------------------------------------ */
 /* operations                                                                 */
 
-/* [a, a+na) and [b, b+nb) (floats) overlap */
-static int overlap(const float *a, int64_t na, const float *b, int64_t nb)
+/* bytes an element of type t */
+static size_t esize(sr_dtype t) { return t == SR_BF16 ? 2 : sizeof(float); }
+
+/* [a, a+na) and [b, b+nb) (elements of es bytes) overlap */
+static int overlap(const void *a, int64_t na, const void *b, int64_t nb, size_t es)
 {
     if (!a || !b || na == 0 || nb == 0) return 0;
-    uintptr_t a0 = (uintptr_t)a, a1 = a0 + (uintptr_t)na * sizeof(float);
-    uintptr_t b0 = (uintptr_t)b, b1 = b0 + (uintptr_t)nb * sizeof(float);
+    uintptr_t a0 = (uintptr_t)a, a1 = a0 + (uintptr_t)na * es;
+    uintptr_t b0 = (uintptr_t)b, b1 = b0 + (uintptr_t)nb * es;
     return a0 < b1 && b0 < a1;
 }
 
@@ -664,8 +667,8 @@ static int copies_to_host(const sr_comm *c, int op, int peer)
            (op == SRC_BROADCAST && c->rank == peer);
 }
 
-static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_t n, int peer,
-                        int tag, const char *what, sr_req **req)
+static sr_status launch(sr_comm *c, int op, sr_dtype dt, const void *send, void *recv, int64_t n,
+                        int peer, int tag, const char *what, sr_req **req)
 {
     if (req) *req = NULL;
     int moves = op < SRC_ALLREDUCE_DOUBLE; /* floats of the caller's, not a host helper */
@@ -699,6 +702,8 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
     r->peer = peer;
     r->tag = tag;
     r->n = n;
+    r->dt = dt;
+    r->esz = esize(dt);
     r->step = c->step;
     r->grouped = moves && group_depth > 0;
     snprintf(r->what, sizeof r->what, "%s", what ? what : "");
@@ -725,7 +730,7 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
         return st;
     }
     if (op < 6) {
-        int64_t bytes = n * (int64_t)sizeof(float);
+        int64_t bytes = n * (int64_t)r->esz;
         if (op == SRC_REDUCE_SCATTER) bytes *= c->size;
         if (op == SRC_BROADCAST && c->rank != peer) bytes = 0;
         c->stats.calls[op]++;
@@ -743,51 +748,80 @@ static sr_status launch(sr_comm *c, int op, const void *send, void *recv, int64_
     return sr_comm_wait(r);
 }
 
-sr_status sr_comm_allreduce(sr_comm *c, float *buf, int64_t n, const char *what, sr_req **req)
+/* an element type the _t forms take */
+static sr_status check_dtype(const sr_comm *c, int op, sr_dtype t, const char *what)
+{
+    if (t == SR_F32 || t == SR_BF16) return SR_OK;
+    return bad_arg(c, op, what, "unknown element type %d", (int)t);
+}
+
+sr_status sr_comm_allreduce_t(sr_comm *c, sr_dtype t, void *buf, int64_t n, const char *what, sr_req **req)
 {
     if (req) *req = NULL;
     SR_CHECK(check_args(c, "sr_comm_allreduce", SRC_ALLREDUCE, buf, n, -1, 0, what));
-    return launch(c, SRC_ALLREDUCE, buf, buf, n, -1, 0, what, req);
+    SR_CHECK(check_dtype(c, SRC_ALLREDUCE, t, what));
+    return launch(c, SRC_ALLREDUCE, t, buf, buf, n, -1, 0, what, req);
+}
+
+sr_status sr_comm_reduce_scatter_t(sr_comm *c, sr_dtype t, const void *send, void *recv, int64_t n,
+                                   const char *what, sr_req **req)
+{
+    if (req) *req = NULL;
+    SR_CHECK(check_args(c, "sr_comm_reduce_scatter", SRC_REDUCE_SCATTER, send, n, -1, 0, what));
+    SR_CHECK(check_dtype(c, SRC_REDUCE_SCATTER, t, what));
+    size_t es = esize(t);
+    if (n > 0 && !recv)
+        return bad_arg(c, SRC_REDUCE_SCATTER, what, "NULL receive buffer for %lld elements",
+                       (long long)n);
+    if (n > INT64_MAX / c->size / (int64_t)es)
+        return bad_arg(c, SRC_REDUCE_SCATTER, what, "%lld elements per rank is too large",
+                       (long long)n);
+    /* in place: this rank's block of send; any other overlap is an error */
+    if (overlap(send, n * c->size, recv, n, es) && (const char *)recv != (const char *)send + c->rank * n * (int64_t)es)
+        return bad_arg(c, SRC_REDUCE_SCATTER, what,
+                       "the receive buffer overlaps the send buffer other than at this "
+                       "rank's block (%d)",
+                       c->rank);
+    return launch(c, SRC_REDUCE_SCATTER, t, send, recv, n, -1, 0, what, req);
+}
+
+sr_status sr_comm_allgather_t(sr_comm *c, sr_dtype t, const void *send, void *recv, int64_t n,
+                              const char *what, sr_req **req)
+{
+    if (req) *req = NULL;
+    SR_CHECK(check_args(c, "sr_comm_allgather", SRC_ALLGATHER, send, n, -1, 0, what));
+    SR_CHECK(check_dtype(c, SRC_ALLGATHER, t, what));
+    size_t es = esize(t);
+    if (n > 0 && !recv)
+        return bad_arg(c, SRC_ALLGATHER, what, "NULL receive buffer for %lld elements",
+                       (long long)n);
+    if (n > INT64_MAX / c->size / (int64_t)es)
+        return bad_arg(c, SRC_ALLGATHER, what, "%lld elements per rank is too large",
+                       (long long)n);
+    /* in place: send is this rank's block of recv */
+    if (overlap(send, n, recv, n * c->size, es) && (const char *)send != (const char *)recv + c->rank * n * (int64_t)es)
+        return bad_arg(c, SRC_ALLGATHER, what,
+                       "the send buffer overlaps the receive buffer other than at this "
+                       "rank's block (%d)",
+                       c->rank);
+    return launch(c, SRC_ALLGATHER, t, send, recv, n, -1, 0, what, req);
+}
+
+sr_status sr_comm_allreduce(sr_comm *c, float *buf, int64_t n, const char *what, sr_req **req)
+{
+    return sr_comm_allreduce_t(c, SR_F32, buf, n, what, req);
 }
 
 sr_status sr_comm_reduce_scatter(sr_comm *c, const float *send, float *recv, int64_t n,
                                  const char *what, sr_req **req)
 {
-    if (req) *req = NULL;
-    SR_CHECK(check_args(c, "sr_comm_reduce_scatter", SRC_REDUCE_SCATTER, send, n, -1, 0, what));
-    if (n > 0 && !recv)
-        return bad_arg(c, SRC_REDUCE_SCATTER, what, "NULL receive buffer for %lld elements",
-                       (long long)n);
-    if (n > INT64_MAX / c->size / (int64_t)sizeof(float))
-        return bad_arg(c, SRC_REDUCE_SCATTER, what, "%lld elements per rank is too large",
-                       (long long)n);
-    /* in place: this rank's block of send; any other overlap is an error */
-    if (overlap(send, n * c->size, recv, n) && recv != send + (int64_t)c->rank * n)
-        return bad_arg(c, SRC_REDUCE_SCATTER, what,
-                       "the receive buffer overlaps the send buffer other than at this "
-                       "rank's block (%d)",
-                       c->rank);
-    return launch(c, SRC_REDUCE_SCATTER, send, recv, n, -1, 0, what, req);
+    return sr_comm_reduce_scatter_t(c, SR_F32, send, recv, n, what, req);
 }
 
 sr_status sr_comm_allgather(sr_comm *c, const float *send, float *recv, int64_t n,
                             const char *what, sr_req **req)
 {
-    if (req) *req = NULL;
-    SR_CHECK(check_args(c, "sr_comm_allgather", SRC_ALLGATHER, send, n, -1, 0, what));
-    if (n > 0 && !recv)
-        return bad_arg(c, SRC_ALLGATHER, what, "NULL receive buffer for %lld elements",
-                       (long long)n);
-    if (n > INT64_MAX / c->size / (int64_t)sizeof(float))
-        return bad_arg(c, SRC_ALLGATHER, what, "%lld elements per rank is too large",
-                       (long long)n);
-    /* in place: send is this rank's block of recv */
-    if (overlap(send, n, recv, n * c->size) && send != recv + (int64_t)c->rank * n)
-        return bad_arg(c, SRC_ALLGATHER, what,
-                       "the send buffer overlaps the receive buffer other than at this "
-                       "rank's block (%d)",
-                       c->rank);
-    return launch(c, SRC_ALLGATHER, send, recv, n, -1, 0, what, req);
+    return sr_comm_allgather_t(c, SR_F32, send, recv, n, what, req);
 }
 
 sr_status sr_comm_broadcast(sr_comm *c, float *buf, int64_t n, int root, const char *what,
@@ -795,7 +829,7 @@ sr_status sr_comm_broadcast(sr_comm *c, float *buf, int64_t n, int root, const c
 {
     if (req) *req = NULL;
     SR_CHECK(check_args(c, "sr_comm_broadcast", SRC_BROADCAST, buf, n, root, 0, what));
-    return launch(c, SRC_BROADCAST, buf, buf, n, root, 0, what, req);
+    return launch(c, SRC_BROADCAST, SR_F32, buf, buf, n, root, 0, what, req);
 }
 
 sr_status sr_comm_send(sr_comm *c, const float *buf, int64_t n, int peer, int tag,
@@ -803,7 +837,7 @@ sr_status sr_comm_send(sr_comm *c, const float *buf, int64_t n, int peer, int ta
 {
     if (req) *req = NULL;
     SR_CHECK(check_args(c, "sr_comm_send", SRC_SEND, buf, n, peer, tag, what));
-    return launch(c, SRC_SEND, buf, NULL, n, peer, tag, what, req);
+    return launch(c, SRC_SEND, SR_F32, buf, NULL, n, peer, tag, what, req);
 }
 
 sr_status sr_comm_recv(sr_comm *c, float *buf, int64_t n, int peer, int tag, const char *what,
@@ -811,19 +845,19 @@ sr_status sr_comm_recv(sr_comm *c, float *buf, int64_t n, int peer, int tag, con
 {
     if (req) *req = NULL;
     SR_CHECK(check_args(c, "sr_comm_recv", SRC_RECV, buf, n, peer, tag, what));
-    return launch(c, SRC_RECV, NULL, buf, n, peer, tag, what, req);
+    return launch(c, SRC_RECV, SR_F32, NULL, buf, n, peer, tag, what, req);
 }
 
 sr_status sr_comm_allreduce_double(sr_comm *c, double *x, int n)
 {
     SR_CHECK(check_args(c, "sr_comm_allreduce_double", SRC_ALLREDUCE_DOUBLE, x, n, -1, 0, NULL));
-    return launch(c, SRC_ALLREDUCE_DOUBLE, x, x, n, -1, 0, NULL, NULL);
+    return launch(c, SRC_ALLREDUCE_DOUBLE, SR_F32, x, x, n, -1, 0, NULL, NULL);
 }
 
 sr_status sr_comm_barrier(sr_comm *c)
 {
     SR_CHECK(check_args(c, "sr_comm_barrier", SRC_BARRIER, NULL, 0, -1, 0, NULL));
-    return launch(c, SRC_BARRIER, NULL, NULL, 0, -1, 0, NULL, NULL);
+    return launch(c, SRC_BARRIER, SR_F32, NULL, NULL, 0, -1, 0, NULL, NULL);
 }
 
 int sr_comm_test(sr_req *r)
@@ -875,7 +909,7 @@ static sr_status wait_from(sr_req *r, double t0)
                   step_phrase(r->step, sp, sizeof sp), r->detail);
         if (!r->comm_ok) mark_broken(c, sr_errmsg());
     } else {
-        if (r->tmp) memcpy(r->tmp_dst, r->tmp, (size_t)r->tmp_n * sizeof(float));
+        if (r->tmp) memcpy(r->tmp_dst, r->tmp, r->tmp_bytes);
         if (r->dev_dst) st = srcomm_stage_out(r);
     }
     if (!r->cleaned) {
@@ -1014,14 +1048,54 @@ static sr_status mpi_start_fail(sr_req *r, const char *fn, int rc)
         r->nmreq++;                                                      \
     } while (0)
 
+/* bf16 (as uint16_t) summed as NCCL sums ncclBfloat16: in float32, then
+ * rounded to the nearest bf16, ties to even (a NaN stays a quiet NaN) */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) {
+        uint32_t ua = (uint32_t)a[i] << 16, ub = (uint32_t)b[i] << 16, u;
+        float fa, fb, f;
+        memcpy(&fa, &ua, 4);
+        memcpy(&fb, &ub, 4);
+        f = fa + fb;
+        memcpy(&u, &f, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) b[i] = (uint16_t)((u >> 16) | 0x40);
+        else b[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+/* MPI's type and sum for r's elements (the bf16 sum made at first use;
+ * MPI frees it at MPI_Finalize) */
+static sr_status mpi_elem(sr_req *r, MPI_Datatype *t, MPI_Op *sum)
+{
+    static MPI_Op bf16_op = MPI_OP_NULL;
+    *t = MPI_FLOAT;
+    *sum = MPI_SUM;
+    if (r->dt != SR_BF16) return SR_OK;
+    if (bf16_op == MPI_OP_NULL) {
+        int rc = MPI_Op_create(bf16_sum, 1, &bf16_op);
+        if (rc != MPI_SUCCESS) return mpi_start_fail(r, "MPI_Op_create", rc);
+    }
+    *t = MPI_UINT16_T;
+    *sum = bf16_op;
+    return SR_OK;
+}
+
 static sr_status mpi_start(sr_req *r, const void *sendv, void *recvv)
 {
     sr_comm *c = r->c;
     MPI_Comm m = c->mpi;
-    const int64_t n = r->n, C = c->max_chunk;
-    const float *send = sendv;
-    float *recv = recvv;
+    const int64_t n = r->n, C = c->max_chunk, es = (int64_t)r->esz;
+    /* element offsets are scaled by es: floats or bf16 */
+    const char *send = sendv;
+    char *recv = recvv;
     const int size = c->size, me = c->rank;
+    MPI_Datatype ET;
+    MPI_Op SUM;
+    SR_CHECK(mpi_elem(r, &ET, &SUM));
 
     switch (r->op) {
     case SRC_ALLREDUCE_DOUBLE:
@@ -1036,21 +1110,21 @@ static sr_status mpi_start(sr_req *r, const void *sendv, void *recvv)
         SR_CHECK(mpi_reserve(r, nchunks(n, C)));
         for (int64_t off = 0; off == 0 || off < n; off += C) {
             int len = (int)(n - off < C ? n - off : C);
-            POST(MPI_Iallreduce, MPI_IN_PLACE, recv ? recv + off : NULL, len, MPI_FLOAT, MPI_SUM, m);
+            POST(MPI_Iallreduce, MPI_IN_PLACE, recv ? recv + off * es : NULL, len, ET, SUM, m);
         }
         return SR_OK;
     case SRC_BROADCAST:
         SR_CHECK(mpi_reserve(r, nchunks(n, C)));
         for (int64_t off = 0; off == 0 || off < n; off += C) {
             int len = (int)(n - off < C ? n - off : C);
-            POST(MPI_Ibcast, recv ? recv + off : NULL, len, MPI_FLOAT, r->peer, m);
+            POST(MPI_Ibcast, recv ? recv + off * es : NULL, len, ET, r->peer, m);
         }
         return SR_OK;
     case SRC_SEND:
         SR_CHECK(mpi_reserve(r, nchunks(n, C)));
         for (int64_t off = 0; off == 0 || off < n; off += C) {
             int len = (int)(n - off < C ? n - off : C);
-            POST(MPI_Isend, send ? send + off : NULL, len, MPI_FLOAT, r->peer, r->tag, m);
+            POST(MPI_Isend, send ? send + off * es : NULL, len, ET, r->peer, r->tag, m);
         }
         return SR_OK;
     case SRC_RECV: {
@@ -1062,26 +1136,26 @@ static sr_status mpi_start(sr_req *r, const void *sendv, void *recvv)
                              c->world_rank, (long long)k);
         for (int64_t off = 0; off == 0 || off < n; off += C) {
             int len = (int)(n - off < C ? n - off : C);
-            POST(MPI_Irecv, recv ? recv + off : NULL, len, MPI_FLOAT, r->peer, r->tag, m);
+            POST(MPI_Irecv, recv ? recv + off * es : NULL, len, ET, r->peer, r->tag, m);
         }
         return SR_OK;
     }
     case SRC_REDUCE_SCATTER: {
-        float *dst = recv;
-        if (n > 0 && recv == send + (int64_t)me * n) {
+        char *dst = recv;
+        if (n > 0 && recv == send + (int64_t)me * n * es) {
             /* in place: MPI's MPI_IN_PLACE means something else here (input
              * in recv); reduce into a staging block, copied out on completion */
-            r->tmp = malloc((size_t)n * sizeof(float));
+            r->tmp = malloc((size_t)(n * es));
             if (!r->tmp)
-                return sr_seterr(SR_ERR_NOMEM, "rank %d: out of memory staging a %lld-float "
+                return sr_seterr(SR_ERR_NOMEM, "rank %d: out of memory staging a %lld-element "
                                  "reduce-scatter", c->world_rank, (long long)n);
             r->tmp_dst = recv;
-            r->tmp_n = n;
+            r->tmp_bytes = (size_t)(n * es);
             dst = r->tmp;
         }
         if (n * size <= C) {
             SR_CHECK(mpi_reserve(r, 1));
-            POST(MPI_Ireduce_scatter_block, send, dst, (int)n, MPI_FLOAT, MPI_SUM, m);
+            POST(MPI_Ireduce_scatter_block, send, dst, (int)n, ET, SUM, m);
             return SR_OK;
         }
         /* large: one reduce per (chunk, root), in the same order everywhere */
@@ -1089,29 +1163,28 @@ static sr_status mpi_start(sr_req *r, const void *sendv, void *recvv)
         for (int64_t off = 0; off < n; off += C) {
             int len = (int)(n - off < C ? n - off : C);
             for (int root = 0; root < size; root++)
-                POST(MPI_Ireduce, send + (int64_t)root * n + off, root == me ? dst + off : NULL, len,
-                     MPI_FLOAT, MPI_SUM, root, m);
+                POST(MPI_Ireduce, send + ((int64_t)root * n + off) * es, root == me ? dst + off * es : NULL, len,
+                     ET, SUM, root, m);
         }
         return SR_OK;
     }
     case SRC_ALLGATHER: {
-        int inplace = n > 0 && send == recv + (int64_t)me * n;
+        int inplace = n > 0 && send == recv + (int64_t)me * n * es;
         if (n * size <= C) {
             SR_CHECK(mpi_reserve(r, 1));
-            POST(MPI_Iallgather, inplace ? MPI_IN_PLACE : send, (int)n, MPI_FLOAT, recv, (int)n,
-                 MPI_FLOAT, m);
+            POST(MPI_Iallgather, inplace ? MPI_IN_PLACE : send, (int)n, ET, recv, (int)n, ET, m);
             return SR_OK;
         }
         /* large: chunk j of every rank's block in one call, received through
-         * a type of len floats whose extent is a whole block (n floats) */
+         * a type of len elements whose extent is a whole block (n elements) */
         int64_t L = C / size > 0 ? C / size : 1;
         SR_CHECK(mpi_reserve(r, nchunks(n, L)));
         for (int64_t off = 0; off < n; off += L) {
             int len = (int)(n - off < L ? n - off : L);
             MPI_Datatype t0, t;
-            int rc = MPI_Type_contiguous(len, MPI_FLOAT, &t0);
+            int rc = MPI_Type_contiguous(len, ET, &t0);
             if (rc != MPI_SUCCESS) return mpi_start_fail(r, "MPI_Type_contiguous", rc);
-            rc = MPI_Type_create_resized(t0, 0, (MPI_Aint)(n * (int64_t)sizeof(float)), &t);
+            rc = MPI_Type_create_resized(t0, 0, (MPI_Aint)(n * es), &t);
             MPI_Type_free(&t0);
             if (rc != MPI_SUCCESS) return mpi_start_fail(r, "MPI_Type_create_resized", rc);
             rc = MPI_Type_commit(&t);
@@ -1119,7 +1192,7 @@ static sr_status mpi_start(sr_req *r, const void *sendv, void *recvv)
                 MPI_Type_free(&t);
                 return mpi_start_fail(r, "MPI_Type_commit", rc);
             }
-            rc = MPI_Iallgather(inplace ? MPI_IN_PLACE : send + off, len, MPI_FLOAT, recv + off,
+            rc = MPI_Iallgather(inplace ? MPI_IN_PLACE : send + off * es, len, ET, recv + off * es,
                                 1, t, m, &r->mreq[r->nmreq]);
             MPI_Type_free(&t); /* freed when the pending call is done with it */
             if (rc != MPI_SUCCESS) return mpi_start_fail(r, "MPI_Iallgather", rc);

@@ -90,10 +90,10 @@ void srcomm_pins_free(sr_comm *c)
 static sr_status to_host(sr_req *r, void *dst, const void *src, int64_t n, int async)
 {
     const sr_comm_device *d = r->c->dev;
-    sr_status st = async ? d->to_host_async(dst, src, (size_t)n * sizeof(float), &r->copy)
-                         : d->to_host(dst, src, (size_t)n * sizeof(float));
+    sr_status st = async ? d->to_host_async(dst, src, (size_t)n * r->esz, &r->copy)
+                         : d->to_host(dst, src, (size_t)n * r->esz);
     if (st != SR_OK)
-        return sr_seterr(st, "rank %d: %s '%s' on the %s group: staging %lld floats to the host "
+        return sr_seterr(st, "rank %d: %s '%s' on the %s group: staging %lld elements to the host "
                          "failed: %s", r->c->world_rank, srcomm_op_name(r->op), r->what, r->c->name,
                          (long long)n, sr_errmsg());
     return SR_OK;
@@ -103,7 +103,7 @@ sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async)
 {
     sr_comm *c = r->c;
     const int64_t n = r->n, size = c->size;
-    int64_t ns = 0, nr = 0; /* floats of the host send and receive copies */
+    int64_t ns = 0, nr = 0; /* elements of the host send and receive copies */
     switch (r->op) {
     case SRC_ALLREDUCE:
     case SRC_BROADCAST:
@@ -113,13 +113,14 @@ sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async)
     case SRC_ALLGATHER: nr = n * size; break; /* sent in place from this rank's block */
     default: return SR_OK;
     }
-    if (ns) r->pin[0] = pin_get(c, (size_t)ns * sizeof(float));
-    if (nr) r->pin[1] = pin_get(c, (size_t)nr * sizeof(float));
+    const int64_t es = (int64_t)r->esz;
+    if (ns) r->pin[0] = pin_get(c, (size_t)(ns * es));
+    if (nr) r->pin[1] = pin_get(c, (size_t)(nr * es));
     if ((ns && !r->pin[0]) || (nr && !r->pin[1]))
         return sr_seterr(SR_ERR_NOMEM, "rank %d: %s '%s' on the %s group: no page-locked host "
-                         "memory for staging %lld floats", c->world_rank, srcomm_op_name(r->op),
+                         "memory for staging %lld elements", c->world_rank, srcomm_op_name(r->op),
                          r->what, c->name, (long long)(ns + nr));
-    float *hs = r->pin[0], *hr = r->pin[1];
+    char *hs = r->pin[0], *hr = r->pin[1];
     switch (r->op) {
     case SRC_ALLREDUCE:
         SR_CHECK(to_host(r, hr, *recv, n, async));
@@ -140,8 +141,8 @@ sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async)
         *send = hs;
         break;
     case SRC_ALLGATHER:
-        SR_CHECK(to_host(r, hr + (int64_t)c->rank * n, *send, n, async));
-        *send = hr + (int64_t)c->rank * n;
+        SR_CHECK(to_host(r, hr + (int64_t)c->rank * n * es, *send, n, async));
+        *send = hr + (int64_t)c->rank * n * es;
         break;
     }
     /* the root of a broadcast and a sender get nothing back */
@@ -156,9 +157,9 @@ sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async)
 
 sr_status srcomm_stage_out(sr_req *r)
 {
-    sr_status st = r->c->dev->to_device(r->dev_dst, r->host_res, (size_t)r->dev_n * sizeof(float));
+    sr_status st = r->c->dev->to_device(r->dev_dst, r->host_res, (size_t)r->dev_n * r->esz);
     if (st != SR_OK)
-        return sr_seterr(st, "rank %d: %s '%s' on the %s group: copying %lld floats back to the "
+        return sr_seterr(st, "rank %d: %s '%s' on the %s group: copying %lld elements back to the "
                          "device failed: %s", r->c->world_rank, srcomm_op_name(r->op), r->what,
                          r->c->name, (long long)r->dev_n, sr_errmsg());
     return SR_OK;

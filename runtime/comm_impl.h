@@ -65,6 +65,8 @@ struct sr_req {
     int peer;                /* root (broadcast), peer (send/recv), else -1 */
     int tag;
     int64_t n;               /* elements, as passed by the caller */
+    sr_dtype dt;             /* their type (SR_F32 for the host helpers' doubles too) */
+    size_t esz;              /* bytes an element: 4, or 2 for SR_BF16 */
     int64_t step;            /* the communicator's step at launch */
     char what[96];           /* caller's label */
     int done;                /* complete (successfully or not) */
@@ -77,15 +79,15 @@ struct sr_req {
     MPI_Request *mreq;       /* nmreq requests (chunks), inline1 when one */
     int nmreq;
     MPI_Request inline1;
-    float *tmp;              /* staged result copied to tmp_dst on completion */
-    float *tmp_dst;
-    int64_t tmp_n;
+    void *tmp;               /* staged result copied to tmp_dst on completion */
+    void *tmp_dst;
+    size_t tmp_bytes;
     /* backend-specific (NCCL: a cudaEvent) */
     void *impl;
     /* MPI on device memory: the page-locked copies MPI moves; on success the
-     * wait copies host_res (dev_n floats) to dev_dst */
+     * wait copies host_res (dev_n elements) to dev_dst */
     void *pin[2];
-    float *host_res, *dev_dst;
+    void *host_res, *dev_dst;
     int64_t dev_n;
     /* ... and for an asynchronous call, the copy to the host in flight (the
      * device's token) and the buffers the MPI start then gets; the start

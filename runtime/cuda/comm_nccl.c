@@ -304,30 +304,33 @@ static sr_status nccl_start(sr_req *r, const void *send, void *recv)
     if (n > 0) {
         ncclResult_t e = ncclSuccess;
         const char *call = "";
+        /* ncclBfloat16 is 9 in every NCCL that has it (2.10 on); headers before 2.19 name it
+         * only after cuda_bf16.h, which this C file does not include */
+        ncclDataType_t et = r->dt == SR_BF16 ? (ncclDataType_t)9 : ncclFloat;
         switch (r->op) {
         case SRC_ALLREDUCE:
             call = "ncclAllReduce";
-            e = ncclAllReduce(recv, recv, n, ncclFloat, ncclSum, s->comm, s->stream);
+            e = ncclAllReduce(recv, recv, n, et, ncclSum, s->comm, s->stream);
             break;
         case SRC_REDUCE_SCATTER:
             call = "ncclReduceScatter";
-            e = ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, s->comm, s->stream);
+            e = ncclReduceScatter(send, recv, n, et, ncclSum, s->comm, s->stream);
             break;
         case SRC_ALLGATHER:
             call = "ncclAllGather";
-            e = ncclAllGather(send, recv, n, ncclFloat, s->comm, s->stream);
+            e = ncclAllGather(send, recv, n, et, s->comm, s->stream);
             break;
         case SRC_BROADCAST:
             call = "ncclBroadcast";
-            e = ncclBroadcast(recv, recv, n, ncclFloat, r->peer, s->comm, s->stream);
+            e = ncclBroadcast(recv, recv, n, et, r->peer, s->comm, s->stream);
             break;
         case SRC_SEND:
             call = "ncclSend";
-            e = ncclSend(send, n, ncclFloat, r->peer, s->comm, s->stream);
+            e = ncclSend(send, n, et, r->peer, s->comm, s->stream);
             break;
         case SRC_RECV:
             call = "ncclRecv";
-            e = ncclRecv(recv, n, ncclFloat, r->peer, s->comm, s->stream);
+            e = ncclRecv(recv, n, et, r->peer, s->comm, s->stream);
             break;
         default:
             return sr_seterr(SR_ERR_ARG, "rank %d: op %d is not an NCCL operation",

@@ -7,8 +7,10 @@
  * emulator). The comm layer orders each collective after the kernels queued
  * before it, and sr_comm_wait_device orders the kernels queued after it
  * behind its result (NCCL: stream events, no host wait; MPI: the host
- * waits), so nothing here synchronizes. The comm layer moves float32: bf16
- * tensors are converted to float scratch and back.
+ * waits), so nothing here synchronizes. What a bf16 program sums or
+ * gathers in bf16 moves as bf16 (2 bytes an element, as Megatron-LM's
+ * activations do; NCCL and the MPI path sum a pair in float and round it);
+ * float tensors, and a sum that a float tensor receives, move as float.
  * A failed collective inside a step cannot return through generated code:
  * like tp.c, it is fatal (message, then every rank aborted).
  */
@@ -34,13 +36,33 @@ static inline void srk_tp_fatal(const char *what)
  * argument, and arguments are evaluated in no fixed order */
 static inline sr_status srk_tp_then(sr_status st, sr_req **q) { return st == SR_OK ? sr_comm_wait_device(*q) : st; }
 
-/* out (n) = sum over the tensor group of in (n) */
+/* the element type a tensor of T moves as, and the comm layer's name for it */
+template <class T>
+struct srk_wire {
+    typedef float type;
+    static constexpr sr_dtype dt = SR_F32;
+};
+template <>
+struct srk_wire<bf16> {
+    typedef bf16 type;
+    static constexpr sr_dtype dt = SR_BF16;
+};
+
+/* out (n) = sum over the tensor group of in (n); a bf16 out summed in place, in bf16 */
 template <class TO, class TI>
 void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
 {
     if (n <= 0) return;
     if (e->tp <= 1) {
         srk_copy(out, in, n);
+        return;
+    }
+    if constexpr (srk_dt<TO>::value == SRK_BF16) {
+        if ((const void *)out != (const void *)in) srk_copy(out, in, n);
+        if (srk_ctx.failed) return;
+        sr_req *q = NULL;
+        if (srk_tp_then(sr_comm_allreduce_t(e->tp_comm, SR_BF16, out, n, "activation", &q), &q) != SR_OK)
+            srk_tp_fatal("all-reduce");
         return;
     }
     float *buf = (float *)out;
@@ -54,33 +76,40 @@ void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
 }
 
 /* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */
-template <class TO>
-__global__ void tp_gather_permute_kernel(TO *out, const float *tmp, long outer, long local, long inner, int tp)
+template <class TO, class TT>
+__global__ void tp_gather_permute_kernel(TO *out, const TT *tmp, long outer, long local, long inner, int tp)
 {
     long blk = outer * local * inner, n = blk * tp;
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
         long r = e / blk, rem = e - r * blk;
         long o = rem / (local * inner), li = rem - o * local * inner;
-        out[(o * tp + r) * local * inner + li] = srk_to<TO>(tmp[e]);
+        out[(o * tp + r) * local * inner + li] = srk_to<TO>(srk_ld(tmp[e]));
     }
 }
+/* bf16 in is gathered as it is (no copy, 2 bytes an element); float in through a float copy */
 template <class TO, class TI>
 void srk_tp_allgather(sr_exec *e, TO *out, const TI *in, long outer, long local, long inner)
 {
+    typedef typename srk_wire<TI>::type TW;
     long blk = outer * local * inner;
     if (blk <= 0) return;
     int tp = e->tp > 0 ? e->tp : 1;
-    float *send = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
-    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
-    if (!send || !tmp) return;
-    srk_copy(send, in, blk);
-    if (srk_ctx.failed) return;
+    const TW *send = (const TW *)in;
+    if constexpr (srk_dt<TI>::value != SRK_BF16) {
+        float *copy = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
+        if (!copy) return;
+        srk_copy(copy, in, blk);
+        send = copy;
+    }
+    TW *tmp = (TW *)srk_scratch(SRK_SCR_CONV_A, sizeof(TW) * (size_t)(blk * tp));
+    if (!tmp || srk_ctx.failed) return;
     sr_req *q = NULL;
-    if (tp > 1 && srk_tp_then(sr_comm_allgather(e->tp_comm, send, tmp, blk, "activation", &q), &q) != SR_OK)
+    if (tp > 1 &&
+        srk_tp_then(sr_comm_allgather_t(e->tp_comm, srk_wire<TI>::dt, send, tmp, blk, "activation", &q), &q) != SR_OK)
         srk_tp_fatal("all-gather");
     if (tp == 1) srk_copy(tmp, send, blk);
-    SR_LAUNCH(tp_gather_permute_kernel<TO>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-              out, (const float *)tmp, outer, local, inner, tp);
+    SR_LAUNCH((tp_gather_permute_kernel<TO, TW>), srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+              srk_ctx.stream, out, (const TW *)tmp, outer, local, inner, tp);
 }
 
 /* dx (outer, local, inner) += this rank's columns of dout (outer, tp*local, inner) */
@@ -103,34 +132,35 @@ void srk_tp_allgather_bwd(sr_exec *e, TD *dx, const TG *dout, long outer, long l
 }
 
 /* ---- sequence parallelism ------------------------------------------------------------------ */
-/* tmp (tp, outer, local, inner) = in (outer, tp*local, inner) regrouped by rank, as float */
-template <class TI>
-__global__ void tp_scatter_permute_kernel(float *tmp, const TI *in, long outer, long local, long inner, int tp)
+/* tmp (tp, outer, local, inner) = in (outer, tp*local, inner) regrouped by rank */
+template <class TT, class TI>
+__global__ void tp_scatter_permute_kernel(TT *tmp, const TI *in, long outer, long local, long inner, int tp)
 {
     long blk = outer * local * inner, n = blk * tp;
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
         long r = e / blk, rem = e - r * blk;
         long o = rem / (local * inner), li = rem - o * local * inner;
-        tmp[e] = srk_ld(in[(o * tp + r) * local * inner + li]);
+        tmp[e] = srk_to<TT>(srk_ld(in[(o * tp + r) * local * inner + li]));
     }
 }
-/* this rank's block of in (outer, tp*local, inner) summed over the group, as float
- * (outer, local, inner) in scratch; NULL after an error (already reported) */
+/* this rank's block of in (outer, tp*local, inner) summed over the group (outer, local,
+ * inner) in scratch, in bf16 for bf16 in, else float; NULL after an error (already reported) */
 template <class TI>
-const float *srk_tp_seq_reduce_scatter(sr_exec *e, const TI *in, long outer, long local, long inner,
-                                       const char *what)
+const typename srk_wire<TI>::type *srk_tp_seq_reduce_scatter(sr_exec *e, const TI *in, long outer, long local,
+                                                              long inner, const char *what)
 {
+    typedef typename srk_wire<TI>::type TW;
     long blk = outer * local * inner;
     int tp = e->tp > 0 ? e->tp : 1;
-    float *tmp = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)(blk * tp));
-    float *recv = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
+    TW *tmp = (TW *)srk_scratch(SRK_SCR_CONV_A, sizeof(TW) * (size_t)(blk * tp));
+    TW *recv = (TW *)srk_scratch(SRK_SCR_CONV_B, sizeof(TW) * (size_t)blk);
     if (!tmp || !recv) return NULL;
-    SR_LAUNCH(tp_scatter_permute_kernel<TI>, srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-              tmp, in, outer, local, inner, tp);
+    SR_LAUNCH((tp_scatter_permute_kernel<TW, TI>), srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+              srk_ctx.stream, tmp, in, outer, local, inner, tp);
     if (srk_ctx.failed) return NULL;
     if (tp == 1) return tmp;
     sr_req *q = NULL;
-    if (srk_tp_then(sr_comm_reduce_scatter(e->tp_comm, tmp, recv, blk, what, &q), &q) != SR_OK)
+    if (srk_tp_then(sr_comm_reduce_scatter_t(e->tp_comm, srk_wire<TI>::dt, tmp, recv, blk, what, &q), &q) != SR_OK)
         srk_tp_fatal("reduce-scatter");
     return recv;
 }
@@ -140,7 +170,7 @@ void srk_tp_reduce_scatter(sr_exec *e, TO *out, const TI *in, long outer, long l
 {
     long blk = outer * local * inner;
     if (blk <= 0) return;
-    const float *sum = srk_tp_seq_reduce_scatter(e, in, outer, local, inner, "activation");
+    const auto *sum = srk_tp_seq_reduce_scatter(e, in, outer, local, inner, "activation");
     if (sum) srk_copy(out, sum, blk);
 }
 /* dx (outer, local, inner) += this rank's block of dout (outer, tp*local, inner) summed
@@ -151,7 +181,7 @@ void srk_tp_allgather_bwd_rs(sr_exec *e, TD *dx, const TG *dout, long outer, lon
 {
     long blk = outer * local * inner;
     if (!dx || blk <= 0) return;
-    const float *sum = srk_tp_seq_reduce_scatter(e, dout, outer, local, inner, "activation grad");
+    const auto *sum = srk_tp_seq_reduce_scatter(e, dout, outer, local, inner, "activation grad");
     if (sum) srk_add_bwd(dx, (float *)NULL, sum, blk, blk);
 }
 

@@ -14,7 +14,9 @@
  * complete after the communicator's timeout fails with SR_ERR_COMM and a
  * message naming the operation, its `what` label and the step, so a dead or
  * hung peer is one clear error rather than a hang.
- * All reductions are sums of float32.
+ * All reductions are sums of float32, or of bfloat16 through the _t forms
+ * of the three collectives (tensor parallelism's activations in a bf16
+ * program move at 2 bytes, as Megatron-LM's do).
  *
  * Conventions of every operation below (runtime/comm.c):
  *  - n is an element count >= 0; n == 0 is a valid no-data operation that
@@ -129,7 +131,8 @@ typedef struct sr_req sr_req;
 /* traffic counters of one communicator, for the plan-vs-measured checks.
  * Counted when an operation is launched successfully (blocking or async,
  * whether or not it then completes); refused calls are not counted.
- * bytes = payload bytes read from or written to this rank's buffers:
+ * bytes = payload bytes read from or written to this rank's buffers
+ * (4 bytes an element; 2 for SR_BF16):
  *   allreduce       n * 4                (buf)
  *   reduce_scatter  n * size * 4         (the whole send buffer)
  *   allgather       n * 4                (this rank's send block)
@@ -192,6 +195,14 @@ void sr_comm_set_step(sr_comm *c, int64_t step); /* for timeout messages */
 const sr_comm_stats *sr_comm_get_stats(const sr_comm *c);
 void sr_comm_reset_stats(sr_comm *c);
 
+/* The element type of a collective's buffers. SR_BF16: bfloat16 (the upper
+ * half of a float32), summed as NCCL sums ncclBfloat16: each partial sum of
+ * two values in float32, rounded to bf16 (to nearest, ties to even); with
+ * more than two ranks the rounding depends on the algorithm's order, the
+ * same on every rank. n counts elements of the type; bytes in the stats
+ * and in the staging are n * 2. */
+typedef enum sr_dtype { SR_F32 = 0, SR_BF16 = 1 } sr_dtype;
+
 /* buf (n) summed over the group, in place (MPI: MPI_IN_PLACE) */
 sr_status sr_comm_allreduce(sr_comm *c, float *buf, int64_t n, const char *what, sr_req **req);
 /* send (n * size) summed; this rank receives its block recv (n).
@@ -202,6 +213,13 @@ sr_status sr_comm_reduce_scatter(sr_comm *c, const float *send, float *recv, int
  * In place: send == recv + rank * n */
 sr_status sr_comm_allgather(sr_comm *c, const float *send, float *recv, int64_t n,
                             const char *what, sr_req **req);
+/* the same three collectives on elements of type t (the float forms are
+ * these with SR_F32) */
+sr_status sr_comm_allreduce_t(sr_comm *c, sr_dtype t, void *buf, int64_t n, const char *what, sr_req **req);
+sr_status sr_comm_reduce_scatter_t(sr_comm *c, sr_dtype t, const void *send, void *recv, int64_t n,
+                                   const char *what, sr_req **req);
+sr_status sr_comm_allgather_t(sr_comm *c, sr_dtype t, const void *send, void *recv, int64_t n,
+                              const char *what, sr_req **req);
 /* buf (n) of group rank root -> every rank's buf */
 sr_status sr_comm_broadcast(sr_comm *c, float *buf, int64_t n, int root, const char *what,
                             sr_req **req);

@@ -251,6 +251,54 @@ static int t_ring(sr_comm *c, int64_t n, int mode, int grouped)
     return ok;
 }
 
+/* bf16 (SR_BF16) on device memory: all-reduce, reduce-scatter and all-gather, each also in
+ * place, on small integers (every partial sum a bf16 value: exact in any order); host images
+ * hold the 16 bits */
+static uint16_t bf(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+static int t_bf16(sr_comm *c, int64_t n, int mode)
+{
+    int r = sr_comm_rank(c), size = sr_comm_size(c), ok = 1;
+    size_t bytes = 2 * (size_t)(n * size + 1);
+    uint16_t *d = be->alloc(bytes), *d2 = be->alloc(bytes), *h = calloc(bytes, 1), *h2 = calloc(bytes, 1);
+    float S = (float)(size * (size + 1) / 2);
+    sr_status st;
+    for (int64_t i = 0; i < n; i++) h[i] = bf((float)((r + 1) * (i % 7 + 1)));
+    be->h2d(d, h, 2 * (size_t)n);
+    RUN(st, mode, sr_comm_allreduce_t(c, SR_BF16, n ? d : NULL, n, "ar bf16", req));
+    be->d2h(h, d, 2 * (size_t)n);
+    ok &= st == SR_OK;
+    for (int64_t i = 0; ok && i < n; i++) ok = h[i] == bf(S * (float)(i % 7 + 1));
+    for (int inplace = 0; inplace < 2; inplace++) {
+        for (int64_t i = 0; i < n * size; i++) h[i] = bf((float)((r + 1) * (i / n + 1) + (i % n) % 5));
+        be->h2d(d, h, 2 * (size_t)(n * size));
+        uint16_t *recv = inplace ? d + (int64_t)r * n : d2;
+        RUN(st, mode, sr_comm_reduce_scatter_t(c, SR_BF16, d, recv, n, "rs bf16", req));
+        be->d2h(h2, recv, 2 * (size_t)n);
+        ok &= st == SR_OK;
+        for (int64_t i = 0; ok && i < n; i++) ok = h2[i] == bf(S * (float)(r + 1) + (float)(size * (i % 5)));
+        /* this rank's block: in place in d, else in d2 */
+        uint16_t *mine = inplace ? h + (int64_t)r * n : h2;
+        for (int64_t i = 0; i < n * size; i++) h[i] = 0xffff;
+        for (int64_t i = 0; i < n; i++) mine[i] = bf((float)(r * 64 + i % 61));
+        be->h2d(d, h, 2 * (size_t)(n * size));
+        be->h2d(d2, h2, 2 * (size_t)n);
+        RUN(st, mode, sr_comm_allgather_t(c, SR_BF16, inplace ? d + (int64_t)r * n : d2, d, n, "ag bf16", req));
+        be->d2h(h, d, 2 * (size_t)(n * size));
+        ok &= st == SR_OK;
+        for (int64_t i = 0; ok && i < n * size; i++) ok = h[i] == bf((float)((i / n) * 64 + (i % n) % 61));
+    }
+    be->free(d);
+    be->free(d2);
+    free(h);
+    free(h2);
+    return ok;
+}
+
 static const int64_t SIZES[] = {0, 1, 7, 1000, 4099};
 static const int64_t SMALL_SIZES[] = {0, 1, 3, 5, 6, 23}; /* around the 5-float chunks */
 
@@ -260,7 +308,7 @@ static void ops_suite(sr_comm *c, const char *shape, const int64_t *sizes, int n
     const char *g = sr_comm_name(c);
     int size = sr_comm_size(c);
     for (int m = 0; m < 3; m++) {
-        int ok[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        int ok[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
         for (int k = 0; k < nsizes; k++) {
             int64_t n = sizes[k];
             ok[0] &= t_allreduce(c, n, m);
@@ -271,11 +319,13 @@ static void ops_suite(sr_comm *c, const char *shape, const int64_t *sizes, int n
             ok[5] &= t_broadcast(c, n, m, 0) && t_broadcast(c, n, m, size - 1);
             ok[6] &= t_ring(c, n, m, 0);
             ok[7] &= t_ring(c, n, m, 1);
+            ok[8] &= t_bf16(c, n, m);
         }
         static const char *const what[] = {"all-reduce", "reduce-scatter", "reduce-scatter in place", "all-gather",
                                            "all-gather in place", "broadcast (first and last root)", "send/recv ring",
-                                           "send/recv ring in a group"};
-        for (int k = 0; k < 8; k++)
+                                           "send/recv ring in a group",
+                                           "bf16 all-reduce, reduce-scatter and all-gather (also in place)"};
+        for (int k = 0; k < 9; k++)
             CHECK(ok[k], "%s: %s group (%d): %s on device memory, %s", shape, g, size, what[k], modes[m]);
     }
 }

@@ -175,9 +175,27 @@ PY
 check "bf16 sampling (greedy, 40 tokens): as the host binary's" same_text s_host.txt s_bf16.txt
 if command -v mpirun >/dev/null; then
   "$gen" "$m" --bf16 --tp 2 --cuda tg2b.cu --build tg2b_cuda --emulate
-  mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 --steps 4 --log c2b.jsonl
+  mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 --steps 4 --log c2b.jsonl --comm-stats c2b.stats
   losses c2b.jsonl > c2b.txt
   check "bf16 at tp=2 over NCCL: 4 steps within 2e-2 of the host binary's tp=2" close h2.txt c2b.txt 2e-2
+  # the activations' sums move as bf16 (2 bytes an element): the tensor group's calls and
+  # bytes are what shardc plan --precision bf16 says, to the byte (the cross-entropy's
+  # statistics are float in both)
+  "$shardc" plan "$m" --tp 2 --gpus 2 --batch 4 --seq 32 --precision bf16 --json > p2b.json
+  check "bf16 at tp=2: the tensor group's collectives are shardc plan --precision bf16's ($(grep tensor c2b.stats | tr '\n' ';'))" \
+    $py - p2b.json c2b.stats <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))['roles'][0]['comm_counters']['tensor']
+lines = open(sys.argv[2]).read().split('\n')
+steps = int(lines[0].split()[1])
+ops = ['allreduce', 'reduce_scatter', 'allgather', 'broadcast', 'send', 'recv']
+got = {w[1]: (int(w[3]), int(w[5])) for w in (l.split() for l in lines) if len(w) == 6 and w[0] == 'tensor'}
+bad = [(o, got.get(o, (0, 0)), (t['calls'][i] * steps, t['bytes'][i] * steps)) for i, o in enumerate(ops)
+       if got.get(o, (0, 0)) != (t['calls'][i] * steps, t['bytes'][i] * steps)]
+if bad or not got:
+    print("   (op, measured, planned):", bad)
+    sys.exit(1)
+PY
   mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 $smp > s_bf16tp.txt 2> /dev/null
   check "bf16 sampling at tp=2 (each rank's bf16 columns gathered): as the host binary's" \
     same_text s_host.txt s_bf16tp.txt

@@ -212,6 +212,71 @@ static int t_ring(sr_comm *c, int64_t n, int async)
     return ok;
 }
 
+/* ---- bf16 (sr_comm_*_t with SR_BF16): values held as their 16 bits ----- */
+
+static uint16_t bf(float x) /* x must be a bf16 value: its upper half */
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+static float bf_f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* small integers: every partial sum is a bf16 value, so exact in any order */
+static int t_bf16(sr_comm *c, int64_t n, int async)
+{
+    int r = sr_comm_rank(c), size = sr_comm_size(c), ok = 1;
+    float S = (float)(size * (size + 1) / 2);
+    uint16_t *a = malloc((size_t)(n * size + 1) * 2), *b = malloc((size_t)(n * size + 1) * 2);
+    sr_status st;
+    for (int64_t i = 0; i < n; i++) a[i] = bf((float)((r + 1) * (i % 7 + 1)));
+    RUN(st, async, sr_comm_allreduce_t(c, SR_BF16, a, n, "test bf16 allreduce", req));
+    ok &= st == SR_OK;
+    for (int64_t i = 0; ok && i < n; i++) ok = bf_f(a[i]) == S * (float)(i % 7 + 1);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        for (int64_t i = 0; i < n * size; i++) a[i] = bf((float)((r + 1) * (i / (n ? n : 1) + 1) + i % 5));
+        uint16_t *recv = inplace ? a + (int64_t)r * n : b;
+        RUN(st, async, sr_comm_reduce_scatter_t(c, SR_BF16, a, recv, n, "test bf16 rs", req));
+        ok &= st == SR_OK;
+        for (int64_t i = 0; ok && i < n; i++)
+            ok = bf_f(recv[i]) == S * (float)(r + 1) + (float)(size * ((r * n + i) % 5));
+        for (int64_t i = 0; i < n * size; i++) b[i] = 0xffff;
+        uint16_t *send = inplace ? b + (int64_t)r * n : a;
+        for (int64_t i = 0; i < n; i++) send[i] = bf((float)(r * 64 + i % 61));
+        RUN(st, async, sr_comm_allgather_t(c, SR_BF16, send, b, n, "test bf16 ag", req));
+        ok &= st == SR_OK;
+        for (int64_t i = 0; ok && i < n * size; i++) ok = bf_f(b[i]) == (float)((i / n) * 64 + (i % n) % 61);
+    }
+    free(a);
+    free(b);
+    return ok;
+}
+
+/* on a group of two, the sum of a pair is rounded once: to nearest bf16, ties to even */
+static void bf16_rounding_checks(sr_comm *c, const char *shape)
+{
+    if (sr_comm_size(c) != 2) return;
+    const float u = 1.0f / 128; /* one unit in the last place of bf16 at 1 */
+    /* rank 0's terms, rank 1's terms, and the sums */
+    const float x0[] = {1, 1 + u, 1, 1, -3}, x1[] = {u / 2, u / 2, 0.75f * u, 0.25f * u, -u};
+    const float want[] = {1, 1 + 2 * u, 1 + u, 1, -3};
+    enum { K = 5 };
+    uint16_t v[K];
+    for (int k = 0; k < K; k++) v[k] = bf(sr_comm_rank(c) ? x1[k] : x0[k]);
+    sr_status st = sr_comm_allreduce_t(c, SR_BF16, v, K, "rounding", NULL);
+    int ok = st == SR_OK;
+    for (int k = 0; ok && k < K; k++) ok = v[k] == bf(want[k]);
+    CHECK(ok, "%s: %s group (2): bf16 all-reduce rounds a pair's sum once, to nearest, ties to even "
+              "(1 + u/2 -> 1, 1+u + u/2 -> 1+2u, 1 + 3u/4 -> 1+u, 1 + u/4 -> 1, -3 - u -> -3)", shape,
+          sr_comm_name(c));
+}
+
 static const int64_t SIZES[] = {0, 1, 7, 1000, 4099};
 static const int64_t SMALL_SIZES[] = {0, 1, 3, 5, 6, 23};
 
@@ -250,6 +315,10 @@ static void ops_suite(sr_comm *c, const char *shape, const int64_t *sizes, int n
         ok = 1;
         for (int k = 0; k < nsizes; k++) ok &= t_ring(c, sizes[k], async);
         CHECK(ok, "%s: %s group (%d): send/recv ring %s, n = %s", shape, g, size, mode, sz);
+        ok = 1;
+        for (int k = 0; k < nsizes; k++) ok &= t_bf16(c, sizes[k], async);
+        CHECK(ok, "%s: %s group (%d): bf16 all-reduce, reduce-scatter and all-gather (also in place) %s, "
+                  "n = %s: exact", shape, g, size, mode, sz);
     }
 }
 
@@ -361,7 +430,8 @@ static void stats_checks(const sr_grid *g)
     CHECK(zero, "stats: zero after sr_comm_reset_stats");
 
     float buf[64] = {0}, big[256] = {0};
-    sr_status st = sr_comm_allreduce(c, buf, 10, "s", NULL);
+    sr_status st = sr_comm_allreduce(c, buf, 6, "s", NULL);
+    if (st == SR_OK) st = sr_comm_allreduce_t(c, SR_BF16, buf, 8, "s", NULL); /* 2 bytes an element */
     if (st == SR_OK) st = sr_comm_reduce_scatter(c, big, buf, 3, "s", NULL);
     if (st == SR_OK) st = sr_comm_allgather(c, buf, big, 5, "s", NULL);
     if (st == SR_OK) st = sr_comm_broadcast(c, buf, 6, 0, "s", NULL);
@@ -377,11 +447,11 @@ static void stats_checks(const sr_grid *g)
     if (st == SR_OK) st = sr_comm_allreduce_double(c, &x, 1); /* not counted */
     if (st == SR_OK) st = sr_comm_barrier(c);                  /* not counted */
     CHECK(st == SR_OK, "stats: the counted ops succeed");
-    int64_t want_calls[6] = {2, 1, 1, 1, 1, 1};
+    int64_t want_calls[6] = {3, 1, 1, 1, 1, 1}; /* all-reduce: 6 floats, 8 bf16, 0 */
     int64_t want_bytes[6] = {40, 3 * 4 * (int64_t)size, 20, r == 0 ? 24 : 0, 28, 28};
     int ok = 1;
     for (int k = 0; k < 6; k++) ok &= s->calls[k] == want_calls[k] && s->bytes[k] == want_bytes[k];
-    CHECK(ok, "stats: calls {2,1,1,1,1,1}, bytes {40, %d, 20, %d, 28, 28} on world rank %d (got "
+    CHECK(ok, "stats: calls {3,1,1,1,1,1}, bytes {40 (24 + 8 bf16 at 2), %d, 20, %d, 28, 28} on world rank %d (got "
               "calls %lld,%lld,%lld,%lld,%lld,%lld bytes %lld,%lld,%lld,%lld,%lld,%lld)",
           3 * 4 * size, r == 0 ? 24 : 0, r, (long long)s->calls[0], (long long)s->calls[1],
           (long long)s->calls[2], (long long)s->calls[3], (long long)s->calls[4],
@@ -429,6 +499,14 @@ static void arg_checks(const sr_grid *g)
           "reduce-scatter with overlapping buffers (not in place): SR_ERR_ARG (%s)", sr_errmsg());
     st = sr_comm_allreduce(NULL, buf, 1, "x", NULL);
     CHECK(st == SR_ERR_ARG, "NULL communicator: SR_ERR_ARG (%s)", sr_errmsg());
+    st = sr_comm_allreduce_t(c, (sr_dtype)7, buf, 2, "type", NULL);
+    CHECK(st == SR_ERR_ARG && strstr(sr_errmsg(), "unknown element type 7"),
+          "an unknown element type: SR_ERR_ARG (%s)", sr_errmsg());
+    /* in bf16 units the blocks start at even elements: one element in is no rank's */
+    st = sr_comm_allgather_t(c, SR_BF16, (uint16_t *)big + 1, big, 2, "overlap", NULL);
+    CHECK(st == SR_ERR_ARG && strstr(sr_errmsg(), "overlaps"),
+          "bf16 all-gather whose send overlaps the receive buffer off every rank's block: SR_ERR_ARG (%s)",
+          sr_errmsg());
     CHECK(sr_comm_wait(NULL) == SR_OK && sr_comm_test(NULL) == 1,
           "sr_comm_wait(NULL) is SR_OK, sr_comm_test(NULL) is 1");
     /* the world still works after the refused calls (nothing half-launched) */
@@ -500,7 +578,10 @@ static int run_normal(void)
         if (st != SR_OK) continue;
         grid_checks(&g, shape);
         sr_comm *axes[4] = {g.world_comm, g.dp_comm, g.tp_comm, g.pp_comm};
-        for (int a = 0; a < 4; a++) ops_suite(axes[a], shape, SIZES, 5);
+        for (int a = 0; a < 4; a++) {
+            ops_suite(axes[a], shape, SIZES, 5);
+            bf16_rounding_checks(axes[a], shape);
+        }
         overlap_checks(&g, shape);
         if (k == 0) {
             stats_checks(&g);

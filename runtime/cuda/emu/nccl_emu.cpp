@@ -122,8 +122,26 @@ ncclResult_t check_comm(ncclComm_t c, const char *call)
     return ncclSuccess;
 }
 
-MPI_Datatype mpi_type(ncclDataType_t t) { return t == ncclDouble ? MPI_DOUBLE : MPI_FLOAT; }
-size_t type_size(ncclDataType_t t) { return t == ncclDouble ? 8 : 4; }
+MPI_Datatype mpi_type(ncclDataType_t t)
+{
+    return t == ncclDouble ? MPI_DOUBLE : t == ncclBfloat16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+size_t type_size(ncclDataType_t t) { return t == ncclDouble ? 8 : t == ncclBfloat16 ? 2 : 4; }
+
+/* ncclSum of ncclBfloat16: each pair added in float, the sum rounded to bf16 */
+void bf16_add(void *in, void *inout, int *len, MPI_Datatype *)
+{
+    const __nv_bfloat16 *a = (const __nv_bfloat16 *)in;
+    __nv_bfloat16 *b = (__nv_bfloat16 *)inout;
+    for (int i = 0; i < *len; i++) b[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+MPI_Op sum_op(ncclDataType_t t)
+{
+    static MPI_Op bf16 = MPI_OP_NULL;
+    if (t != ncclBfloat16) return MPI_SUM;
+    if (bf16 == MPI_OP_NULL) MPI_Op_create(bf16_add, 1, &bf16);
+    return bf16;
+}
 
 /* one NCCL call */
 struct Call {
@@ -155,10 +173,11 @@ struct Ops : emu::StreamWork {
             int n = (int)c.count, rc = MPI_SUCCESS;
             switch (c.kind) {
             case Call::ALLREDUCE:
-                rc = MPI_Iallreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, n, t, MPI_SUM, c.comm->mpi, &rq);
+                rc = MPI_Iallreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, n, t, sum_op(c.type), c.comm->mpi,
+                                    &rq);
                 break;
             case Call::REDUCE_SCATTER:
-                rc = MPI_Ireduce_scatter_block(c.send, c.recv, n, t, MPI_SUM, c.comm->mpi, &rq);
+                rc = MPI_Ireduce_scatter_block(c.send, c.recv, n, t, sum_op(c.type), c.comm->mpi, &rq);
                 break;
             case Call::ALLGATHER: {
                 /* in place when send is this rank's block of recv, as NCCL defines it */
@@ -215,8 +234,8 @@ ncclResult_t submit(const Call &c, const char *name)
 {
     ncclResult_t r = check_comm(c.comm, name);
     if (r != ncclSuccess) return r;
-    if (c.type != ncclFloat && c.type != ncclDouble)
-        return fail(c.comm, ncclInvalidArgument, "%s: the emulated NCCL moves float and double only", name);
+    if (c.type != ncclFloat && c.type != ncclDouble && c.type != ncclBfloat16)
+        return fail(c.comm, ncclInvalidArgument, "%s: the emulated NCCL moves float, double and bfloat16 only", name);
     if ((c.kind == Call::SEND || c.kind == Call::RECV || c.kind == Call::BROADCAST) &&
         (c.peer < 0 || c.peer >= c.comm->nranks))
         return fail(c.comm, ncclInvalidArgument, "%s: peer %d is not a rank of %d", name, c.peer, c.comm->nranks);
