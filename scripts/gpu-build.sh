@@ -9,6 +9,7 @@
 #   step_compare_cuda                 tinygpt's bf16 program against the host's, step by step
 #   tinygpt_fp32, tinygpt_bf16        examples/tinygpt.model, --backend cuda
 #   tinygpt_pp2_fp32                  the same in two pipeline stages, block recomputation
+#   tinygpt_tp2sp_bf16                bf16 at tensor 2 with sequence parallelism (bf16 collectives)
 #   gpt2_bf16                         examples/gpt2.model (GPT-2 124M), --backend cuda,
 #                                     vocabulary padded to a multiple of 128 (50304)
 #   tinygpt_host                      examples/tinygpt.model, --backend host
@@ -53,6 +54,7 @@ one() { # one NAME MODEL OPTIONS...: shardc build into BINS/NAME, in the backgro
 one tinygpt_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs"
 one tinygpt_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs"
 one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --recompute block
+one tinygpt_tp2sp_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --tp 2 --sequence-parallel
 # the vocabulary padded to 50304 as llm.c and Megatron do (aligned logit rows; the loss ignores the padding)
 one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" --set make_vocab_size_divisible_by=128
 one tinygpt_host tinygpt --backend host

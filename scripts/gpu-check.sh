@@ -61,7 +61,7 @@ ok()  { pass=$((pass+1)); echo "ok   $*"; }
 bad() { fail=$((fail+1)); echo "FAIL $*"; }
 stage() { echo; echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 # SHARDC_GPU_STAGES: the checks to run, comma-separated, of kernels, tinygpt,
-# gpt2, dp, pp and build (the build at the end, with SHARDC_GPU_PREBUILT); default all
+# gpt2, dp, tp, pp and build (the build at the end, with SHARDC_GPU_PREBUILT); default all
 want() { case ",${SHARDC_GPU_STAGES:-all}," in *,all,* | *",$1,"*) return 0 ;; esac; return 1; }
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 close() { # close A B TOL: the same losses, line by line, to TOL relative
@@ -168,7 +168,8 @@ if [ ! -f /opt/cudnn-frontend/include/cudnn_frontend.h ] && [ -f "$fe/cudnn_fron
   cmake_extra+=(-DSHARDC_CUDNN_FRONTEND_INCLUDE="$(realpath "$fe")")
 fi
 
-progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 gpt2_bf16 tinygpt_host"
+progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 tinygpt_tp2sp_bf16 gpt2_bf16
+  tinygpt_host"
 loads() { # loads DIR: every program there, with every library it needs found
   local p
   for p in $progs; do
@@ -400,7 +401,7 @@ PY
 fi
 fi # gpt2
 
-if want dp || want pp; then
+if want dp || want tp || want pp; then
   dpopts="--data $w/text.txt --steps 6 $shape --eval-every 0 --quiet"
   "$bins/tinygpt_host" $dpopts --log "$w/h1.jsonl" --threads "$(nproc)"
   losses "$w/h1.jsonl" > "$w/h1.txt"
@@ -447,6 +448,21 @@ else
   bad "bf16 dp=2 ZeRO-1 runs: $(grep -m1 -i error "$w/bz.txt" | head -c 300)"
 fi
 fi # zero
+
+if want tp && [ -n "$how" ]; then
+stage "tensor parallelism in bf16 on one GPU (--tp 2, sequence parallelism)"
+# the activations' all-gathers and reduce-scatters move bf16 (a bf16 sum over
+# the MPI path, ncclBfloat16 over NCCL), as do the input gradients' all-reduces
+if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_tp2sp_bf16" $dpopts --tp 2 $cflag \
+     --log "$w/tp.jsonl" > "$w/tp.txt" 2>&1; then
+  losses "$w/tp.jsonl" > "$w/tp2.txt"
+  if close "$w/h1.txt" "$w/tp2.txt" 2e-2; then
+    ok "bf16 tp=2 with sequence parallelism (bf16 collectives, ${cflag:-NCCL}) within 2e-2 of one host rank"
+  else bad "bf16 tp=2: losses differ from one host rank by more than 2e-2"; fi
+else
+  bad "bf16 tp=2 run: $(grep -m1 -i error "$w/tp.txt" | head -c 300)"
+fi
+fi # tp
 
 if want pp; then
 stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation)"

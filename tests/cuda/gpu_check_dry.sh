@@ -8,7 +8,7 @@
 # throughput and a profile (GPT-2 itself is far too slow to emulate). The
 # script's own checks must pass (kernels, fp32 losses vs the host, bf16
 # with the default attention (auto) and with mma.sync vs the host, the --comm mpi fallback at dp=2,
-# bf16 ZeRO-1 and pp=2) and its MFU must be the one
+# bf16 ZeRO-1, bf16 tp=2 with sequence parallelism and pp=2) and its MFU must be the one
 # worked out by hand from the stand-in's tokens/s. cuDNN's attention
 # cannot run on the emulator: a last run checks that its probe fails
 # plainly and that the script goes on without it. (SHARDC_GPU_BUILD is a
@@ -56,11 +56,12 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate -o bins/tinygpt_fp32 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
+  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --sequence-parallel -o bins/tinygpt_tp2sp_bf16 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
 PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" \
   SHARDC_GPU_ATTN_PATHS=mma \
   SHARDC_GPU_TINYGPT="--batch 4 --seq 32" SHARDC_GPU_ATTN_BENCH="1 64 128 2 1" \
-  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
+  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,tp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
   > run.txt 2>&1
 rc=$?
 grep -E "^(==|ok|FAIL)|MFU|tokens/s" run.txt | sed 's/^/   | /'
@@ -103,6 +104,8 @@ check "dp=2 on one device: NCCL's refusal names --comm mpi, and the MPI path mat
    grep -q '^ok   dp=2 on one GPU over MPI path (--comm mpi) matches one rank' run.txt"
 check "bf16 dp=2 with ZeRO-1 over --comm mpi matches it without ZeRO" \
   grep -q "^ok   bf16 dp=2 with ZeRO-1 (parameters gathered during the forward, over --comm mpi) matches it without ZeRO" run.txt
+check "bf16 tp=2 with sequence parallelism over --comm mpi within 2e-2 of one host rank" \
+  grep -q "^ok   bf16 tp=2 with sequence parallelism (bf16 collectives, --comm mpi) within 2e-2 of one host rank" run.txt
 check "pp=2 with recomputation over --comm mpi matches one rank" \
   grep -q "^ok   pp=2 with recomputation on one GPU (--comm mpi) matches one rank" run.txt
 check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '^FAIL' run.txt))" \
