@@ -449,33 +449,34 @@ else
 fi
 fi # zero
 
+# two_ranks TAG BIN TOL WHAT ARG...: BIN on two ranks of the one GPU, its losses within TOL of one host rank's
+two_ranks() {
+  local tag=$1 bin=$2 tol=$3 what=$4
+  shift 4
+  if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/$bin" $dpopts "$@" $cflag --log "$w/$tag.jsonl" \
+       > "$w/$tag.txt" 2>&1; then
+    losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
+    if close "$w/h1.txt" "$w/$tag-losses.txt" "$tol"; then ok "$what"
+    else bad "$what: losses differ from one host rank by more than $tol"; fi
+  else
+    bad "$what: the run failed: $(grep -m1 -i error "$w/$tag.txt" | head -c 300)"
+  fi
+}
+
 if want tp && [ -n "$how" ]; then
 stage "tensor parallelism in bf16 on one GPU (--tp 2, sequence parallelism)"
 # the activations' all-gathers and reduce-scatters move bf16 (a bf16 sum over
 # the MPI path, ncclBfloat16 over NCCL), as do the input gradients' all-reduces
-if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_tp2sp_bf16" $dpopts --tp 2 $cflag \
-     --log "$w/tp.jsonl" > "$w/tp.txt" 2>&1; then
-  losses "$w/tp.jsonl" > "$w/tp2.txt"
-  if close "$w/h1.txt" "$w/tp2.txt" 2e-2; then
-    ok "bf16 tp=2 with sequence parallelism (bf16 collectives, ${cflag:-NCCL}) within 2e-2 of one host rank"
-  else bad "bf16 tp=2: losses differ from one host rank by more than 2e-2"; fi
-else
-  bad "bf16 tp=2 run: $(grep -m1 -i error "$w/tp.txt" | head -c 300)"
-fi
+two_ranks tp tinygpt_tp2sp_bf16 2e-2 \
+  "bf16 tp=2 with sequence parallelism (bf16 collectives, ${cflag:-NCCL}) within 2e-2 of one host rank" --tp 2
 fi # tp
 
 if want pp; then
 stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation)"
 # two stages with 4 microbatches: each rank's waiting microbatches keep
 # their own slots while the recomputed blocks run in the shared scratch
-if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_pp2_fp32" $dpopts --pp 2 --microbatches 4 \
-     $cflag --log "$w/pp.jsonl" > "$w/pp.txt" 2>&1; then
-  losses "$w/pp.jsonl" > "$w/pp2.txt"
-  if close "$w/h1.txt" "$w/pp2.txt" 1e-4; then ok "pp=2 with recomputation on one GPU (${cflag:-NCCL}) matches one rank"
-  else bad "pp=2 with recomputation: losses differ from one rank"; fi
-else
-  bad "pp=2 run: $(grep -m1 -i error "$w/pp.txt" | head -c 300)"
-fi
+two_ranks pp tinygpt_pp2_fp32 1e-4 "pp=2 with recomputation on one GPU (${cflag:-NCCL}) matches one rank" \
+  --pp 2 --microbatches 4
 fi # pp
 
 if [ "$bins" = "$pre" ] && want build; then
