@@ -48,31 +48,16 @@ struct srk_wire<bf16> {
     static constexpr sr_dtype dt = SR_BF16;
 };
 
-/* out (n) = sum over the tensor group of in (n); a bf16 out summed in place, in bf16 */
+/* out (n) = sum over the tensor group of in (n), summed in place in out's type */
 template <class TO, class TI>
 void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
 {
     if (n <= 0) return;
-    if (e->tp <= 1) {
-        srk_copy(out, in, n);
-        return;
-    }
-    if constexpr (srk_dt<TO>::value == SRK_BF16) {
-        if ((const void *)out != (const void *)in) srk_copy(out, in, n);
-        if (srk_ctx.failed) return;
-        sr_req *q = NULL;
-        if (srk_tp_then(sr_comm_allreduce_t(e->tp_comm, SR_BF16, out, n, "activation", &q), &q) != SR_OK)
-            srk_tp_fatal("all-reduce");
-        return;
-    }
-    float *buf = (float *)out;
-    if (srk_dt<TO>::value != SRK_F32) buf = (float *)srk_scratch(SRK_SCR_CONV_A, sizeof(float) * (size_t)n);
-    if (!buf) return;
-    srk_copy(buf, in, n);
-    if (srk_ctx.failed) return;
+    if ((const void *)out != (const void *)in) srk_copy(out, in, n);
+    if (e->tp <= 1 || srk_ctx.failed) return;
     sr_req *q = NULL;
-    if (srk_tp_then(sr_comm_allreduce(e->tp_comm, buf, n, "activation", &q), &q) != SR_OK) srk_tp_fatal("all-reduce");
-    if ((void *)buf != (void *)out) srk_copy(out, buf, n);
+    if (srk_tp_then(sr_comm_allreduce_t(e->tp_comm, srk_wire<TO>::dt, out, n, "activation", &q), &q) != SR_OK)
+        srk_tp_fatal("all-reduce");
 }
 
 /* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */
