@@ -77,11 +77,12 @@ static char *buf_own(CGen *g, int id)
     default:
         break;
     }
-    if (g->ir->nstages > 1) { /* pipeline boundaries are the runtime's (float) buffers */
+    if (g->ir->nstages > 1) { /* pipeline boundaries are the runtime's buffers: bf16 in a bf16 program */
         const IrStage *st = &g->ir->stages[g->stage];
-        if (id == st->act_in) return "e->act_in";
-        if (v->kind == VK_GRAD && v->primal == st->act_in) return "e->act_in_grad";
-        if (v->kind == VK_GRAD && v->primal == st->act_out) return "e->act_out_grad";
+        int h = g->store[id] == ST_ACT;
+        if (id == st->act_in) return h ? "((bf16 *)e->act_in)" : "e->act_in";
+        if (v->kind == VK_GRAD && v->primal == st->act_in) return h ? "((bf16 *)e->act_in_grad)" : "e->act_in_grad";
+        if (v->kind == VK_GRAD && v->primal == st->act_out) return h ? "((bf16 *)e->act_out_grad)" : "e->act_out_grad";
     }
     if (v->slot < 0) sx_ice("value %%%d has no workspace slot", id);
     int s = g->store[id];
@@ -102,7 +103,7 @@ static char *expand(CGen *g, const char *t, IrOp *op, const IrBwd *b, unsigned f
 }
 
 /* ---- storage ------------------------------------------------------------------------ */
-/* a pipeline boundary activation: the runtime sends and receives it as float */
+/* a pipeline boundary activation: sent from its slot, received into the runtime's buffer */
 static int boundary(const Ir *ir, int id)
 {
     for (int s = 0; ir->nstages > 1 && s < ir->nstages; s++)
@@ -128,7 +129,7 @@ static void plan_storage(CGen *g)
             int s = ST_F32;
             if (v->dtype == DT_I32 || v->kind == VK_INPUT) s = ST_I32;
             else if (v->kind == VK_GRAD) s = ir_value(ir, v->primal)->kind == VK_PARAM ? ST_F32 : g->store[v->primal];
-            else if (v->kind == VK_OP && g->bf16 && i != ir->output && !boundary(ir, i)) s = ST_ACT;
+            else if (v->kind == VK_OP && g->bf16 && i != ir->output) s = ST_ACT;
             g->store[i] = (char)s;
         }
 }
@@ -467,7 +468,8 @@ static void emit_stage(CGen *g, int s, int logits)
         else
             fprintf(f, "    e->logits = %s; /* device memory */\n", buf(g, logits));
     } else {
-        fprintf(f, "    e->act_out = %s;\n", buf(g, st->act_out));
+        fprintf(f, "    e->act_out = (float *)%s; /* %s */\n", buf(g, st->act_out),
+                g->store[st->act_out] == ST_ACT ? "bf16: the stage's act_bf16" : "float");
     }
     fprintf(f, "}\n\n");
     static const char *suffix[3] = {"backward", "backward_input", "backward_weight"};
@@ -559,6 +561,8 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
         int64_t rout = sg->act_out >= 0 ? cg_row_floats(ir, sg->act_out, P->layout.tp) : 0;
         fprintf(f, "    stages[%d].act_in_row = %lld;\n", st, (long long)rin);
         fprintf(f, "    stages[%d].act_out_row = %lld;\n", st, (long long)rout);
+        int bnd = sg->act_in >= 0 ? sg->act_in : sg->act_out;
+        if (bnd >= 0 && g.store[bnd] == ST_ACT) fprintf(f, "    stages[%d].act_bf16 = 1;\n", st);
         fprintf(f, "    stages[%d].first_block = %d;\n    stages[%d].nblocks = %d;\n", st, sg->first_block, st, sg->nblocks);
         fprintf(f, "    stages[%d].n_params = %d;\n    stages[%d].params = stage%d_params;\n", st, nused[st], st, st);
     }

@@ -252,7 +252,7 @@ int cg_host(Program *P, FILE *f, const char *source_path)
                 st, st, st, multi ? sx_fmt("stage%d_backward_input", st) : "NULL",
                 multi ? sx_fmt("stage%d_backward_weight", st) : "NULL", (long long)rin, (long long)rout,
                 sg->first_block, sg->nblocks, nused[st], st,
-                sg->nkept < sg->nslots ? sx_fmt(", scratch_bytes%d", st) : ", NULL");
+                sg->nkept < sg->nslots ? sx_fmt(", scratch_bytes%d, 0", st) : ", NULL, 0"); /* float boundaries */
     }
     fprintf(f, "};\n\n");
     if (g.L.nranks > 1) { /* each pipeline rank's own arena */

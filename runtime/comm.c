@@ -832,20 +832,34 @@ sr_status sr_comm_broadcast(sr_comm *c, float *buf, int64_t n, int root, const c
     return launch(c, SRC_BROADCAST, SR_F32, buf, buf, n, root, 0, what, req);
 }
 
-sr_status sr_comm_send(sr_comm *c, const float *buf, int64_t n, int peer, int tag,
-                       const char *what, sr_req **req)
+sr_status sr_comm_send_t(sr_comm *c, sr_dtype t, const void *buf, int64_t n, int peer, int tag,
+                         const char *what, sr_req **req)
 {
     if (req) *req = NULL;
     SR_CHECK(check_args(c, "sr_comm_send", SRC_SEND, buf, n, peer, tag, what));
-    return launch(c, SRC_SEND, SR_F32, buf, NULL, n, peer, tag, what, req);
+    SR_CHECK(check_dtype(c, SRC_SEND, t, what));
+    return launch(c, SRC_SEND, t, buf, NULL, n, peer, tag, what, req);
+}
+
+sr_status sr_comm_recv_t(sr_comm *c, sr_dtype t, void *buf, int64_t n, int peer, int tag, const char *what,
+                         sr_req **req)
+{
+    if (req) *req = NULL;
+    SR_CHECK(check_args(c, "sr_comm_recv", SRC_RECV, buf, n, peer, tag, what));
+    SR_CHECK(check_dtype(c, SRC_RECV, t, what));
+    return launch(c, SRC_RECV, t, NULL, buf, n, peer, tag, what, req);
+}
+
+sr_status sr_comm_send(sr_comm *c, const float *buf, int64_t n, int peer, int tag,
+                       const char *what, sr_req **req)
+{
+    return sr_comm_send_t(c, SR_F32, buf, n, peer, tag, what, req);
 }
 
 sr_status sr_comm_recv(sr_comm *c, float *buf, int64_t n, int peer, int tag, const char *what,
                        sr_req **req)
 {
-    if (req) *req = NULL;
-    SR_CHECK(check_args(c, "sr_comm_recv", SRC_RECV, buf, n, peer, tag, what));
-    return launch(c, SRC_RECV, SR_F32, NULL, buf, n, peer, tag, what, req);
+    return sr_comm_recv_t(c, SR_F32, buf, n, peer, tag, what, req);
 }
 
 sr_status sr_comm_allreduce_double(sr_comm *c, double *x, int n)
@@ -1231,15 +1245,18 @@ static int mpi_poll(sr_req *r)
     if (r->op == SRC_RECV) {
         /* a shorter message than expected fits silently: check the sizes */
         int64_t got = 0;
+        MPI_Datatype et;
+        MPI_Op sum;
+        (void)mpi_elem(r, &et, &sum); /* made when the recv started */
         for (int i = 0; i < r->nmreq; i++) {
             int cnt = 0;
-            MPI_Get_count(&stv[i], MPI_FLOAT, &cnt);
+            MPI_Get_count(&stv[i], et, &cnt);
             got += cnt;
         }
         if (got != r->n) {
             snprintf(r->detail, sizeof r->detail,
-                     "received %lld floats but expected %lld: the sender's size differs",
-                     (long long)got, (long long)r->n);
+                     "received %lld %s but expected %lld: the sender's size differs",
+                     (long long)got, r->dt == SR_BF16 ? "bf16 elements" : "floats", (long long)r->n);
             r->err = SR_ERR_COMM;
             r->comm_ok = 1; /* nothing is left pending */
         }

@@ -77,6 +77,11 @@ static int tag_of(const struct rt_pipe *pp, int mb, int stage, int grad)
 
 static int64_t rows(run *r) { return (int64_t)r->B * r->o.seq; }
 
+/* a stage's boundary activations and their gradients: bf16 in a bf16 CUDA
+ * program (sent as such, 2 bytes an element), else float */
+static sr_dtype act_dt(const sr_stage *st) { return st->act_bf16 ? SR_BF16 : SR_F32; }
+static size_t act_size(const sr_stage *st) { return st->act_bf16 ? 2 : sizeof(float); }
+
 static sr_status alloc_slot(run *r, chunk *c, slot *s)
 {
     const sr_backend *be = r->be;
@@ -87,12 +92,12 @@ static sr_status alloc_slot(run *r, chunk *c, slot *s)
     s->targets = be->alloc(n * sizeof(int32_t));
     int ok = s->work && s->inputs && s->targets;
     if (c->st->act_in_row) {
-        s->act_in = be->alloc(n * (size_t)c->st->act_in_row * sizeof(float));
-        s->act_in_grad = be->alloc(n * (size_t)c->st->act_in_row * sizeof(float));
+        s->act_in = be->alloc(n * (size_t)c->st->act_in_row * act_size(c->st));
+        s->act_in_grad = be->alloc(n * (size_t)c->st->act_in_row * act_size(c->st));
         ok = ok && s->act_in && s->act_in_grad;
     }
     if (c->st->act_out_row) {
-        s->act_out_grad = be->alloc(n * (size_t)c->st->act_out_row * sizeof(float));
+        s->act_out_grad = be->alloc(n * (size_t)c->st->act_out_row * act_size(c->st));
         ok = ok && s->act_out_grad;
     }
     return ok ? SR_OK : sr_seterr(SR_ERR_NOMEM, "cannot allocate the activations of pipeline stage %d "
@@ -181,7 +186,7 @@ sr_status rt_pipe_init(run *r)
         if (!ch->slots) return sr_seterr(SR_ERR_NOMEM, "out of memory");
         for (int k = 0; k < pool; k++) SR_CHECK(alloc_slot(r, ch, &ch->slots[k]));
         pp->act_bytes += (size_t)pool * (ch->st->work_bytes(r->B, r->o.seq) +
-                                         (size_t)rows(r) * sizeof(float) *
+                                         (size_t)rows(r) * act_size(ch->st) *
                                              (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row));
         size_t scr = ch->st->scratch_bytes ? ch->st->scratch_bytes(r->B, r->o.seq) : 0;
         if (scr > pp->scratch_bytes) pp->scratch_bytes = scr;
@@ -337,8 +342,8 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
         sr_status st = SR_OK; /* of a send or a recv */
         switch (in->op) {
         case SR_I_RECV_ACT:
-            st = sr_comm_recv(comm, sl->act_in, n * c->st->act_in_row, (s - 1) % pp->p, tag_of(pp, mb, s, 0),
-                              "activation", rqp);
+            st = sr_comm_recv_t(comm, act_dt(c->st), sl->act_in, n * c->st->act_in_row, (s - 1) % pp->p,
+                                tag_of(pp, mb, s, 0), "activation", rqp);
             break;
         case SR_I_FWD:
             SR_CHECK(fill_tokens(r, &r->train, k, sl));
@@ -355,13 +360,13 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
             span(r, SR_TRACK_COMPUTE, "forward", t0, mb, in->chunk);
             break;
         case SR_I_SEND_ACT:
-            st = sr_comm_send(comm, sl->act_out, n * c->st->act_out_row, (s + 1) % pp->p, tag_of(pp, mb, s + 1, 0),
-                              "activation", &sl->send[0]);
+            st = sr_comm_send_t(comm, act_dt(c->st), sl->act_out, n * c->st->act_out_row, (s + 1) % pp->p,
+                                tag_of(pp, mb, s + 1, 0), "activation", &sl->send[0]);
             if (st == SR_OK) span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
             break;
         case SR_I_RECV_GRAD:
-            st = sr_comm_recv(comm, sl->act_out_grad, n * c->st->act_out_row, (s + 1) % pp->p, tag_of(pp, mb, s, 1),
-                              "activation gradient", rqp);
+            st = sr_comm_recv_t(comm, act_dt(c->st), sl->act_out_grad, n * c->st->act_out_row, (s + 1) % pp->p,
+                                tag_of(pp, mb, s, 1), "activation gradient", rqp);
             break;
         case SR_I_BWD:
         case SR_I_BWD_INPUT:
@@ -385,8 +390,8 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
             break;
         }
         case SR_I_SEND_GRAD:
-            st = sr_comm_send(comm, sl->act_in_grad, n * c->st->act_in_row, (s - 1) % pp->p, tag_of(pp, mb, s - 1, 1),
-                              "activation gradient", &sl->send[1]);
+            st = sr_comm_send_t(comm, act_dt(c->st), sl->act_in_grad, n * c->st->act_in_row, (s - 1) % pp->p,
+                                tag_of(pp, mb, s - 1, 1), "activation gradient", &sl->send[1]);
             if (st != SR_OK) break;
             span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
             if (sr_sched_frees_slot(sc->kind, in->op, s)) release(c, sl);
@@ -474,12 +479,12 @@ static sr_status eval_chunk(run *r, chunk *ch, slot *sl, sr_exec *x, sr_req **se
     x->scratch = pp->scratch;
     x->act_in = s > 0 ? sl->act_in : NULL;
     if (s > 0)
-        SR_CHECK(sr_comm_recv(comm, sl->act_in, n * ch->st->act_in_row, (s - 1) % pp->p, TAG_EVAL, "activation",
-                              NULL));
+        SR_CHECK(sr_comm_recv_t(comm, act_dt(ch->st), sl->act_in, n * ch->st->act_in_row, (s - 1) % pp->p, TAG_EVAL,
+                                "activation", NULL));
     ch->st->forward(x);
     if (s < pp->S - 1)
-        SR_CHECK(sr_comm_send(comm, x->act_out, n * ch->st->act_out_row, (s + 1) % pp->p, TAG_EVAL, "activation",
-                              send));
+        SR_CHECK(sr_comm_send_t(comm, act_dt(ch->st), x->act_out, n * ch->st->act_out_row, (s + 1) % pp->p,
+                                TAG_EVAL, "activation", send));
     return SR_OK;
 }
 
@@ -565,7 +570,7 @@ void rt_pipe_report(run *r)
         for (int c = 0; c < pp->v; c++) {
             const chunk *ch = &pp->chunks[c];
             size_t one = ch->st->work_bytes(r->B, r->o.seq) +
-                         (size_t)rows(r) * sizeof(float) * (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row);
+                         (size_t)rows(r) * act_size(ch->st) * (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row);
             st[2 * ch->stage] = ch->peak;
             st[2 * ch->stage + 1] = (double)ch->peak * (double)one + (c == 0 ? (double)pp->scratch_bytes : 0.0);
         }

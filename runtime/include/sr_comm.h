@@ -16,7 +16,8 @@
  * hung peer is one clear error rather than a hang.
  * All reductions are sums of float32, or of bfloat16 through the _t forms
  * of the three collectives (tensor parallelism's activations in a bf16
- * program move at 2 bytes, as Megatron-LM's do).
+ * program move at 2 bytes, as Megatron-LM's do); sends and receives have
+ * _t forms too (a pipeline's bf16 boundaries).
  *
  * Conventions of every operation below (runtime/comm.c):
  *  - n is an element count >= 0; n == 0 is a valid no-data operation that
@@ -230,6 +231,12 @@ sr_status sr_comm_send(sr_comm *c, const float *buf, int64_t n, int peer, int ta
                        const char *what, sr_req **req);
 sr_status sr_comm_recv(sr_comm *c, float *buf, int64_t n, int peer, int tag, const char *what,
                        sr_req **req);
+/* the same on elements of type t (a pipeline's bf16 boundary activations);
+ * a send and its recv name the same type */
+sr_status sr_comm_send_t(sr_comm *c, sr_dtype t, const void *buf, int64_t n, int peer, int tag,
+                         const char *what, sr_req **req);
+sr_status sr_comm_recv_t(sr_comm *c, sr_dtype t, void *buf, int64_t n, int peer, int tag, const char *what,
+                         sr_req **req);
 /* completes and frees req (also on failure); SR_ERR_COMM on timeout or
  * failure, naming the op, its label, group, peer and step. NULL: SR_OK. */
 sr_status sr_comm_wait(sr_req *req);

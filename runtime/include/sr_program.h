@@ -98,7 +98,8 @@ typedef struct sr_exec {
     void *user;              /* the runtime's, for grad_ready and param_needed */
     int tp_rank, tp;         /* this rank in the tensor group, and its size */
     struct sr_comm *tp_comm; /* the tensor group: tensor-parallel collectives */
-    /* pipeline boundaries (runtime buffers; NULL on the first / last stage) */
+    /* pipeline boundaries (runtime buffers; NULL on the first / last stage),
+     * float, or bf16 where the stage says act_bf16 (typed float * either way) */
     const float *act_in;     /* (B, T, C) activation received from the previous stage */
     float *act_in_grad;      /* its gradient, computed by backward, sent back */
     float *act_out;          /* set by forward: the activation to send to the next stage */
@@ -114,7 +115,7 @@ typedef struct sr_stage {
     void (*backward)(sr_exec *e);        /* input and parameter gradients */
     void (*backward_input)(sr_exec *e);  /* zb-h1 "B": activation gradients only */
     void (*backward_weight)(sr_exec *e); /* zb-h1 "W": parameter gradients only; after B */
-    int64_t act_in_row, act_out_row;     /* floats per token of the boundary activations */
+    int64_t act_in_row, act_out_row;     /* elements per token of the boundary activations */
     int first_block, nblocks;            /* repetitions it runs */
     int n_params;
     const int *params;                   /* indices of the parameters it uses */
@@ -122,6 +123,9 @@ typedef struct sr_stage {
      * forward, a backward, a W): one per rank, not per microbatch in
      * flight (work_bytes is the rest); NULL: none */
     size_t (*scratch_bytes)(int B, int T);
+    /* the boundary activations and their gradients are bf16 (a bf16 CUDA
+     * program; last, so that positional initializers may leave it 0) */
+    int act_bf16;
 } sr_stage;
 
 /* tensor parallelism, called by generated code (runtime/tp.c) */

@@ -292,6 +292,20 @@ static int t_bf16(sr_comm *c, int64_t n, int mode)
         ok &= st == SR_OK;
         for (int64_t i = 0; ok && i < n * size; i++) ok = h[i] == bf((float)((i / n) * 64 + (i % n) % 61));
     }
+    /* a ring of bf16 sends and receives in one group (a pipeline's boundaries) */
+    int right = (r + 1) % size, left = (r - 1 + size) % size;
+    for (int64_t i = 0; i < n; i++) h[i] = bf((float)(r * 64 + i % 59)), h2[i] = 0xffff;
+    be->h2d(d, h, 2 * (size_t)n);
+    be->h2d(d2, h2, 2 * (size_t)n);
+    sr_req *rr = NULL, *rs = NULL;
+    st = sr_comm_group_begin();
+    if (st == SR_OK) st = sr_comm_recv_t(c, SR_BF16, n ? d2 : NULL, n, left, 9, "bf16 ring in", &rr);
+    if (st == SR_OK) st = sr_comm_send_t(c, SR_BF16, n ? d : NULL, n, right, 9, "bf16 ring out", &rs);
+    sr_status ge = sr_comm_group_end();
+    sr_status s1 = sr_comm_wait(rs), s2 = sr_comm_wait(rr);
+    be->d2h(h2, d2, 2 * (size_t)n);
+    ok &= st == SR_OK && ge == SR_OK && s1 == SR_OK && s2 == SR_OK;
+    for (int64_t i = 0; ok && i < n; i++) ok = h2[i] == bf((float)(left * 64 + i % 59));
     be->free(d);
     be->free(d2);
     free(h);
@@ -324,7 +338,7 @@ static void ops_suite(sr_comm *c, const char *shape, const int64_t *sizes, int n
         static const char *const what[] = {"all-reduce", "reduce-scatter", "reduce-scatter in place", "all-gather",
                                            "all-gather in place", "broadcast (first and last root)", "send/recv ring",
                                            "send/recv ring in a group",
-                                           "bf16 all-reduce, reduce-scatter and all-gather (also in place)"};
+                                           "bf16 all-reduce, reduce-scatter, all-gather (also in place), send/recv ring"};
         for (int k = 0; k < 9; k++)
             CHECK(ok[k], "%s: %s group (%d): %s on device memory, %s", shape, g, size, what[k], modes[m]);
     }

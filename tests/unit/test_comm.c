@@ -253,6 +253,15 @@ static int t_bf16(sr_comm *c, int64_t n, int async)
         ok &= st == SR_OK;
         for (int64_t i = 0; ok && i < n * size; i++) ok = bf_f(b[i]) == (float)((i / n) * 64 + (i % n) % 61);
     }
+    /* a ring of bf16 sends and receives (a pipeline's boundaries), both posted, then waited */
+    int right = (r + 1) % size, left = (r - 1 + size) % size;
+    for (int64_t i = 0; i < n; i++) a[i] = bf((float)(r * 64 + i % 59)), b[i] = 0xffff;
+    sr_req *rr = NULL, *rs = NULL;
+    st = sr_comm_recv_t(c, SR_BF16, b, n, left, 9, "bf16 ring in", &rr);
+    if (st == SR_OK) st = sr_comm_send_t(c, SR_BF16, a, n, right, 9, "bf16 ring out", &rs);
+    sr_status s1 = finish(rs), s2 = finish(rr);
+    ok &= st == SR_OK && s1 == SR_OK && s2 == SR_OK;
+    for (int64_t i = 0; ok && i < n; i++) ok = bf_f(b[i]) == (float)(left * 64 + i % 59);
     free(a);
     free(b);
     return ok;
@@ -317,8 +326,8 @@ static void ops_suite(sr_comm *c, const char *shape, const int64_t *sizes, int n
         CHECK(ok, "%s: %s group (%d): send/recv ring %s, n = %s", shape, g, size, mode, sz);
         ok = 1;
         for (int k = 0; k < nsizes; k++) ok &= t_bf16(c, sizes[k], async);
-        CHECK(ok, "%s: %s group (%d): bf16 all-reduce, reduce-scatter and all-gather (also in place) %s, "
-                  "n = %s: exact", shape, g, size, mode, sz);
+        CHECK(ok, "%s: %s group (%d): bf16 all-reduce, reduce-scatter and all-gather (also in place), "
+                  "send/recv ring %s, n = %s: exact", shape, g, size, mode, sz);
     }
 }
 
