@@ -10,6 +10,7 @@
 #   tinygpt_fp32, tinygpt_bf16        examples/tinygpt.model, --backend cuda
 #   tinygpt_pp2_fp32                  the same in two pipeline stages, block recomputation
 #   tinygpt_tp2sp_bf16                bf16 at tensor 2 with sequence parallelism (bf16 collectives)
+#   tinygpt_pp2_bf16                  bf16 in two pipeline stages (bf16 boundaries)
 #   gpt2_bf16                         examples/gpt2.model (GPT-2 124M), --backend cuda,
 #                                     vocabulary padded to a multiple of 128 (50304)
 #   tinygpt_host                      examples/tinygpt.model, --backend host
@@ -55,6 +56,7 @@ one tinygpt_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs"
 one tinygpt_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs"
 one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --recompute block
 one tinygpt_tp2sp_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --tp 2 --sequence-parallel
+one tinygpt_pp2_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --pp 2
 # the vocabulary padded to 50304 as llm.c and Megatron do (aligned logit rows; the loss ignores the padding)
 one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" --set make_vocab_size_divisible_by=128
 one tinygpt_host tinygpt --backend host

@@ -42,8 +42,12 @@
 #      over the MPI path (--comm mpi: staged through page-locked host memory);
 #      then both in bf16, without ZeRO and with ZeRO-1 (its parameter gather
 #      in the next forward, the bf16 copy refreshed per bucket): the same losses;
-#   7. two pipeline stages on the GPU (--pp 2, block recomputation), over
-#      the comm path step 6 found: losses as one rank's.
+#   7. bf16 tensor parallelism with sequence parallelism (--tp 2: its
+#      bf16 collectives), within 2e-2 of one host rank, over the comm path
+#      step 6 found;
+#   8. two pipeline stages on the GPU (--pp 2, block recomputation), over
+#      that path: losses as one rank's; and in bf16 (bf16 boundaries):
+#      within 2e-2.
 # Exit status: 0 when every check passed.
 set -u -o pipefail
 log=$(realpath -m "${1:-gpu-check.log}")
@@ -168,8 +172,8 @@ if [ ! -f /opt/cudnn-frontend/include/cudnn_frontend.h ] && [ -f "$fe/cudnn_fron
   cmake_extra+=(-DSHARDC_CUDNN_FRONTEND_INCLUDE="$(realpath "$fe")")
 fi
 
-progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 tinygpt_tp2sp_bf16 gpt2_bf16
-  tinygpt_host"
+progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 tinygpt_tp2sp_bf16
+  tinygpt_pp2_bf16 gpt2_bf16 tinygpt_host"
 loads() { # loads DIR: every program there, with every library it needs found
   local p
   for p in $progs; do
@@ -472,10 +476,13 @@ two_ranks tp tinygpt_tp2sp_bf16 2e-2 \
 fi # tp
 
 if want pp; then
-stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation)"
+stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation; bf16)"
 # two stages with 4 microbatches: each rank's waiting microbatches keep
 # their own slots while the recomputed blocks run in the shared scratch
 two_ranks pp tinygpt_pp2_fp32 1e-4 "pp=2 with recomputation on one GPU (${cflag:-NCCL}) matches one rank" \
+  --pp 2 --microbatches 4
+# in bf16 the boundary activations and their gradients are bf16, sent as such
+two_ranks ppb tinygpt_pp2_bf16 2e-2 "bf16 pp=2 (bf16 boundaries, ${cflag:-NCCL}) within 2e-2 of one host rank" \
   --pp 2 --microbatches 4
 fi # pp
 

@@ -8,7 +8,7 @@
 # throughput and a profile (GPT-2 itself is far too slow to emulate). The
 # script's own checks must pass (kernels, fp32 losses vs the host, bf16
 # with the default attention (auto) and with mma.sync vs the host, the --comm mpi fallback at dp=2,
-# bf16 ZeRO-1, bf16 tp=2 with sequence parallelism and pp=2) and its MFU must be the one
+# bf16 ZeRO-1, bf16 tp=2 with sequence parallelism, pp=2 in fp32 and bf16) and its MFU must be the one
 # worked out by hand from the stand-in's tokens/s. cuDNN's attention
 # cannot run on the emulator: a last run checks that its probe fails
 # plainly and that the script goes on without it. (SHARDC_GPU_BUILD is a
@@ -57,6 +57,7 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --sequence-parallel -o bins/tinygpt_tp2sp_bf16 &&
+  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --pp 2 -o bins/tinygpt_pp2_bf16 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
 PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" \
   SHARDC_GPU_ATTN_PATHS=mma \
@@ -108,6 +109,8 @@ check "bf16 tp=2 with sequence parallelism over --comm mpi within 2e-2 of one ho
   grep -q "^ok   bf16 tp=2 with sequence parallelism (bf16 collectives, --comm mpi) within 2e-2 of one host rank" run.txt
 check "pp=2 with recomputation over --comm mpi matches one rank" \
   grep -q "^ok   pp=2 with recomputation on one GPU (--comm mpi) matches one rank" run.txt
+check "bf16 pp=2 (bf16 boundaries) over --comm mpi within 2e-2 of one host rank" \
+  grep -q "^ok   bf16 pp=2 (bf16 boundaries, --comm mpi) within 2e-2 of one host rank" run.txt
 check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '^FAIL' run.txt))" \
   bash -c "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run.txt) -eq 1 ]"
 # 600000 tokens/s: 48.7%, the target met, and the script's exit status 0

@@ -49,6 +49,11 @@ for s in gpipe 1f1b zb-h1 interleaved 1f1b+recompute; do
     bash -c "[ \$(wc -l < nv.txt) = 2 ] && cmp -s nv.txt pv.txt"
   check "pp=4 $s: validation losses within 1e-4 of the host binary" close hv.txt nv.txt 1e-4
 done
+# a bf16 program's boundaries are bf16: stage 1 of 4 receives, each step, 4
+# microbatches' activations and gradients of 2 x 32 rows x 64 at 2 bytes
+mpi4 ./c4 ${run%%--val-data*} --pp 4 --comm nccl --comm-stats "st%r.txt" > n.err 2>&1
+check "pp=4 (bf16): stage 1 receives bf16 boundaries: 24 recvs of 4096 elements, 196608 bytes in 3 steps ($(grep recv st1.txt))" \
+  grep -qx "pipeline recv calls 24 bytes 196608" st1.txt
 # dp=2 x pp=2: each chunk's last gradient pass starts the all-reduce of its
 # buckets (ZeRO-1: the reduce-scatter) on the data communicator (small
 # buckets: many), between the pipeline's transfers on the other communicator
