@@ -82,6 +82,14 @@ static int64_t rows(run *r) { return (int64_t)r->B * r->o.seq; }
 static sr_dtype act_dt(const sr_stage *st) { return st->act_bf16 ? SR_BF16 : SR_F32; }
 static size_t act_size(const sr_stage *st) { return st->act_bf16 ? 2 : sizeof(float); }
 
+/* one slot's bytes: the stage's workspace and its boundary buffers (act_in,
+ * act_in_grad, act_out_grad), as alloc_slot allocates them */
+static size_t slot_bytes(run *r, const sr_stage *st)
+{
+    return st->work_bytes(r->B, r->o.seq) +
+           (size_t)rows(r) * act_size(st) * (size_t)(2 * st->act_in_row + st->act_out_row);
+}
+
 static sr_status alloc_slot(run *r, chunk *c, slot *s)
 {
     const sr_backend *be = r->be;
@@ -185,9 +193,7 @@ sr_status rt_pipe_init(run *r)
         ch->slots = calloc((size_t)pool, sizeof(slot));
         if (!ch->slots) return sr_seterr(SR_ERR_NOMEM, "out of memory");
         for (int k = 0; k < pool; k++) SR_CHECK(alloc_slot(r, ch, &ch->slots[k]));
-        pp->act_bytes += (size_t)pool * (ch->st->work_bytes(r->B, r->o.seq) +
-                                         (size_t)rows(r) * act_size(ch->st) *
-                                             (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row));
+        pp->act_bytes += (size_t)pool * slot_bytes(r, ch->st);
         size_t scr = ch->st->scratch_bytes ? ch->st->scratch_bytes(r->B, r->o.seq) : 0;
         if (scr > pp->scratch_bytes) pp->scratch_bytes = scr;
     }
@@ -569,8 +575,7 @@ void rt_pipe_report(run *r)
     if (st) {
         for (int c = 0; c < pp->v; c++) {
             const chunk *ch = &pp->chunks[c];
-            size_t one = ch->st->work_bytes(r->B, r->o.seq) +
-                         (size_t)rows(r) * act_size(ch->st) * (size_t)(2 * ch->st->act_in_row + ch->st->act_out_row);
+            size_t one = slot_bytes(r, ch->st);
             st[2 * ch->stage] = ch->peak;
             st[2 * ch->stage + 1] = (double)ch->peak * (double)one + (c == 0 ? (double)pp->scratch_bytes : 0.0);
         }

@@ -433,39 +433,39 @@ else
 fi
 fi # dp
 cflag=""; [ "$how" = "MPI path (--comm mpi)" ] && cflag="--comm mpi"
-
-if want dp && [ -n "$how" ]; then
-stage "ZeRO-1 in bf16 on one GPU (--dp 2 --zero 1)"
-# the parameters' gather runs into the next forward, whose GEMMs read the
-# bf16 copy of each bucket refreshed after its gather: a stale copy would
-# train on last step's weights for the other rank's half (~1% in 6 steps)
-zopts="$dpopts --dp 2 --lr 1e-3 --bucket-mb 0.05 $cflag"
-if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_bf16" $zopts --log "$w/bz0.jsonl" \
-     > "$w/bz.txt" 2>&1 &&
-   timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_bf16" $zopts --zero 1 --log "$w/bz1.jsonl" \
-     >> "$w/bz.txt" 2>&1; then
-  losses "$w/bz0.jsonl" > "$w/bz0.txt"; losses "$w/bz1.jsonl" > "$w/bz1.txt"
-  if close "$w/bz0.txt" "$w/bz1.txt" 1e-3; then
-    ok "bf16 dp=2 with ZeRO-1 (parameters gathered during the forward, over ${cflag:-NCCL}) matches it without ZeRO"
-  else bad "bf16 dp=2 with ZeRO-1: losses differ from dp=2 without ZeRO"; fi
-else
-  bad "bf16 dp=2 ZeRO-1 runs: $(grep -m1 -i error "$w/bz.txt" | head -c 300)"
-fi
-fi # zero
-
-# two_ranks TAG BIN TOL WHAT ARG...: BIN on two ranks of the one GPU, its losses within TOL of one host rank's
+# run2 TAG BIN ARG...: BIN on two ranks of the one GPU over the comm path found, its
+# losses in TAG-losses.txt; two_ranks TAG BIN TOL WHAT ARG...: and within TOL of one host rank's
+run2() {
+  local tag=$1 bin=$2
+  shift 2
+  timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/$bin" $dpopts "$@" $cflag --log "$w/$tag.jsonl" \
+    > "$w/$tag.txt" 2>&1 && losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
+}
 two_ranks() {
   local tag=$1 bin=$2 tol=$3 what=$4
   shift 4
-  if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/$bin" $dpopts "$@" $cflag --log "$w/$tag.jsonl" \
-       > "$w/$tag.txt" 2>&1; then
-    losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
+  if run2 "$tag" "$bin" "$@"; then
     if close "$w/h1.txt" "$w/$tag-losses.txt" "$tol"; then ok "$what"
     else bad "$what: losses differ from one host rank by more than $tol"; fi
   else
     bad "$what: the run failed: $(grep -m1 -i error "$w/$tag.txt" | head -c 300)"
   fi
 }
+
+if want dp && [ -n "$how" ]; then
+stage "ZeRO-1 in bf16 on one GPU (--dp 2 --zero 1)"
+# the parameters' gather runs into the next forward, whose GEMMs read the
+# bf16 copy of each bucket refreshed after its gather: a stale copy would
+# train on last step's weights for the other rank's half (~1% in 6 steps)
+zopts="--dp 2 --lr 1e-3 --bucket-mb 0.05"
+if run2 bz0 tinygpt_bf16 $zopts && run2 bz1 tinygpt_bf16 $zopts --zero 1; then
+  if close "$w/bz0-losses.txt" "$w/bz1-losses.txt" 1e-3; then
+    ok "bf16 dp=2 with ZeRO-1 (parameters gathered during the forward, over ${cflag:-NCCL}) matches it without ZeRO"
+  else bad "bf16 dp=2 with ZeRO-1: losses differ from dp=2 without ZeRO"; fi
+else
+  bad "bf16 dp=2 ZeRO-1 runs: $(cat "$w/bz0.txt" "$w/bz1.txt" 2>/dev/null | grep -m1 -i error | head -c 300)"
+fi
+fi # zero
 
 if want tp && [ -n "$how" ]; then
 stage "tensor parallelism in bf16 on one GPU (--tp 2, sequence parallelism)"

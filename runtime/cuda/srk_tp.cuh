@@ -71,7 +71,7 @@ __global__ void tp_gather_permute_kernel(TO *out, const TT *tmp, long outer, lon
         out[(o * tp + r) * local * inner + li] = srk_to<TO>(srk_ld(tmp[e]));
     }
 }
-/* bf16 in is gathered as it is (no copy, 2 bytes an element); float in through a float copy */
+/* in is gathered as it is, in its own type (bf16: 2 bytes an element) */
 template <class TO, class TI>
 void srk_tp_allgather(sr_exec *e, TO *out, const TI *in, long outer, long local, long inner)
 {
@@ -79,13 +79,7 @@ void srk_tp_allgather(sr_exec *e, TO *out, const TI *in, long outer, long local,
     long blk = outer * local * inner;
     if (blk <= 0) return;
     int tp = e->tp > 0 ? e->tp : 1;
-    const TW *send = (const TW *)in;
-    if constexpr (srk_dt<TI>::value != SRK_BF16) {
-        float *copy = (float *)srk_scratch(SRK_SCR_CONV_B, sizeof(float) * (size_t)blk);
-        if (!copy) return;
-        srk_copy(copy, in, blk);
-        send = copy;
-    }
+    const TW *send = in;
     TW *tmp = (TW *)srk_scratch(SRK_SCR_CONV_A, sizeof(TW) * (size_t)(blk * tp));
     if (!tmp || srk_ctx.failed) return;
     sr_req *q = NULL;
