@@ -579,6 +579,7 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     fprintf(f, "    program.recompute = %d;\n", P->layout.recompute);
     fprintf(f, "    program.split_backward = %d;\n", P->ir.split_backward);
     fprintf(f, "    program.sequence_parallel = %d;\n", P->layout.sequence_parallel && P->layout.tp > 1);
+    if (g.bf16) fprintf(f, "    program.param_copy_bytes = 2; /* the bf16 copy of the parameters */\n");
     fprintf(f, "    program.n_tp_partial_grads = %d;\n    program.tp_partial_grads = tp_partial_grads;\n", npartial);
     fprintf(f, "    program.pp = %d;\n    program.virtual_stages = %d;\n    program.n_stages = %d;\n",
             ir->nstages > 1 ? P->layout.pp : 1, ir->nstages > 1 ? P->layout.virtual_stages : 1, ir->nstages);

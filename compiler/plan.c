@@ -62,6 +62,7 @@ typedef struct Opts {
     int dp, tp, pp, mb, vs;
     const char *sched;
     int zero, rc, bf16;        /* rc: --recompute, -1 when not given (the model's own setting) */
+    double pbytes[3];          /* --param-bytes W,G,O; [0] = 0: the precision's own (state_bytes) */
     int sp;             /* --sequence-parallel */
     long long batch, seq;
     int gpus;
@@ -111,6 +112,8 @@ typedef struct Dev {
 
 typedef struct Plan {
     int dp, tp, pp, v, m, world, zero, rc, bf16;
+    double wb, gb, ob;         /* bytes per parameter: weights, gradients, optimizer state */
+    double gath;               /* bytes per element of ZeRO's parameter all-gather */
     int sp;                    /* sequence parallelism (tp > 1) */
     char sched[16];
     long long G, T;
@@ -557,7 +560,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     D->m_params = D->zs[pl->zero][0];
     D->m_grads = D->zs[pl->zero][1];
     D->m_opt = D->zs[pl->zero][2];
-    if (pl->zero == 1 && dp > 1 && !pl->bf16) D->m_other += ceil(D->arena / dp) * 4.0; /* shard buffer */
+    if (pl->zero == 1 && dp > 1) D->m_other += ceil(D->arena / dp) * A->gb; /* the gradient shard */
     D->total = D->m_params + D->m_grads + D->m_opt + D->m_act + D->m_other;
 
     /* tensor-parallel collectives: ops of the lowered IR (shard_lower), the
@@ -637,7 +640,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
     }
     /* data parallel: the gradients of the device's parameters */
     if (dp > 1) {
-        double eg = pl->bf16 ? 2.0 : 4.0;
+        double eg = A->gb;
         /* buckets as the runtime cuts them: reverse declaration order */
         double limit = o->bucket_mb * 1e6 / eg, hi = -1;
         int nb = 0;
@@ -658,9 +661,9 @@ static void dev_analyze(Ana *A, int d, Dev *D)
             double nalloc = ceil(D->arena / dp) * dp;
             add_coll(D, "gradients (bucketed)", G_DATA, C_RS, PH_BWD, dp, nalloc * eg / nb, nb);
             if (pl->zero < 3)
-                add_coll(D, "parameters", G_DATA, C_AG, PH_FWD, dp, nalloc * (pl->bf16 ? 2.0 : 4.0) / nb, nb);
+                add_coll(D, "parameters", G_DATA, C_AG, PH_FWD, dp, nalloc * pl->gath / nb, nb);
             else add_coll(D, "parameters (per tensor)", G_DATA, C_AG, PH_FWD, dp,
-                          nalloc * (pl->bf16 ? 2.0 : 4.0) / D->ntensors, 2.0 * D->ntensors);
+                          nalloc * pl->gath / D->ntensors, 2.0 * D->ntensors);
         }
     }
 }
@@ -770,6 +773,24 @@ static void cost(const Opts *o, Plan *pl)
 }
 
 /* evaluates layout (dp, tp, pp from the compiled program; m, schedule, v given) */
+/* Bytes per parameter of the model states as the generated program holds
+ * them. fp32: 4 + 4 + 8 (Adam m, v). bf16, the CUDA backend's mixed
+ * precision (Megatron-LM's "bf16 parameters, fp32 gradients"): weights 6,
+ * the fp32 master and its bf16 copy; gradients 4, accumulated and reduced in
+ * fp32; optimizer 8, Adam m and v. ZeRO stage 1 divides the optimizer
+ * column: here m and v, the masters stay whole on every rank, and the
+ * parameter all-gather after the step moves them (4 bytes). --param-bytes
+ * W,G,O models another runtime, e.g. the ZeRO paper's 2 + 2 + 12 (16-bit
+ * weights and gradients, the master copy with the optimizer state), whose
+ * gather moves the W-byte weights. */
+static void state_bytes(const Opts *o, Plan *pl)
+{
+    pl->wb = o->pbytes[0] > 0 ? o->pbytes[0] : o->bf16 ? 6.0 : 4.0;
+    pl->gb = o->pbytes[0] > 0 ? o->pbytes[1] : 4.0;
+    pl->ob = o->pbytes[0] > 0 ? o->pbytes[2] : 8.0;
+    pl->gath = pl->wb < 4.0 ? pl->wb : 4.0;
+}
+
 static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v, Plan *pl)
 {
     Ir *ir = &P->ir;
@@ -784,6 +805,7 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     pl->zero = o->zero;
     pl->rc = P->layout.recompute; /* --recompute, else the model's parallel section or @recompute */
     pl->bf16 = o->bf16;
+    state_bytes(o, pl);
     pl->sp = ir->seq_sym > 0;
     pl->R = P->layout_repeats;
     pl->ok = 1;
@@ -855,9 +877,9 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     if (ir->nsym > 1) A.sym[1] = (double)pl->T;
     if (pl->sp) A.sym[ir->seq_sym] = (double)(pl->T / ir->seq_tp); /* a rank's part of the sequence */
     A.eb = o->bf16 ? 2.0 : 4.0;
-    A.pb = o->bf16 ? 2.0 : 4.0;
-    A.gb = o->bf16 ? 2.0 : 4.0;
-    A.ob = o->bf16 ? 12.0 : 8.0;
+    A.pb = pl->wb;
+    A.gb = pl->gb;
+    A.ob = pl->ob;
     int nops = ir->ops.n;
     A.C = pl->pp * v;
     A.chunk = sx_alloc(sizeof(int) * (size_t)(nops + 1));
@@ -1118,9 +1140,9 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     ROW("ranks", fmt_int((double)(hi[r] - lo[r] + 1) * pl->dp * pl->tp));
     ROW("layers", fmt_int(D->layers));
     ROW("parameters (per rank)", fmt_int(D->params));
-    ROW("weights", fmt_bytes(D->m_params));
+    ROW(o->pbytes[0] > 0 ? "weights" : pl->bf16 ? "weights (fp32, bf16 copy)" : "weights", fmt_bytes(D->m_params));
     ROW("gradients", fmt_bytes(D->m_grads));
-    ROW(pl->bf16 ? "optimizer (fp32 master, m, v)" : "optimizer (Adam m, v)", fmt_bytes(D->m_opt));
+    ROW(o->pbytes[0] > 0 ? "optimizer state" : "optimizer (Adam m, v)", fmt_bytes(D->m_opt));
     ROW("activations (peak)", fmt_bytes(D->m_act));
     ROW("  workspace per microbatch", fmt_bytes(D->work));
     int scr = 0;
@@ -1299,7 +1321,7 @@ static void json_layout(Json *j, const Plan *pl)
 static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
 {
     Json J = {f, 0, {0}, {0}}, *j = &J;
-    double tok = (double)pl->G * pl->T, pb = pl->bf16 ? 2 : 4, ob = pl->bf16 ? 12 : 8, np = pl->nparams;
+    double tok = (double)pl->G * pl->T, wb = pl->wb, gb = pl->gb, ob = pl->ob, np = pl->nparams;
     j_open(j, NULL, '{', 1);
     j_num(j, "shardc_plan", 1);
     j_str(j, "model", P->ir.model_name);
@@ -1313,11 +1335,11 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
     j_str(j, "gpu", o->gpu->name);
     j_open(j, "parameters", '{', 0);
     j_num(j, "total", np);
-    j_obj(j, "bytes_per_parameter", "weights", pb, "gradients", pb, "optimizer", ob, NULL);
-    j_num(j, "weights_bytes", np * pb);
-    j_num(j, "gradients_bytes", np * pb);
+    j_obj(j, "bytes_per_parameter", "weights", wb, "gradients", gb, "optimizer", ob, NULL);
+    j_num(j, "weights_bytes", np * wb);
+    j_num(j, "gradients_bytes", np * gb);
     j_num(j, "optimizer_bytes", np * ob);
-    j_num(j, "model_states_bytes", np * (2 * pb + ob));
+    j_num(j, "model_states_bytes", np * (wb + gb + ob));
     j_close(j, '}');
     j_obj(j, "flops", "model_per_step", pl->model_flops, "hardware_per_step", pl->hw_flops, "model_per_token",
           pl->model_flops / tok, "hardware_per_token", pl->hw_flops / tok, "matmul_per_step", pl->mm,
@@ -1647,7 +1669,11 @@ static void usage(FILE *f)
             "                             the model says, as shardc build)\n"
             "  --sequence-parallel        with --tp > 1: activations outside attention and the MLP split\n"
             "                             along the sequence (--search: tried both ways unless given)\n"
-            "  --precision fp32|bf16      fp32 (4+4+8 bytes per parameter), or bf16 mixed (2+2+12)\n"
+            "  --precision fp32|bf16      fp32 (weights 4 + gradients 4 + Adam 8 bytes per parameter),\n"
+            "                             or bf16 mixed as the CUDA backend runs it (6 + 4 + 8: fp32\n"
+            "                             weights and a bf16 copy, fp32 gradients)\n"
+            "  --param-bytes W,G,O        bytes per parameter of weights, gradients and optimizer state\n"
+            "                             instead (another runtime's: the ZeRO paper's 2,2,12)\n"
             "  --batch G, --seq T         global batch and sequence (default: the train section)\n"
             "hardware and cost model:\n"
             "  --gpu h100|h200|a100|cpu   peak FLOP/s and memory (default h100)\n"
@@ -1711,6 +1737,20 @@ static int parse_bytes(const char *s, double *out)
             return 0;
         }
     return -1;
+}
+
+/* "W,G,O": three positive byte counts per parameter */
+static int parse_pbytes(const char *s, double out[3])
+{
+    for (int k = 0; k < 3; k++) {
+        char *end;
+        errno = 0;
+        double v = strtod(s, &end);
+        if (end == s || errno || !(v > 0) || !isfinite(v) || v > 64 || *end != (k < 2 ? ',' : '\0')) return -1;
+        out[k] = v;
+        s = end + 1;
+    }
+    return 0;
 }
 
 int plan_main(int argc, char **argv)
@@ -1802,6 +1842,10 @@ int plan_main(int argc, char **argv)
             if (t < 0) return 2;
             if (strcmp(val, "fp32") && strcmp(val, "bf16")) return uerr("--precision takes fp32 or bf16, got '%s'", val);
             o.bf16 = !strcmp(val, "bf16");
+        } else if ((t = TAKE("--param-bytes"))) {
+            if (t < 0) return 2;
+            if (parse_pbytes(val, o.pbytes))
+                return uerr("--param-bytes takes three positive numbers W,G,O (e.g. 2,2,12), got '%s'", val);
         } else if ((t = TAKE("--gpu"))) {
             if (t < 0) return 2;
             const Gpu *g = gpus;

@@ -1177,11 +1177,13 @@ static sr_status setup(run *r)
         return sr_seterr(SR_ERR_USAGE, "--dump-grads needs at least one training step");
     if (!o->quiet) {
         /* every rank reports its own memory: ZeRO-1 divides the optimizer state by dp */
+        int copy = prog->param_copy_bytes;
         fprintf(stderr, "rank %d (dp %d/%d): parameters %.2f MiB, gradients %.2f MiB, optimizer state "
-                "%.2f MiB, activations %.2f MiB\n", r->grid.rank, r->grid.dp_rank, dp,
-                4.0 * (double)r->n_alloc / 1048576.0, 4.0 * (double)r->n_alloc / 1048576.0,
+                "%.2f MiB, activations %.2f MiB%s\n", r->grid.rank, r->grid.dp_rank, dp,
+                (4.0 * (double)r->n_alloc + copy * (double)n) / 1048576.0, 4.0 * (double)r->n_alloc / 1048576.0,
                 8.0 * (double)r->shard_n / 1048576.0,
-                (double)(r->pipe ? rt_pipe_activation_bytes(r) : r->work_size) / 1048576.0);
+                (double)(r->pipe ? rt_pipe_activation_bytes(r) : r->work_size) / 1048576.0,
+                copy == 2 ? " (the parameters in fp32 and a bf16 copy)" : "");
     }
     if (o->dump_batches) {
         char path[4096];

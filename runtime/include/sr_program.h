@@ -197,6 +197,9 @@ typedef struct sr_program {
     int recompute;           /* 1: built with --recompute block */
     int split_backward;      /* 1: built for zb-h1 (its memory plan keeps what the W passes read) */
     int sequence_parallel;   /* 1: built with --sequence-parallel: --seq must divide by tp */
+    int param_copy_bytes;    /* bytes per parameter of a copy the backend keeps besides the
+                              * fp32 arena: 2, a bf16 CUDA program's (its matmuls read it);
+                              * 0: none. Counted in the memory it reports */
     /* sequence parallelism: replicated parameters used on sequence shards
      * (LayerNorms, row-parallel biases): each tensor rank's gradient covers
      * its part of the sequence only. The runtime sums these over the tensor

@@ -54,6 +54,26 @@ done
 mpi4 ./c4 ${run%%--val-data*} --pp 4 --comm nccl --comm-stats "st%r.txt" > n.err 2>&1
 check "pp=4 (bf16): stage 1 receives bf16 boundaries: 24 recvs of 4096 elements, 196608 bytes in 3 steps ($(grep recv st1.txt))" \
   grep -qx "pipeline recv calls 24 bytes 196608" st1.txt
+# every stage's transfers are what shardc plan --precision bf16 says: the boundaries at 2
+# bytes an element, the tied embedding's gradient summed between stages 0 and 3 at 4 (float)
+"$shardc" plan "$m" $cfg --pp 4 --gpus 4 --batch 8 --seq 32 --microbatches 4 --precision bf16 --json > p4.json
+check "pp=4 (bf16): every stage's pipeline transfers are shardc plan --precision bf16's ($(grep -h pipeline st0.txt st3.txt | tr '\n' ';'))" \
+  $py - p4.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops = ['allreduce', 'reduce_scatter', 'allgather', 'broadcast', 'send', 'recv']
+good = True
+for role in d['roles']:
+    t = role['comm_counters']['pipeline']
+    for st in range(role['stages'][0], role['stages'][1] + 1):
+        lines = open('st%d.txt' % st).read().split('\n')
+        steps = int(lines[0].split()[1])
+        got = {w[1]: (int(w[3]), int(w[5])) for w in (l.split() for l in lines) if len(w) == 6 and w[0] == 'pipeline'}
+        want = {o: (t['calls'][i] * steps, t['bytes'][i] * steps) for i, o in enumerate(ops) if t['calls'][i]}
+        if got != want or not got:
+            print("   stage %d: measured %s planned %s" % (st, got, want)); good = False
+sys.exit(0 if good else 1)
+PY
 # dp=2 x pp=2: each chunk's last gradient pass starts the all-reduce of its
 # buckets (ZeRO-1: the reduce-scatter) on the data communicator (small
 # buckets: many), between the pipeline's transfers on the other communicator

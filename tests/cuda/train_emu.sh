@@ -68,6 +68,36 @@ if command -v mpirun >/dev/null; then
   losses h1.jsonl > h1.txt; losses cd.jsonl > cd.txt; losses cz.jsonl > cz.txt
   check "dp=2 over NCCL (bucketed all-reduce from grad_ready): 4 steps match one host rank to 1e-5" close h1.txt cd.txt 1e-5
   check "dp=2 with ZeRO-1 over NCCL: 4 steps match one host rank to 1e-5" close h1.txt cz.txt 1e-5
+  # bf16 with ZeRO-1: what shardc plan --precision bf16 says the program holds and moves (fp32
+  # weights and their bf16 copy, fp32 gradients reduce-scattered in buckets, Adam m and v
+  # sharded, the fp32 weights gathered), against the runtime's counters and its memory line
+  mpirun --oversubscribe -np 2 ./tgb_cuda ${opts/--quiet/} --batch 8 --steps 4 --dp 2 --zero 1 --bucket-mb 0.05 \
+    --log czb.jsonl --comm-stats czb.stats > /dev/null 2> czb.err
+  losses czb.jsonl > czb.txt
+  check "bf16 dp=2 with ZeRO-1 over NCCL: 4 steps within 2e-2 of one host rank" close h1.txt czb.txt 2e-2
+  "$shardc" plan "$m" --dp 2 --zero 1 --gpus 2 --batch 8 --seq 32 --bucket-mb 0.05 --precision bf16 --json > pzb.json
+  check "bf16 dp=2 ZeRO-1: the data group's collectives and the model states are shardc plan --precision bf16's ($(grep data czb.stats | tr '\n' ';') $(grep -m1 '^rank 0 ' czb.err))" \
+    $py - pzb.json czb.stats czb.err <<'PY'
+import json, re, sys
+r = json.load(open(sys.argv[1]))['roles'][0]
+t = r['comm_counters']['data']
+lines = open(sys.argv[2]).read().split('\n')
+steps = int(lines[0].split()[1])
+ops = ['allreduce', 'reduce_scatter', 'allgather', 'broadcast', 'send', 'recv']
+got = {w[1]: (int(w[3]), int(w[5])) for w in (l.split() for l in lines) if len(w) == 6 and w[0] == 'data'}
+want = {o: (t['calls'][i] * steps, t['bytes'][i] * steps) for i, o in enumerate(ops) if t['calls'][i]}
+good = got == want and len(want) == 2
+if not good:
+    print("   measured", got, "planned", want)
+m = re.search(r'rank 0 .*parameters ([0-9.]+) MiB, gradients ([0-9.]+) MiB, optimizer state ([0-9.]+) MiB, '
+              r'activations [0-9.]+ MiB \(the parameters in fp32 and a bf16 copy\)', open(sys.argv[3]).read())
+if not m:
+    print("   no memory line (with the bf16 copy) from the runtime"); sys.exit(1)
+for name, x in zip(('weights', 'gradients', 'optimizer'), m.groups()):
+    if abs(float(x) - r['memory'][name] / 2**20) > 0.01:
+        print("   %s: runtime %s MiB, plan %.2f MiB" % (name, x, r['memory'][name] / 2**20)); good = False
+sys.exit(0 if good else 1)
+PY
   "$gen" "$m" --tp 2 --cuda tg2.cu --build tg2_cuda --emulate && "$shardc" build "$m" --tp 2 -o tg2_host
   check "tp=2: the vocab-parallel embedding's sites name the op the .model wrote (embedding, not \$embedding_vp)" \
     bash -c "grep -q 'SRK_AT(\"nn.model:70 embedding\"' tg2.cu && grep -q 'SRK_AT(\"nn.model:70 d embedding\"' tg2.cu && ! grep -q 'SRK_AT(\"[^\"]*\\\$embedding_vp' tg2.cu"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # shardc plan: the numbers that must come out.
 #   - GPT-3 175B: 700 GB of weights, 700 GB of gradients, 1.4 TB of Adam
-#     state, 2.8 TB in all (fp32); 16 bytes per parameter mixed precision
+#     state, 2.8 TB in all (fp32); 18 bytes per parameter in bf16 as the
+#     CUDA backend holds them (Megatron-LM's bf16 weights + fp32 gradients),
+#     16 as the ZeRO paper counts (--param-bytes 2,2,12)
 #   - the ZeRO paper (arXiv 1910.02054), psi = 7.5 B on 64 data ranks:
 #     120 / 31.4 / 16.6 / 1.9 GB of model states for ZeRO 0 / 1 / 2 / 3
 #   - Megatron-LM (arXiv 2104.04473) Table 1: parameter counts, and matmul
@@ -62,6 +64,7 @@ expect_rc 2 "no file" plan --tp 2
 expect_rc 2 "bad --zero" plan "$gpt2" --zero 4
 expect_rc 2 "bad --gpu" plan "$gpt2" --gpu tpu
 expect_rc 2 "bad --precision" plan "$gpt2" --precision fp8
+for pb in 2,2 2,2,0 2,2,12,4 a,2,12 2,,12; do expect_rc 2 "bad --param-bytes $pb" plan "$gpt2" --param-bytes $pb; done
 expect_rc 2 "--search needs --gpus" plan "$gpt2" --search
 expect_rc 2 "--gpus not divisible" plan "$gpt2" --gpus 6 --tp 4
 expect_rc 1 "layout error: vocab 50257 over tensor=2" plan "$gpt2" --tp 2
@@ -84,21 +87,27 @@ json "GPT-3 175B fp32: 700 GB weights, 700 GB gradients, 1.4 TB Adam state, 2.8 
   "d['roles'][0]['memory']['optimizer'] == 8 * d['parameters']['total']" \
   "print: 'parameters %.4g, weights %.1f GB, gradients %.1f GB, optimizer %.1f GB' % (d['parameters']['total'], d['roles'][0]['memory']['weights'] / 1e9, d['roles'][0]['memory']['gradients'] / 1e9, d['roles'][0]['memory']['optimizer'] / 1e9)"
 plan "$gpt2" $gpt3 --batch 1 --precision bf16 --json > "$tmp/gpt3m.json" 2>"$tmp/err" || bad "GPT-3 175B bf16 plan"
-json "GPT-3 175B mixed precision: 2 + 2 + 12 = 16 bytes per parameter" "$tmp/gpt3m.json" \
-  "d['parameters']['bytes_per_parameter'] == {'weights': 2, 'gradients': 2, 'optimizer': 12}" \
-  "sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) == 16 * d['parameters']['total']" \
+json "GPT-3 175B in bf16 as the CUDA backend holds it: 6 (fp32 + bf16 copy) + 4 + 8 = 18 bytes per parameter" "$tmp/gpt3m.json" \
+  "d['parameters']['bytes_per_parameter'] == {'weights': 6, 'gradients': 4, 'optimizer': 8}" \
+  "d['parameters']['model_states_bytes'] == 18 * d['parameters']['total']" \
+  "sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) == 18 * d['parameters']['total']" \
   "print: 'model states %.2f TB' % (d['roles'][0]['memory']['zero_stages'][0]['model_states'] / 1e12)"
+plan "$gpt2" $gpt3 --batch 1 --precision bf16 --param-bytes 2,2,12 --json > "$tmp/gpt3p.json" 2>"$tmp/err" ||
+  bad "GPT-3 175B --param-bytes 2,2,12 plan"
+json "GPT-3 175B as the ZeRO paper counts (--param-bytes 2,2,12): 16 bytes per parameter" "$tmp/gpt3p.json" \
+  "d['parameters']['bytes_per_parameter'] == {'weights': 2, 'gradients': 2, 'optimizer': 12}" \
+  "sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) == 16 * d['parameters']['total']"
 
 # ---- the ZeRO paper: psi = 7.5 B, N_d = 64 -----------------------------------------------
 zero="$src/tests/plan/zero75.model"
-plan "$zero" --dp 64 --precision bf16 --json > "$tmp/zero.json" 2>"$tmp/err" || { bad "ZeRO plan"; cat "$tmp/err"; }
+plan "$zero" --dp 64 --precision bf16 --param-bytes 2,2,12 --json > "$tmp/zero.json" 2>"$tmp/err" || { bad "ZeRO plan"; cat "$tmp/err"; }
 json "ZeRO paper: 120 / 31.4 / 16.6 / 1.9 GB per GPU for stages 0-3" "$tmp/zero.json" \
   "d['parameters']['total'] == 7.5e9" \
   "[round(z['model_states'] / 1e8) / 10 for z in d['roles'][0]['memory']['zero_stages']] == [120.0, 31.4, 16.6, 1.9]" \
   "[z['model_states'] for z in d['roles'][0]['memory']['zero_stages']] == [120e9, 31.40625e9, 16.640625e9, 1.875e9]" \
   "print: ' / '.join('%.4g GB' % (z['model_states'] / 1e9) for z in d['roles'][0]['memory']['zero_stages'])"
 for z in 1 2 3; do
-  plan "$zero" --dp 64 --precision bf16 --zero $z --json > "$tmp/zero$z.json" 2>/dev/null
+  plan "$zero" --dp 64 --precision bf16 --param-bytes 2,2,12 --zero $z --json > "$tmp/zero$z.json" 2>/dev/null
   json "--zero $z: the rank's model states are stage $z's" "$tmp/zero$z.json" \
     "abs(sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) - d['roles'][0]['memory']['zero_stages'][$z]['model_states']) < 1" \
     "d['layout']['zero'] == $z"
@@ -106,6 +115,11 @@ done
 json "ZeRO 3: parameters gathered per tensor in forward and backward, gradients reduce-scattered" "$tmp/zero3.json" \
   "sorted((c['op'], c['group']) for c in d['roles'][0]['collectives']) == [('all-gather', 'data'), ('reduce-scatter', 'data')]" \
   "[c['calls_per_step'] for c in d['roles'][0]['collectives'] if c['op'] == 'all-gather'] == [2]"
+plan "$zero" --dp 64 --precision bf16 --zero 1 --json > "$tmp/zr.json" 2>/dev/null
+json "ZeRO 1 as the CUDA backend runs it (bf16): 6 + 4 + 8/64 bytes per parameter; fp32 gradients and weights move, twice the paper's bytes" "$tmp/zr.json" \
+  "abs(d['roles'][0]['memory']['zero_stages'][1]['model_states'] - 7.5e9 * (10 + 8 / 64)) < 1" \
+  "[round(z['model_states'] / 1e8) / 10 for z in d['roles'][0]['memory']['zero_stages']] == [135.0, 75.9, 46.4, 2.1]" \
+  "[d['roles'][0]['comm_counters']['data']['bytes'][k] for k in (1, 2)] == [2 * json.load(open('$tmp/zero1.json'))['roles'][0]['comm_counters']['data']['bytes'][k] for k in (1, 2)]"
 
 # ---- Megatron-LM Table 1 (arXiv 2104.04473): V = 51200, s = 2048 -------------------------
 # params (B), heads, hidden, layers, tensor, pipeline, GPUs, batch
@@ -445,7 +459,7 @@ for want in "^  layout  .*tensor 2 (sequence parallel)" "reduce-scatter  *tensor
             "all-reduce  *tensor (2)  *step  *sequence-parallel param grad"; do
   grep -q -- "$want" "$tmp/hs.txt" && ok "human output, sequence parallel: /$want/" || bad "human output, sequence parallel: /$want/"
 done
-plan "$zero" --dp 64 --precision bf16 > "$tmp/hz.txt" 2>&1
+plan "$zero" --dp 64 --precision bf16 --param-bytes 2,2,12 > "$tmp/hz.txt" 2>&1
 grep -q "stage 1 (optimizer)  *29.2 GiB = 31.41 GB" "$tmp/hz.txt" && grep -q "stage 3 (+ weights)  *1.7 GiB = 1.88 GB" "$tmp/hz.txt" &&
   ok "human output: ZeRO table in GiB and GB" || { bad "human output: ZeRO table"; grep "stage" "$tmp/hz.txt"; }
 
