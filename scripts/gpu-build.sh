@@ -39,6 +39,7 @@ fi
 st=0
 sc=$bld/shardc
 [ -x "$sc" ] || { echo "gpu-build: $sc was not built"; exit 1; }
+cp "$sc" "$bins/shardc" # gpu-check's plan of GPT-2 (memory planned against used)
 for t in test_kernels_cuda step_compare_cuda; do
   if [ -x "$bld/$t" ]; then cp "$bld/$t" "$bins/"; else echo "gpu-build: $t was not built"; st=1; fi
 done

@@ -29,7 +29,8 @@
 #      parameter's gradient within 1e-1 of the host's, with each path;
 #   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
-#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%), with the attention
+#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%), the device memory it
+#      used against shardc plan's total at that batch (within 10%), with the attention
 #      trial's verdict at that batch (where the default, auto, does not run,
 #      one FAIL and everything again with wmma pinned); 14 steps with each attention path
 #      pinned, and with the bias gradients summed apart
@@ -350,9 +351,30 @@ if [ $B -eq 0 ]; then bad "GPT-2 did not run at any batch size"; why "$w/try.txt
   # the default attention (auto): what its trial found here, a line per head layout
   grep '^attention (' "$w/try.txt" | sed 's/^/   /' | grep . || echo "   (no attention trial printed)"
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader > "$w/smi.txt" 2>&1 &
-  timeout 300 "$g2" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" || bad "GPT-2 30 steps"
+  timeout 300 "$g2" $bench --batch $B --steps 30 --log "$w/gpt2.jsonl" --comm-stats "$w/gpt2.stats" ||
+    bad "GPT-2 30 steps"
   cp "$w/gpt2.jsonl" "$out/gpt2.jsonl"
   mfu "$w/gpt2.jsonl" $B && ok "GPT-2 MFU >= 45%" || bad "GPT-2 MFU below the 45% target"
+  # what shardc plan said this program would hold at this batch, against the device arena's peak
+  # (the plan's total: weights with their bf16 copy, gradients, Adam, the workspace of one batch)
+  if [ -x "$bins/shardc" ] && SHARDC_STDLIB=$src/stdlib "$bins/shardc" plan "$src/examples/gpt2.model" \
+       --set make_vocab_size_divisible_by=128 --gpu h200 --precision bf16 --batch $B --seq 1024 --json \
+       > "$w/gpt2-plan.json" 2> "$w/gpt2-plan.err"; then
+    mem="GPT-2: the device memory it used is within 10% of shardc plan's"
+    $py - "$w/gpt2-plan.json" "$w/gpt2.stats" <<'PY' && ok "$mem" || bad "GPT-2: the device memory it used differs from shardc plan's by more than 10%"
+import json, sys
+m = json.load(open(sys.argv[1]))['roles'][0]['memory']
+peak = [int(l.split()[1]) for l in open(sys.argv[2]) if l.startswith('peak_bytes ')]
+print("   shardc plan --precision bf16: %.2f GiB (weights %.2f, gradients %.2f, optimizer %.2f, activations %.2f)"
+      % tuple(m[k] / 2**30 for k in ('total', 'weights', 'gradients', 'optimizer', 'activations')))
+if not peak:
+    print("   no peak_bytes in the run's --comm-stats"); sys.exit(1)
+print("   the device arena's peak: %.2f GiB (%+.1f%% of the plan)" % (peak[0] / 2**30, 100 * (peak[0] / m['total'] - 1)))
+sys.exit(0 if abs(peak[0] / m['total'] - 1) <= 0.10 else 1)
+PY
+  else
+    bad "shardc plan for GPT-2 at batch $B: $(head -c 300 "$w/gpt2-plan.err" 2>/dev/null || echo "no $bins/shardc")"
+  fi
   # variants against the default: each attention path pinned (what auto chose among), and the
   # bias gradients summed in their own kernels instead of in the weight GEMMs' epilogues (what
   # that fusion saves)

@@ -8,8 +8,9 @@
 # throughput and a profile (GPT-2 itself is far too slow to emulate). The
 # script's own checks must pass (kernels, fp32 losses vs the host, bf16
 # with the default attention (auto) and with mma.sync vs the host, the --comm mpi fallback at dp=2,
-# bf16 ZeRO-1, bf16 tp=2 with sequence parallelism, pp=2 in fp32 and bf16) and its MFU must be the one
-# worked out by hand from the stand-in's tokens/s. cuDNN's attention
+# bf16 ZeRO-1, bf16 tp=2 with sequence parallelism, pp=2 in fp32 and bf16), its MFU must be the one
+# worked out by hand from the stand-in's tokens/s, and its memory line the stand-in's peak against
+# shardc plan's total (5% over: passes; 20% over: its one FAIL). cuDNN's attention
 # cannot run on the emulator: a last run checks that its probe fails
 # plainly and that the script goes on without it. (SHARDC_GPU_BUILD is a
 # path that cannot be made: refused programs fail at once instead of building.)
@@ -25,15 +26,17 @@ case "$*" in
   *clocks.sm*) echo "1980 MHz, 3201 MHz, 120 W, 35" ;;
 esac
 SH
-# the stand-in GPT-2: 30 steps at TPS tokens/s; a profile under SHARDC_CUDA_PROFILE=1
+# the stand-in GPT-2: 30 steps at TPS tokens/s; a profile under SHARDC_CUDA_PROFILE=1; PEAK
+# bytes of device memory in its --comm-stats
 cat > bins/gpt2_bf16 <<'SH'
 #!/bin/bash
-log=/dev/null; steps=1; quiet=0
+log=/dev/null; steps=1; quiet=0; stats=/dev/null
 while [ $# -gt 0 ]; do
-  case $1 in --log) log=$2; shift ;; --steps) steps=$2; shift ;; --quiet) quiet=1 ;; esac
+  case $1 in --log) log=$2; shift ;; --steps) steps=$2; shift ;; --quiet) quiet=1 ;; --comm-stats) stats=$2; shift ;; esac
   shift
 done
 : > "$log"
+printf 'steps %s\npeak_bytes %s\n' "$steps" "${PEAK:-0}" > "$stats"
 if [ -n "${GPT2_FAIL_AUTO:-}" ] && [ "${SHARDC_CUDA_ATTN:-auto}" = auto ]; then
   echo "shardc cuda: error: an illegal memory access was encountered (cudaErrorIllegalAddress) in kernel fwd_kernel" >&2
   exit 1
@@ -52,6 +55,14 @@ SH
 chmod +x fake/nvidia-smi bins/gpt2_bf16
 cp "$tk" bins/test_kernels_cuda
 cp "$sc" bins/step_compare_cuda
+cp "$shardc" bins/shardc
+# the stand-in's peak: 5% over what shardc plan says GPT-2 holds at batch 128 (the size it runs)
+plan_total() {
+  "$shardc" plan "$src/examples/gpt2.model" --set make_vocab_size_divisible_by=128 --gpu h200 --precision bf16 \
+    --batch 128 --seq 1024 --json | $py -c "import json, sys; print(json.load(sys.stdin)['roles'][0]['memory']['total'])"
+}
+total=$(plan_total)
+export PEAK=$((total * 105 / 100))
 check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate -o bins/tinygpt_fp32 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
@@ -82,6 +93,10 @@ check "3 bf16 steps' gradients vs the host's, with the default (auto), the wmma 
 check "GPT-2: batch 128, 400000 tokens/s is 32.5% MFU, below the 45% target" bash -c \
   "grep -q 'largest batch that fits .*: 128 x 1024' run.txt && grep -q 'MFU 32.5% of 989 TFLOP/s' run.txt &&
    grep -q '^FAIL GPT-2 MFU below the 45% target' run.txt"
+check "GPT-2: the arena's peak against shardc plan's total at batch 128 ($total bytes): +5.0%, within 10%" bash -c \
+  "grep -q '^   shardc plan --precision bf16: [0-9.]* GiB (weights ' run.txt &&
+   grep -q '^   the device arena.s peak: [0-9.]* GiB (+5.0% of the plan)' run.txt &&
+   grep -q \"^ok   GPT-2: the device memory it used is within 10% of shardc plan's\" run.txt"
 check "tinygpt bf16 with the default attention (auto) and with mma.sync (SHARDC_CUDA_ATTN=mma): losses as the host's" \
   bash -c "grep -q '^ok   bf16: 20 losses within 2e-2' run.txt && grep -q '^ok   bf16-mma: 20 losses within 2e-2' run.txt"
 check "GPT-2: the attention trial's verdict at the batch that fits" \
@@ -120,6 +135,15 @@ PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuil
 rc=$?
 check "600000 tokens/s is 48.7% MFU: the target met, exit status 0 (got $rc)" bash -c \
   "[ $rc -eq 0 ] && grep -q 'MFU 48.7% of 989 TFLOP/s' run2.txt && grep -q '^ok   GPT-2 MFU >= 45%' run2.txt"
+# 20% more memory than the plan: that check fails, and only it
+PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=600000 \
+  SHARDC_GPU_ATTN_PATHS=mma PEAK=$((total * 120 / 100)) \
+  bash "$src/scripts/gpu-check.sh" "$w/out5/gpu-check.log" > run5.txt 2>&1
+rc=$?
+check "20% more device memory than planned: its FAIL, and no other (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && grep -q '(+20.0% of the plan)' run5.txt &&
+   grep -q \"^FAIL GPT-2: the device memory it used differs from shardc plan's by more than 10%\" run5.txt &&
+   [ \$(grep -c '^FAIL' run5.txt) -eq 1 ]"
 # the default attention (auto) failing on the GPU (its trial runs paths not yet run on one):
 # one probe, not one per batch size, the why, and GPT-2 measured with wmma pinned
 PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=400000 \

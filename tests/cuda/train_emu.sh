@@ -70,7 +70,8 @@ if command -v mpirun >/dev/null; then
   check "dp=2 with ZeRO-1 over NCCL: 4 steps match one host rank to 1e-5" close h1.txt cz.txt 1e-5
   # bf16 with ZeRO-1: what shardc plan --precision bf16 says the program holds and moves (fp32
   # weights and their bf16 copy, fp32 gradients reduce-scattered in buckets, Adam m and v
-  # sharded, the fp32 weights gathered), against the runtime's counters and its memory line
+  # sharded, the fp32 weights gathered), against the runtime's counters and its memory line, and
+# its total against the device arena's peak (within 5%)
   mpirun --oversubscribe -np 2 ./tgb_cuda ${opts/--quiet/} --batch 8 --steps 4 --dp 2 --zero 1 --bucket-mb 0.05 \
     --log czb.jsonl --comm-stats czb.stats > /dev/null 2> czb.err
   losses czb.jsonl > czb.txt
@@ -96,6 +97,11 @@ if not m:
 for name, x in zip(('weights', 'gradients', 'optimizer'), m.groups()):
     if abs(float(x) - r['memory'][name] / 2**20) > 0.01:
         print("   %s: runtime %s MiB, plan %.2f MiB" % (name, x, r['memory'][name] / 2**20)); good = False
+# the whole: the device arena's peak (the CUDA workspace's slots are not the plan's to the byte)
+peak = [int(l.split()[1]) for l in lines if l.startswith('peak_bytes ')]
+print("   peak allocated %s bytes, plan total %d" % (peak, r['memory']['total']))
+if len(peak) != 1 or abs(peak[0] / r['memory']['total'] - 1) > 0.05:
+    good = False
 sys.exit(0 if good else 1)
 PY
   "$gen" "$m" --tp 2 --cuda tg2.cu --build tg2_cuda --emulate && "$shardc" build "$m" --tp 2 -o tg2_host
