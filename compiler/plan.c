@@ -63,6 +63,7 @@ typedef struct Opts {
     const char *sched;
     int zero, rc, bf16;        /* rc: --recompute, -1 when not given (the model's own setting) */
     double pbytes[3];          /* --param-bytes W,G,O; [0] = 0: the precision's own (state_bytes) */
+    int backend;               /* --backend: 0 host, 1 cuda; -1 not given (cuda under bf16) */
     int sp;             /* --sequence-parallel */
     long long batch, seq;
     int gpus;
@@ -114,6 +115,8 @@ typedef struct Plan {
     int dp, tp, pp, v, m, world, zero, rc, bf16;
     double wb, gb, ob;         /* bytes per parameter: weights, gradients, optimizer state */
     double gath;               /* bytes per element of ZeRO's parameter all-gather */
+    int cuda;                  /* the CUDA backend's program (its parameter layout) */
+    double palign;             /* elements a parameter tensor is aligned to in the arena */
     int sp;                    /* sequence parallelism (tp > 1) */
     char sched[16];
     long long G, T;
@@ -469,7 +472,7 @@ static void dev_analyze(Ana *A, int d, Dev *D)
         D->params += n;
         arena_lo[np] = D->arena;
         np++;
-        D->arena += ceil(n / 16.0) * 16.0; /* the runtime aligns each tensor to 64 bytes */
+        D->arena += ceil(n / pl->palign) * pl->palign;
         D->ntensors++;
     }
     /* a parameter held by several pipeline ranks (a tied embedding): its
@@ -806,6 +809,10 @@ static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v,
     pl->rc = P->layout.recompute; /* --recompute, else the model's parallel section or @recompute */
     pl->bf16 = o->bf16;
     state_bytes(o, pl);
+    /* each backend's code generator aligns the arena's tensors its own way
+     * (cg_param_layout: host 64 bytes, CUDA 256 for cuBLASLt and vector loads) */
+    pl->cuda = o->backend >= 0 ? o->backend : o->bf16;
+    pl->palign = pl->cuda ? 64.0 : 16.0;
     pl->sp = ir->seq_sym > 0;
     pl->R = P->layout_repeats;
     pl->ok = 1;
@@ -1315,6 +1322,7 @@ static void json_layout(Json *j, const Plan *pl)
     j_num(j, "zero", pl->zero);
     j_str(j, "recompute", pl->rc ? "block" : "none");
     j_str(j, "precision", pl->bf16 ? "bf16" : "fp32");
+    j_str(j, "backend", pl->cuda ? "cuda" : "host");
     j_close(j, '}');
 }
 
@@ -1672,6 +1680,8 @@ static void usage(FILE *f)
             "  --precision fp32|bf16      fp32 (weights 4 + gradients 4 + Adam 8 bytes per parameter),\n"
             "                             or bf16 mixed as the CUDA backend runs it (6 + 4 + 8: fp32\n"
             "                             weights and a bf16 copy, fp32 gradients)\n"
+            "  --backend host|cuda       the program's parameter layout (tensors aligned to 64 or 256\n"
+            "                             bytes); default cuda under --precision bf16, else host\n"
             "  --param-bytes W,G,O        bytes per parameter of weights, gradients and optimizer state\n"
             "                             instead (another runtime's: the ZeRO paper's 2,2,12)\n"
             "  --batch G, --seq T         global batch and sequence (default: the train section)\n"
@@ -1759,6 +1769,7 @@ int plan_main(int argc, char **argv)
     memset(&o, 0, sizeof o);
     o.gpu = &gpus[0];
     o.rc = -1;
+    o.backend = -1;
     o.eff = 0.5;
     o.gpn = 8;
     o.intra_bw = 450;
@@ -1842,6 +1853,10 @@ int plan_main(int argc, char **argv)
             if (t < 0) return 2;
             if (strcmp(val, "fp32") && strcmp(val, "bf16")) return uerr("--precision takes fp32 or bf16, got '%s'", val);
             o.bf16 = !strcmp(val, "bf16");
+        } else if ((t = TAKE("--backend"))) {
+            if (t < 0) return 2;
+            if (strcmp(val, "host") && strcmp(val, "cuda")) return uerr("--backend takes host or cuda, got '%s'", val);
+            o.backend = !strcmp(val, "cuda");
         } else if ((t = TAKE("--param-bytes"))) {
             if (t < 0) return 2;
             if (parse_pbytes(val, o.pbytes))
@@ -1871,6 +1886,8 @@ int plan_main(int argc, char **argv)
     }
     if (!o.file) return uerr("%s: no .model file given", "plan");
     if (o.gpu_mem <= 0) o.gpu_mem = o.gpu->mem; /* 0 for the cpu: see evaluate */
+    if (o.backend == 0 && o.bf16)
+        return uerr("--precision bf16 is the CUDA backend's (the host runs fp32): drop --backend %s", "host");
     if (o.search) {
         if (!o.gpus) return uerr("%s needs --gpus N", "--search");
         if (o.dp || o.tp || o.pp || o.mb || o.sched || o.vs)

@@ -108,5 +108,41 @@ vlosses n.jsonl > nv.txt; vlosses p.jsonl > pv.txt; vlosses h4.jsonl > hv.txt
 check "dp=2 x tp=2 x pp=2: the validation losses over NCCL are the MPI path's ($(tr '\n' ' ' < nv.txt))" \
   bash -c "[ \$(wc -l < nv.txt) = 2 ] && cmp -s nv.txt pv.txt"
 check "dp=2 x tp=2 x pp=2: validation losses within 1e-4 of one host rank" close hv.txt nv.txt 1e-4
+# every rank's training traffic in each group (tensor: bf16 activations; pipeline: bf16
+# boundaries, the tied embedding's fp32 gradient; data: ZeRO-1's fp32 gradients and weights, in
+# the CUDA program's arena of 256-byte aligned tensors) is what shardc plan --precision bf16 says
+# for its stage, to the byte; the tensor all-reduces (the sequence-parallel parameter gradients'
+# fp32 sums, of the part in the rank's ZeRO-1 shard) at most what it says (docs/plan.md, Limits).
+# The evaluation's traffic counts too: run once more without it
+mpi8 ./c8 ${run%%--val-data*} $l8 --comm nccl --comm-stats "s8_%r.txt" > n.err 2>&1
+"$shardc" plan "$m" $cfg $l8 --sequence-parallel --gpus 8 --batch 8 --seq 32 --microbatches 4 --precision bf16 \
+  --json > p8.json
+check "dp=2 x tp=2 x pp=2: every rank's collectives and transfers are shardc plan --precision bf16's ($(grep -h -v -e steps -e peak s8_0.txt | tr '\n' ';'))" \
+  $py - p8.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops = ['allreduce', 'reduce_scatter', 'allgather', 'broadcast', 'send', 'recv']
+lay = d['layout']
+good = True
+for rank in range(lay['world']):
+    stage = rank // (lay['tp'] * lay['dp'])  # runtime/comm.c: tensor fastest, then data, then pipeline
+    role = [r for r in d['roles'] if r['stages'][0] <= stage <= r['stages'][1]][0]
+    lines = open('s8_%d.txt' % rank).read().split('\n')
+    steps = int(lines[0].split()[1])
+    got = {(w[0], w[1]): (int(w[3]), int(w[5])) for w in (l.split() for l in lines) if len(w) == 6}
+    want = {}
+    for g in ('data', 'tensor', 'pipeline'):
+        t = role['comm_counters'][g]
+        want.update({(g, o): (t['calls'][i] * steps, t['bytes'][i] * steps) for i, o in enumerate(ops) if t['calls'][i]})
+    ar = ('tensor', 'allreduce')
+    upper = got.get(ar, (0, 0))[1] <= want.get(ar, (0, 0))[1] and got.get(ar, (0, 0))[0] <= want.get(ar, (0, 0))[0]
+    got.pop(ar, None)
+    want.pop(ar, None)
+    if got != want or not upper or not got:
+        print("   rank %d (stage %d): measured %s\n   planned %s (tensor all-reduces at most: %s)"
+              % (rank, stage, sorted(got.items()), sorted(want.items()), upper))
+        good = False
+sys.exit(0 if good else 1)
+PY
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -65,6 +65,8 @@ expect_rc 2 "bad --zero" plan "$gpt2" --zero 4
 expect_rc 2 "bad --gpu" plan "$gpt2" --gpu tpu
 expect_rc 2 "bad --precision" plan "$gpt2" --precision fp8
 for pb in 2,2 2,2,0 2,2,12,4 a,2,12 2,,12; do expect_rc 2 "bad --param-bytes $pb" plan "$gpt2" --param-bytes $pb; done
+expect_rc 2 "bad --backend" plan "$gpt2" --backend tpu
+expect_rc 2 "--backend host with --precision bf16 (the host runs fp32)" plan "$gpt2" --backend host --precision bf16
 expect_rc 2 "--search needs --gpus" plan "$gpt2" --search
 expect_rc 2 "--gpus not divisible" plan "$gpt2" --gpus 6 --tp 4
 expect_rc 1 "layout error: vocab 50257 over tensor=2" plan "$gpt2" --tp 2
@@ -97,6 +99,16 @@ plan "$gpt2" $gpt3 --batch 1 --precision bf16 --param-bytes 2,2,12 --json > "$tm
 json "GPT-3 175B as the ZeRO paper counts (--param-bytes 2,2,12): 16 bytes per parameter" "$tmp/gpt3p.json" \
   "d['parameters']['bytes_per_parameter'] == {'weights': 2, 'gradients': 2, 'optimizer': 12}" \
   "sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) == 16 * d['parameters']['total']"
+
+# ---- each backend's parameter layout: the CUDA program aligns tensors to 256 bytes, the host to 64
+plan "$tiny" --set n_embd=64 --set n_head=4 --tp 2 --dp 2 --json > "$tmp/bh.json" 2>/dev/null
+plan "$tiny" --set n_embd=64 --set n_head=4 --tp 2 --dp 2 --backend cuda --json > "$tmp/bc.json" 2>/dev/null
+plan "$tiny" --set n_embd=64 --set n_head=4 --tp 2 --dp 2 --precision bf16 --json > "$tmp/bb.json" 2>/dev/null
+json "--backend cuda: the arena of 256-byte aligned tensors (n_embd 64 at tensor 2: 96-float biases); bf16 implies it" "$tmp/bc.json" \
+  "d['layout']['backend'] == 'cuda' and json.load(open('$tmp/bh.json'))['layout']['backend'] == 'host'" \
+  "json.load(open('$tmp/bb.json'))['layout']['backend'] == 'cuda'" \
+  "d['roles'][0]['comm_counters']['data']['bytes'][0] > json.load(open('$tmp/bh.json'))['roles'][0]['comm_counters']['data']['bytes'][0]" \
+  "d['roles'][0]['memory']['weights'] == json.load(open('$tmp/bh.json'))['roles'][0]['memory']['weights']"
 
 # ---- the ZeRO paper: psi = 7.5 B, N_d = 64 -----------------------------------------------
 zero="$src/tests/plan/zero75.model"
