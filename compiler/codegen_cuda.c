@@ -49,6 +49,7 @@ typedef struct CGen {
     int logits;
     int stage;          /* the pipeline stage being emitted */
     int mode;           /* backward: BW_FULL, BW_INPUT (zb-h1 B) or BW_WEIGHT (zb-h1 W) */
+    IrBwd *ar_taken;    /* the all-reduce step the last matmul call runs (overlap_ar) */
     Vec fnames;         /* char*: every function name used in the file */
 } CGen;
 
@@ -315,6 +316,12 @@ static void c_allreduce(void *gp, IrOp *op, IrBwd *b)
 {
     CGen *g = gp;
     IrValue *dv = ir_value(g->ir, b->dout);
+    if (g->ar_taken == b) {
+        g->ar_taken = NULL;
+        fprintf(g->f, "    /* d%%%d: summed over the tensor group by the matmul's call, during its weight gradient */\n",
+                dv->primal);
+        return;
+    }
     fprintf(g->f, "    SRK_AT(%s, srk_tp_allreduce(e, %s, %s, %s)); /* d%%%d summed over the tensor group */\n",
             site(op, "d all-reduce"), buf(g, b->dout), buf(g, b->dout), cg_cdim(g->ir, shape_numel(&dv->shape)),
             dv->primal);
@@ -339,9 +346,34 @@ static void c_zero(void *gp, IrOp *op, int d)
             cg_cdim(g->ir, shape_numel(&dv->shape)), dv->primal, shape_str(&dv->shape, g->ir));
 }
 
+/* A column-parallel matmul's input gradient, summed over the tensor group
+ * by the walk's next step: the matmul's call (srk_matmul_bias_bwd_ar)
+ * starts that all-reduce after the input gradient's GEMM and waits for it
+ * after the weight gradient's, which runs meanwhile (Megatron-LM's
+ * asynchronous tensor-parallel all-reduce); c_allreduce then leaves the
+ * step out. last: the last step of the call (a fused chain's). */
+static int overlap_ar(CGen *g, IrOp *mm, IrBwd *bm, IrBwd *last)
+{
+    Ir *ir = g->ir;
+    if (g->mode != BW_FULL || mm->kind != OP_MATMUL || bm->rs || bm->din[0] < 0 || bm->din[1] < 0) return 0;
+    for (int j = 0; j + 1 < ir->bwd.n; j++) {
+        if (ir->bwd.v[j] != last) continue;
+        IrBwd *nb = ir->bwd.v[j + 1];
+        if (nb->kind != BWD_ALLREDUCE || nb->dout != bm->din[0] || nb->pstage != last->pstage || cg_step_sum(nb)) return 0;
+        g->ar_taken = nb;
+        return 1;
+    }
+    return 0;
+}
+
 static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
 {
     CGen *g = gp;
+    if (overlap_ar(g, op, b, b)) {
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, "d matmul+all-reduce"),
+                expand(g, "srk_matmul_bias_bwd_ar(e, $d0, $d1, (float *)0, $do, $0, $1, $s0, $s1, $s2, $z)", op, b, fresh));
+        return;
+    }
     fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", user_name(op))),
             expand(g, cg_bwd_template(b, op, 1), op, b, fresh));
 }
@@ -392,9 +424,10 @@ static int c_fuse(void *gp, IrOp **ops, IrBwd **bs, const unsigned *fresh, int n
         }
         fprintf(g->f, "    /* %s:%d  d matmul, its bias's gradient in the GEMM's epilogue */\n", cg_src_file(mm->loc.file),
                 mm->loc.line);
-        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], "d add+matmul"),
-                expand(g, sx_fmt("srk_matmul_bias_bwd($d0, $d1, %s, $do, $0, $1, $s0, $s1, $s2, $z)", dbias), mm, bs[1],
-                       fresh[1]));
+        int ar = overlap_ar(g, mm, bs[1], bs[1]);
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], ar ? "d add+matmul+all-reduce" : "d add+matmul"),
+                expand(g, sx_fmt("srk_matmul_bias_bwd%s(%s$d0, $d1, %s, $do, $0, $1, $s0, $s1, $s2, $z)", ar ? "_ar" : "",
+                                 ar ? "e, " : "", dbias), mm, bs[1], fresh[1]));
         return 2;
     }
     if (!matmul_gelu_ok(g, ops[0], bs[0], fresh[0], ops[1], bs[1], fresh[1])) return 0;

@@ -57,6 +57,7 @@ one tinygpt_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs"
 one tinygpt_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs"
 one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --recompute block
 one tinygpt_tp2sp_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --tp 2 --sequence-parallel
+one tinygpt_tp2_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --tp 2
 one tinygpt_pp2_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --pp 2
 # the vocabulary padded to 50304 as llm.c and Megatron do (aligned logit rows; the loss ignores the padding)
 one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" --set make_vocab_size_divisible_by=128

@@ -45,7 +45,9 @@
 #      in the next forward, the bf16 copy refreshed per bucket): the same losses;
 #   7. bf16 tensor parallelism with sequence parallelism (--tp 2: its
 #      bf16 collectives), within 2e-2 of one host rank, over the comm path
-#      step 6 found;
+#      step 6 found; and without it (the input-gradient all-reduces during
+#      the weight gradients' GEMMs): within 2e-2, and the same losses to the
+#      bit with SHARDC_CUDA_TP_OVERLAP=0;
 #   8. two pipeline stages on the GPU (--pp 2, block recomputation), over
 #      that path: losses as one rank's; and in bf16 (bf16 boundaries):
 #      within 2e-2.
@@ -173,7 +175,7 @@ if [ ! -f /opt/cudnn-frontend/include/cudnn_frontend.h ] && [ -f "$fe/cudnn_fron
   cmake_extra+=(-DSHARDC_CUDNN_FRONTEND_INCLUDE="$(realpath "$fe")")
 fi
 
-progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 tinygpt_tp2sp_bf16
+progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 tinygpt_tp2sp_bf16 tinygpt_tp2_bf16
   tinygpt_pp2_bf16 gpt2_bf16 tinygpt_host"
 loads() { # loads DIR: every program there, with every library it needs found
   local p
@@ -490,11 +492,21 @@ fi
 fi # zero
 
 if want tp && [ -n "$how" ]; then
-stage "tensor parallelism in bf16 on one GPU (--tp 2, sequence parallelism)"
+stage "tensor parallelism in bf16 on one GPU (--tp 2, with and without sequence parallelism)"
 # the activations' all-gathers and reduce-scatters move bf16 (a bf16 sum over
 # the MPI path, ncclBfloat16 over NCCL), as do the input gradients' all-reduces
 two_ranks tp tinygpt_tp2sp_bf16 2e-2 \
   "bf16 tp=2 with sequence parallelism (bf16 collectives, ${cflag:-NCCL}) within 2e-2 of one host rank" --tp 2
+# without it, a column-parallel layer's input-gradient all-reduce runs during its weight
+# gradient's GEMM; SHARDC_CUDA_TP_OVERLAP=0 runs it after: the same losses to the bit
+two_ranks tpo tinygpt_tp2_bf16 2e-2 \
+  "bf16 tp=2 (input-gradient all-reduces during the weight gradients, ${cflag:-NCCL}) within 2e-2 of one host rank" --tp 2
+if SHARDC_CUDA_TP_OVERLAP=0 run2 tpn tinygpt_tp2_bf16 --tp 2 && [ -s "$w/tpo-losses.txt" ] &&
+   cmp -s "$w/tpo-losses.txt" "$w/tpn-losses.txt"; then
+  ok "bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0: the same losses exactly"
+else
+  bad "bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0: other losses, or a failed run ($(grep -m1 -i error "$w/tpn.txt" | head -c 200))"
+fi
 fi # tp
 
 if want pp; then

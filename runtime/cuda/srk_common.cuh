@@ -87,6 +87,8 @@ typedef struct srk_context {
     } attn_pick[SRK_ATTN_PICKS]; /* under SRK_ATTN_AUTO: each head layout's trial's choice */
     int attn_picks;
     char attn_note[1024];    /* the trials' verdicts, a line each (sr_backend.note) */
+    int no_tp_overlap;       /* SHARDC_CUDA_TP_OVERLAP=0: a column-parallel input gradient's all-reduce
+                              * after its matmul's weight gradient, not during it (comparisons) */
     int no_bgrad;            /* SHARDC_CUDA_BGRAD=0: bias gradients by their own column sums, not in the
                               * weight gradient's GEMM (srk_wgrad; for comparisons) */
     long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */

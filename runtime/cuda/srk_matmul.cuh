@@ -96,6 +96,14 @@ static void srk_wgrad(TDB *db, TDBias *dbias, const TG *dout, const void *g, int
                  0, NULL);
 }
 
+/* da (M,K) += dout @ b^T (fresh bit 0: =), g being dout as the GEMMs read it */
+template <class TDA, class TB>
+static inline void srk_dgrad(TDA *da, const void *g, int gdt, const TB *b, long M, long K, long N, int fresh)
+{
+    srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, fresh & 1 ? 0.0f : 1.0f, da, SRK_DT(TDA), K, NULL, 0, 0,
+             NULL);
+}
+
 /* da (M,K) += dout @ b^T ; db (K,N) += a^T @ dout; dbias (N) += dout's column sums (the backward of
  * matmul -> add(bias); NULL: none); fresh (the code generator's $z): bit 0 da, bit 1 db start at
  * zero, uncleared: the GEMM overwrites them (beta 0) */
@@ -110,9 +118,7 @@ void srk_matmul_bias_bwd(TDA *da, TDB *db, TDBias *dbias, const TG *dout, const 
     }
     int gdt;
     const void *g = srk_grad_operand(dout, M * N, &gdt);
-    if (da)
-        srk_gemm(0, 1, M, K, N, 1.0f, g, gdt, N, b, SRK_DT(TB), N, fresh & 1 ? 0.0f : 1.0f, da, SRK_DT(TDA), K, NULL, 0,
-                 0, NULL);
+    if (da) srk_dgrad(da, g, gdt, b, M, K, N, fresh);
     srk_wgrad(db, dbias, dout, g, gdt, a, M, K, N, fresh);
 }
 

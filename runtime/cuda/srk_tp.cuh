@@ -60,6 +60,33 @@ void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
         srk_tp_fatal("all-reduce");
 }
 
+/* srk_matmul_bias_bwd (srk_matmul.cuh) whose da, a column-parallel layer's
+ * input gradient, is then summed over the tensor group: the all-reduce is
+ * started after da's GEMM and waited for after the weight gradient's (with
+ * the bias's), so that on a GPU it runs on the communication stream while
+ * that GEMM runs (Megatron-LM's asynchronous tensor-parallel all-reduce).
+ * The same sums as the two calls one after the other;
+ * SHARDC_CUDA_TP_OVERLAP=0 runs them so (for comparisons) */
+template <class TDA, class TDB, class TDBias, class TG, class TA, class TB>
+void srk_matmul_bias_bwd_ar(sr_exec *e, TDA *da, TDB *db, TDBias *dbias, const TG *dout, const TA *a, const TB *b,
+                            long M, long K, long N, int fresh = 0)
+{
+    if (e->tp <= 1 || srk_ctx.no_tp_overlap || !da || !db || M <= 0 || N <= 0 || K <= 0) {
+        srk_matmul_bias_bwd(da, db, dbias, dout, a, b, M, K, N, fresh);
+        srk_tp_allreduce(e, da, da, M * K);
+        return;
+    }
+    int gdt;
+    const void *g = srk_grad_operand(dout, M * N, &gdt);
+    srk_dgrad(da, g, gdt, b, M, K, N, fresh);
+    sr_req *q = NULL;
+    if (!srk_ctx.failed &&
+        sr_comm_allreduce_t(e->tp_comm, srk_wire<TDA>::dt, da, M * K, "activation", &q) != SR_OK)
+        srk_tp_fatal("all-reduce");
+    srk_wgrad(db, dbias, dout, g, gdt, a, M, K, N, fresh);
+    if (q && sr_comm_wait_device(q) != SR_OK) srk_tp_fatal("all-reduce");
+}
+
 /* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */
 template <class TO, class TT>
 __global__ void tp_gather_permute_kernel(TO *out, const TT *tmp, long outer, long local, long inner, int tp)

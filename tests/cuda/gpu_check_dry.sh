@@ -8,7 +8,7 @@
 # throughput and a profile (GPT-2 itself is far too slow to emulate). The
 # script's own checks must pass (kernels, fp32 losses vs the host, bf16
 # with the default attention (auto) and with mma.sync vs the host, the --comm mpi fallback at dp=2,
-# bf16 ZeRO-1, bf16 tp=2 with sequence parallelism, pp=2 in fp32 and bf16), its MFU must be the one
+# bf16 ZeRO-1, bf16 tp=2 with and without sequence parallelism, pp=2 in fp32 and bf16), its MFU must be the one
 # worked out by hand from the stand-in's tokens/s, and its memory line the stand-in's peak against
 # shardc plan's total (5% over: passes; 20% over: its one FAIL). cuDNN's attention
 # cannot run on the emulator: a last run checks that its probe fails
@@ -68,6 +68,7 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --sequence-parallel -o bins/tinygpt_tp2sp_bf16 &&
+  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 -o bins/tinygpt_tp2_bf16 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --pp 2 -o bins/tinygpt_pp2_bf16 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
 PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" \
@@ -122,6 +123,9 @@ check "bf16 dp=2 with ZeRO-1 over --comm mpi matches it without ZeRO" \
   grep -q "^ok   bf16 dp=2 with ZeRO-1 (parameters gathered during the forward, over --comm mpi) matches it without ZeRO" run.txt
 check "bf16 tp=2 with sequence parallelism over --comm mpi within 2e-2 of one host rank" \
   grep -q "^ok   bf16 tp=2 with sequence parallelism (bf16 collectives, --comm mpi) within 2e-2 of one host rank" run.txt
+check "bf16 tp=2 (the input-gradient all-reduces overlapped) within 2e-2 of one host rank, and the same with SHARDC_CUDA_TP_OVERLAP=0" \
+  bash -c "grep -q '^ok   bf16 tp=2 (input-gradient all-reduces during the weight gradients, --comm mpi) within 2e-2 of one host rank' run.txt &&
+    grep -q '^ok   bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0: the same losses exactly' run.txt"
 check "pp=2 with recomputation over --comm mpi matches one rank" \
   grep -q "^ok   pp=2 with recomputation on one GPU (--comm mpi) matches one rank" run.txt
 check "bf16 pp=2 (bf16 boundaries) over --comm mpi within 2e-2 of one host rank" \

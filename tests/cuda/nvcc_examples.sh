@@ -1,6 +1,6 @@
 #!/bin/bash
 # nvcc_examples.sh DIR: every example's CUDA binary (built by nvcc, see
-# tests/cuda/cuda.cmake; and tinygpt's at tp=2 with sequence parallelism) exists; on a machine without a GPU each one says so
+# tests/cuda/cuda.cmake; and tinygpt's at tp=2, with and without sequence parallelism) exists; on a machine without a GPU each one says so
 # in one line and exits 1; with a GPU, each answers --help.
 set -u
 dir=$1
@@ -10,9 +10,9 @@ bad() { fail=$((fail+1)); echo "FAIL $1"; }
 want="no CUDA device: this program was built for NVIDIA GPUs (--backend cuda); rebuild with --backend host to run on the CPU"
 gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
-for m in tinygpt mlp gpt2 llama llama3 qwen2 tinygpt_tp2sp; do
+for m in tinygpt mlp gpt2 llama llama3 qwen2 tinygpt_tp2sp tinygpt_tp2; do
   for p in bf16 fp32; do
-    [ $m = tinygpt_tp2sp ] && [ $p = fp32 ] && continue # tp=2 with sequence parallelism: bf16 only
+    [ "${m#tinygpt_tp2}" != "$m" ] && [ $p = fp32 ] && continue # tp=2 (with and without sequence parallelism): bf16
     b="$dir/${m}_$p"
     if [ ! -x "$b" ]; then bad "$m ($p): $b was not built"; continue; fi
     ok "$m ($p): built and linked by nvcc"

@@ -11,7 +11,8 @@
 #    sequence parallelism over the comm layer's NCCL backend (the default,
 #    as on a GPU: runtime/cuda/comm_nccl.c on the emulator's NCCL, which
 #    is MPI underneath);
-#    recomputation (fp32, and bf16 with d matmul + d gelu fused); bf16 at tp=2;
+#    recomputation (fp32, and bf16 with d matmul + d gelu fused); bf16 at tp=2 (its column-
+#    parallel input gradients' all-reduces during the weight gradients' GEMMs, or after them);
 #  - greedy sampling from the bf16 program (bf16 logits), at tp=1 and tp=2;
 #  - a LLaMA-style model (RoPE, RMSNorm, SwiGLU) in fp32, bf16 and at tp=2;
 #  - SHARDC_CUDA_PROFILE=1 reports every generated call site and changes no loss;
@@ -232,6 +233,17 @@ if bad or not got:
     print("   (op, measured, planned):", bad)
     sys.exit(1)
 PY
+  # a column-parallel layer's input-gradient all-reduce runs during its weight gradient's GEMM:
+  # one call per such matmul (2 a layer: q|k|v and the MLP's first), whose all-reduce step is
+  # left out; SHARDC_CUDA_TP_OVERLAP=0 runs the all-reduce after that GEMM: the same losses
+  check "tp=2: the 8 column-parallel matmuls' backward overlap their input gradient's all-reduce (bf16 and fp32)" \
+    bash -c "for f in tg2b.cu tg2.cu; do [ \$(grep -c 'srk_matmul_bias_bwd_ar(e, ' \$f) -eq 8 ] &&
+      [ \$(grep -c 'summed over the tensor group by the matmul' \$f) -eq 8 ] || exit 1; done"
+  SHARDC_CUDA_TP_OVERLAP=0 mpirun --oversubscribe -np 2 -x SHARDC_CUDA_TP_OVERLAP ./tg2b_cuda $opts --tp 2 --steps 4 \
+    --log c2bo.jsonl
+  losses c2bo.jsonl > c2bo.txt
+  check "bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0 (all-reduce after the weight gradient): the same losses exactly" \
+    cmp -s c2b.txt c2bo.txt
   mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 $smp > s_bf16tp.txt 2> /dev/null
   check "bf16 sampling at tp=2 (each rank's bf16 columns gathered): as the host binary's" \
     same_text s_host.txt s_bf16tp.txt
@@ -272,6 +284,9 @@ check "no GPU: one line saying so ($(head -c 200 nogpu.txt))" bash -c "[ \$(wc -
 SHARDC_CUDA_BGRAD=yes ./tgb_cuda $opts --steps 1 2> badbgrad.txt; rc=$?
 check "SHARDC_CUDA_BGRAD=yes: exit 2, one line (got $rc: $(head -c 200 badbgrad.txt))" bash -c \
   "[ $rc -eq 2 ] && [ \$(wc -l < badbgrad.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_BGRAD=yes: expected 1' badbgrad.txt"
+SHARDC_CUDA_TP_OVERLAP=on ./tgb_cuda $opts --steps 1 2> badov.txt; rc=$?
+check "SHARDC_CUDA_TP_OVERLAP=on: exit 2, one line (got $rc: $(head -c 200 badov.txt))" bash -c \
+  "[ $rc -eq 2 ] && [ \$(wc -l < badov.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_TP_OVERLAP=on: expected 1' badov.txt"
 SHARDC_CUDA_ATTN=flash ./tgb_cuda $opts --steps 1 2> badattn.txt; rc=$?
 check "SHARDC_CUDA_ATTN=flash: exit 2, one line naming the choices (got $rc: $(head -c 200 badattn.txt))" bash -c \
   "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected auto (the default: the fastest path that agrees with simt), wmma, mma, cudnn or simt' badattn.txt"
