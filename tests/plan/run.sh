@@ -374,28 +374,16 @@ if command -v mpirun >/dev/null && "$shardc" build "$tiny" $small -o "$tmp/tg1" 
     plan "$tiny" $cfg --batch 8 --seq 32 --tp $t --dp $d --pp $p --zero $z --microbatches $mb --schedule $sc $s \
       $rc --json > "$tmp/m.json" 2>/dev/null
     name="tp=$t${s:+ sp} dp=$d pp=$p zero=$z m=$mb $sc${rc:+ (${rc#--})}"
-    python3 - "$tmp/m.json" "$tmp/comm.txt" "$tmp/run.err" <<'PY' && ok "$name: the runtime's collectives and memory are the plan's" || bad "$name: measured against planned"
+    python3 - "$tmp/m.json" "$tmp/comm.txt" "$tmp/run.err" "$src/tests/plan" <<'PY' && ok "$name: the runtime's collectives and memory are the plan's" || bad "$name: measured against planned"
 import json, re, sys
+sys.path.insert(0, sys.argv[4])
+from counters import read_stats, planned
 d = json.load(open(sys.argv[1])); r = d['roles'][0]
 try:
-    lines = open(sys.argv[2]).read().split('\n')
+    steps, peak, got = read_stats(sys.argv[2])
 except OSError:
     print('     the run failed: ' + open(sys.argv[3]).read()[-300:]); sys.exit(1)
-steps = int(lines[0].split()[1])
-got = {}
-peak = None
-for l in lines[1:]:
-    if l.startswith('peak_bytes '):
-        peak = int(l.split()[1])
-    elif l.strip():
-        g, op, _, calls, _, nbytes = l.split()
-        got[(g, op)] = (int(calls), int(nbytes))
-want = {}
-cc = r['comm_counters']
-for g in ('data', 'tensor', 'pipeline'):
-    for k, op in enumerate(cc['ops']):
-        if cc[g]['calls'][k]:
-            want[(g, op)] = (round(cc[g]['calls'][k] * steps), round(cc[g]['bytes'][k] * steps))
+want = planned(r, steps)
 good = got == want
 if not good:
     print('     runtime', got, '\n     plan   ', want)
