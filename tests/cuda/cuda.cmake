@@ -211,27 +211,26 @@ if(SHARDC_CUDA_LIBRARY)
       endforeach()
     endforeach()
     # the tensor-parallel kernels (vocab-parallel embedding and loss, sequence parallelism) only
-    # a tp > 1 program instantiates: tinygpt at tp=2 with sequence parallelism, bf16
-    add_custom_command(OUTPUT ${_ex}/tinygpt_tp2sp_bf16
-      COMMAND gen_cuda ${_root}/examples/tinygpt.model --bf16 --tp 2 --sequence-parallel
-        --cuda ${_ex}/tinygpt_tp2sp_bf16.cu --build ${_ex}/tinygpt_tp2sp_bf16
-        --arch "$<JOIN:${SHARDC_CUDA_ARCHS},$<COMMA>>"
-      DEPENDS gen_cuda shardrt shardrt_cuda ${_root}/examples/tinygpt.model ${_root}/stdlib/nn.model
-        ${SHARDC_CUDA_LIBRARY} ${_srk_headers}
-      COMMENT "nvcc: examples/tinygpt.model at tp=2 with sequence parallelism (bf16)"
-      VERBATIM)
-    list(APPEND _bins ${_ex}/tinygpt_tp2sp_bf16)
-    # and without it: the column-parallel matmuls' backward overlapping their input gradient's
-    # all-reduce (srk_matmul_bias_bwd_ar)
-    add_custom_command(OUTPUT ${_ex}/tinygpt_tp2_bf16
-      COMMAND gen_cuda ${_root}/examples/tinygpt.model --bf16 --tp 2
-        --cuda ${_ex}/tinygpt_tp2_bf16.cu --build ${_ex}/tinygpt_tp2_bf16
-        --arch "$<JOIN:${SHARDC_CUDA_ARCHS},$<COMMA>>"
-      DEPENDS gen_cuda shardrt shardrt_cuda ${_root}/examples/tinygpt.model ${_root}/stdlib/nn.model
-        ${SHARDC_CUDA_LIBRARY} ${_srk_headers}
-      COMMENT "nvcc: examples/tinygpt.model at tp=2 (bf16)"
-      VERBATIM)
-    list(APPEND _bins ${_ex}/tinygpt_tp2_bf16)
+    # a tp > 1 program instantiates: tinygpt at tp=2 in bf16, with sequence parallelism, and
+    # without it (the column-parallel matmuls' backward overlapping their input gradient's
+    # all-reduce, srk_matmul_bias_bwd_ar)
+    foreach(_v tp2sp tp2)
+      set(_flags --tp 2)
+      set(_what "at tp=2")
+      if(_v STREQUAL "tp2sp")
+        list(APPEND _flags --sequence-parallel)
+        set(_what "at tp=2 with sequence parallelism")
+      endif()
+      add_custom_command(OUTPUT ${_ex}/tinygpt_${_v}_bf16
+        COMMAND gen_cuda ${_root}/examples/tinygpt.model --bf16 ${_flags}
+          --cuda ${_ex}/tinygpt_${_v}_bf16.cu --build ${_ex}/tinygpt_${_v}_bf16
+          --arch "$<JOIN:${SHARDC_CUDA_ARCHS},$<COMMA>>"
+        DEPENDS gen_cuda shardrt shardrt_cuda ${_root}/examples/tinygpt.model ${_root}/stdlib/nn.model
+          ${SHARDC_CUDA_LIBRARY} ${_srk_headers}
+        COMMENT "nvcc: examples/tinygpt.model ${_what} (bf16)"
+        VERBATIM)
+      list(APPEND _bins ${_ex}/tinygpt_${_v}_bf16)
+    endforeach()
     add_custom_target(cuda_examples ALL DEPENDS ${_bins})
     add_test(NAME cuda_nvcc_examples COMMAND bash ${_tc}/nvcc_examples.sh ${_ex})
     # registers and static shared memory per kernel against the launch limits
