@@ -775,7 +775,6 @@ static void cost(const Opts *o, Plan *pl)
     pl->tok_s = (double)pl->G * (double)pl->T / pl->step;
 }
 
-/* evaluates layout (dp, tp, pp from the compiled program; m, schedule, v given) */
 /* Bytes per parameter of the model states as the generated program holds
  * them. fp32: 4 + 4 + 8 (Adam m, v). bf16, the CUDA backend's mixed
  * precision (Megatron-LM's "bf16 parameters, fp32 gradients"): weights 6,
@@ -794,6 +793,7 @@ static void state_bytes(const Opts *o, Plan *pl)
     pl->gath = pl->wb < 4.0 ? pl->wb : 4.0;
 }
 
+/* evaluates layout (dp, tp, pp from the compiled program; m, schedule, v given) */
 static void evaluate(Program *P, const Opts *o, int m, const char *sched, int v, Plan *pl)
 {
     Ir *ir = &P->ir;
