@@ -72,7 +72,7 @@ if command -v mpirun >/dev/null; then
   # bf16 with ZeRO-1: what shardc plan --precision bf16 says the program holds and moves (fp32
   # weights and their bf16 copy, fp32 gradients reduce-scattered in buckets, Adam m and v
   # sharded, the fp32 weights gathered), against the runtime's counters and its memory line, and
-# its total against the device arena's peak (within 5%)
+  # its total against the device arena's peak (within 5%)
   mpirun --oversubscribe -np 2 ./tgb_cuda ${opts/--quiet/} --batch 8 --steps 4 --dp 2 --zero 1 --bucket-mb 0.05 \
     --log czb.jsonl --comm-stats czb.stats > /dev/null 2> czb.err
   losses czb.jsonl > czb.txt
