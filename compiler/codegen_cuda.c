@@ -80,10 +80,10 @@ static char *buf_own(CGen *g, int id)
     }
     if (g->ir->nstages > 1) { /* pipeline boundaries are the runtime's buffers: bf16 in a bf16 program */
         const IrStage *st = &g->ir->stages[g->stage];
-        int h = g->store[id] == ST_ACT;
-        if (id == st->act_in) return h ? "((bf16 *)e->act_in)" : "e->act_in";
-        if (v->kind == VK_GRAD && v->primal == st->act_in) return h ? "((bf16 *)e->act_in_grad)" : "e->act_in_grad";
-        if (v->kind == VK_GRAD && v->primal == st->act_out) return h ? "((bf16 *)e->act_out_grad)" : "e->act_out_grad";
+        const char *as = g->store[id] == ST_ACT ? "((bf16 *)e->%s)" : "e->%s";
+        if (id == st->act_in) return sx_fmt(as, "act_in");
+        if (v->kind == VK_GRAD && v->primal == st->act_in) return sx_fmt(as, "act_in_grad");
+        if (v->kind == VK_GRAD && v->primal == st->act_out) return sx_fmt(as, "act_out_grad");
     }
     if (v->slot < 0) sx_ice("value %%%d has no workspace slot", id);
     int s = g->store[id];

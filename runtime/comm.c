@@ -545,9 +545,6 @@ void sr_comm_reset_stats(sr_comm *c)
 /* ------------------------------------------------------------------------ */
 /* operations                                                                 */
 
-/* bytes an element of type t */
-static size_t esize(sr_dtype t) { return t == SR_BF16 ? 2 : sizeof(float); }
-
 /* [a, a+na) and [b, b+nb) (elements of es bytes) overlap */
 static int overlap(const void *a, int64_t na, const void *b, int64_t nb, size_t es)
 {
@@ -703,7 +700,6 @@ static sr_status launch(sr_comm *c, int op, sr_dtype dt, const void *send, void 
     r->tag = tag;
     r->n = n;
     r->dt = dt;
-    r->esz = esize(dt);
     r->step = c->step;
     r->grouped = moves && group_depth > 0;
     snprintf(r->what, sizeof r->what, "%s", what ? what : "");
@@ -730,7 +726,7 @@ static sr_status launch(sr_comm *c, int op, sr_dtype dt, const void *send, void 
         return st;
     }
     if (op < 6) {
-        int64_t bytes = n * (int64_t)r->esz;
+        int64_t bytes = n * (int64_t)sr_dtype_size(dt);
         if (op == SRC_REDUCE_SCATTER) bytes *= c->size;
         if (op == SRC_BROADCAST && c->rank != peer) bytes = 0;
         c->stats.calls[op]++;
@@ -769,7 +765,7 @@ sr_status sr_comm_reduce_scatter_t(sr_comm *c, sr_dtype t, const void *send, voi
     if (req) *req = NULL;
     SR_CHECK(check_args(c, "sr_comm_reduce_scatter", SRC_REDUCE_SCATTER, send, n, -1, 0, what));
     SR_CHECK(check_dtype(c, SRC_REDUCE_SCATTER, t, what));
-    size_t es = esize(t);
+    size_t es = sr_dtype_size(t);
     if (n > 0 && !recv)
         return bad_arg(c, SRC_REDUCE_SCATTER, what, "NULL receive buffer for %lld elements",
                        (long long)n);
@@ -791,7 +787,7 @@ sr_status sr_comm_allgather_t(sr_comm *c, sr_dtype t, const void *send, void *re
     if (req) *req = NULL;
     SR_CHECK(check_args(c, "sr_comm_allgather", SRC_ALLGATHER, send, n, -1, 0, what));
     SR_CHECK(check_dtype(c, SRC_ALLGATHER, t, what));
-    size_t es = esize(t);
+    size_t es = sr_dtype_size(t);
     if (n > 0 && !recv)
         return bad_arg(c, SRC_ALLGATHER, what, "NULL receive buffer for %lld elements",
                        (long long)n);
@@ -1102,7 +1098,7 @@ static sr_status mpi_start(sr_req *r, const void *sendv, void *recvv)
 {
     sr_comm *c = r->c;
     MPI_Comm m = c->mpi;
-    const int64_t n = r->n, C = c->max_chunk, es = (int64_t)r->esz;
+    const int64_t n = r->n, C = c->max_chunk, es = (int64_t)sr_dtype_size(r->dt);
     /* element offsets are scaled by es: floats or bf16 */
     const char *send = sendv;
     char *recv = recvv;

@@ -90,8 +90,8 @@ void srcomm_pins_free(sr_comm *c)
 static sr_status to_host(sr_req *r, void *dst, const void *src, int64_t n, int async)
 {
     const sr_comm_device *d = r->c->dev;
-    sr_status st = async ? d->to_host_async(dst, src, (size_t)n * r->esz, &r->copy)
-                         : d->to_host(dst, src, (size_t)n * r->esz);
+    sr_status st = async ? d->to_host_async(dst, src, (size_t)n * sr_dtype_size(r->dt), &r->copy)
+                         : d->to_host(dst, src, (size_t)n * sr_dtype_size(r->dt));
     if (st != SR_OK)
         return sr_seterr(st, "rank %d: %s '%s' on the %s group: staging %lld elements to the host "
                          "failed: %s", r->c->world_rank, srcomm_op_name(r->op), r->what, r->c->name,
@@ -113,7 +113,7 @@ sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async)
     case SRC_ALLGATHER: nr = n * size; break; /* sent in place from this rank's block */
     default: return SR_OK;
     }
-    const int64_t es = (int64_t)r->esz;
+    const int64_t es = (int64_t)sr_dtype_size(r->dt);
     if (ns) r->pin[0] = pin_get(c, (size_t)(ns * es));
     if (nr) r->pin[1] = pin_get(c, (size_t)(nr * es));
     if ((ns && !r->pin[0]) || (nr && !r->pin[1]))
@@ -157,7 +157,7 @@ sr_status srcomm_stage_in(sr_req *r, const void **send, void **recv, int async)
 
 sr_status srcomm_stage_out(sr_req *r)
 {
-    sr_status st = r->c->dev->to_device(r->dev_dst, r->host_res, (size_t)r->dev_n * r->esz);
+    sr_status st = r->c->dev->to_device(r->dev_dst, r->host_res, (size_t)r->dev_n * sr_dtype_size(r->dt));
     if (st != SR_OK)
         return sr_seterr(st, "rank %d: %s '%s' on the %s group: copying %lld elements back to the "
                          "device failed: %s", r->c->world_rank, srcomm_op_name(r->op), r->what,

@@ -66,7 +66,6 @@ struct sr_req {
     int tag;
     int64_t n;               /* elements, as passed by the caller */
     sr_dtype dt;             /* their type (SR_F32 for the host helpers' doubles too) */
-    size_t esz;              /* bytes an element: 4, or 2 for SR_BF16 */
     int64_t step;            /* the communicator's step at launch */
     char what[96];           /* caller's label */
     int done;                /* complete (successfully or not) */

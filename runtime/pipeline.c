@@ -80,7 +80,7 @@ static int64_t rows(run *r) { return (int64_t)r->B * r->o.seq; }
 /* a stage's boundary activations and their gradients: bf16 in a bf16 CUDA
  * program (sent as such, 2 bytes an element), else float */
 static sr_dtype act_dt(const sr_stage *st) { return st->act_bf16 ? SR_BF16 : SR_F32; }
-static size_t act_size(const sr_stage *st) { return st->act_bf16 ? 2 : sizeof(float); }
+static size_t act_size(const sr_stage *st) { return sr_dtype_size(act_dt(st)); }
 
 /* one slot's bytes: the stage's workspace and its boundary buffers (act_in,
  * act_in_grad, act_out_grad), as alloc_slot allocates them */

@@ -48,16 +48,28 @@ struct srk_wire<bf16> {
     static constexpr sr_dtype dt = SR_BF16;
 };
 
+/* buf (n) summed over the tensor group in place, in its type: started after the kernels
+ * queued so far; its request (NULL: nothing to wait for), for sr_comm_wait_device */
+template <class T>
+sr_req *srk_tp_allreduce_start(sr_exec *e, T *buf, long n)
+{
+    sr_req *q = NULL;
+    if (n <= 0 || e->tp <= 1 || srk_ctx.failed) return NULL;
+    if (sr_comm_allreduce_t(e->tp_comm, srk_wire<T>::dt, buf, n, "activation", &q) != SR_OK) srk_tp_fatal("all-reduce");
+    return q;
+}
+static inline void srk_tp_allreduce_wait(sr_req *q)
+{
+    if (q && sr_comm_wait_device(q) != SR_OK) srk_tp_fatal("all-reduce");
+}
+
 /* out (n) = sum over the tensor group of in (n), summed in place in out's type */
 template <class TO, class TI>
 void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
 {
     if (n <= 0) return;
     if ((const void *)out != (const void *)in) srk_copy(out, in, n);
-    if (e->tp <= 1 || srk_ctx.failed) return;
-    sr_req *q = NULL;
-    if (srk_tp_then(sr_comm_allreduce_t(e->tp_comm, srk_wire<TO>::dt, out, n, "activation", &q), &q) != SR_OK)
-        srk_tp_fatal("all-reduce");
+    srk_tp_allreduce_wait(srk_tp_allreduce_start(e, out, n));
 }
 
 /* srk_matmul_bias_bwd (srk_matmul.cuh) whose da, a column-parallel layer's
@@ -79,12 +91,9 @@ void srk_matmul_bias_bwd_ar(sr_exec *e, TDA *da, TDB *db, TDBias *dbias, const T
     int gdt;
     const void *g = srk_grad_operand(dout, M * N, &gdt);
     srk_dgrad(da, g, gdt, b, M, K, N, fresh);
-    sr_req *q = NULL;
-    if (!srk_ctx.failed &&
-        sr_comm_allreduce_t(e->tp_comm, srk_wire<TDA>::dt, da, M * K, "activation", &q) != SR_OK)
-        srk_tp_fatal("all-reduce");
+    sr_req *q = srk_tp_allreduce_start(e, da, M * K);
     srk_wgrad(db, dbias, dout, g, gdt, a, M, K, N, fresh);
-    if (q && sr_comm_wait_device(q) != SR_OK) srk_tp_fatal("all-reduce");
+    srk_tp_allreduce_wait(q);
 }
 
 /* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */

@@ -203,6 +203,8 @@ void sr_comm_reset_stats(sr_comm *c);
  * same on every rank. n counts elements of the type; bytes in the stats
  * and in the staging are n * 2. */
 typedef enum sr_dtype { SR_F32 = 0, SR_BF16 = 1 } sr_dtype;
+/* bytes an element of type t */
+static inline size_t sr_dtype_size(sr_dtype t) { return t == SR_BF16 ? 2 : 4; }
 
 /* buf (n) summed over the group, in place (MPI: MPI_IN_PLACE) */
 sr_status sr_comm_allreduce(sr_comm *c, float *buf, int64_t n, const char *what, sr_req **req);
