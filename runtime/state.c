@@ -771,6 +771,8 @@ sr_status rt_checkpoint(run *r, long step)
 {
     float *m = r->m, *v = r->v, *fm = NULL, *fv = NULL;
     SR_CHECK(rt_params_settle(r));
+    /* parameters a failed device step left (NaN, or half updated) are not saved as the latest */
+    SR_CHECK(rt_agree(r, r->be->sync(), "the device work before the checkpoint"));
     sr_status s = SR_OK;
     if (r->gshard) {
         fm = r->be->alloc(sizeof(float) * (size_t)r->n_alloc);

@@ -861,6 +861,9 @@ static sr_status train(run *r)
     }
     long end = o->steps > r->start_step ? o->steps : r->start_step;
     SR_CHECK(rt_params_settle(r)); /* what follows (and sampling, after train) reads them whole */
+    /* a device error of the last step (its loss was read before the backward
+     * ran) ends the run with that error, on every rank, not with exit 0 */
+    SR_CHECK(rt_agree(r, r->be->sync(), "the device work of the last step"));
     if (o->comm_stats) SR_CHECK(write_comm_stats(r, end - r->start_step)); /* training traffic only */
     if (r->dp && r->comm_total_us > 0)
         rt_info(r, "gradient %s: %.1f ms in flight, %.0f%% of it hidden behind backward; "

@@ -309,6 +309,7 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
         for (long i = 0; i < M; i++)
             for (long j = 0; j < N; j++) ((bf16 *)C)[i * ldc + j] = __float2bfloat16(c[i * ldc + j]);
     (void)as_compute; /* the GPU path's conversions; emulation rounds inline */
+    if (!emu::device_work_ran(srk_ctx.stream, "matmul")) srk_check_cuda(cudaGetLastError(), "a matmul");
     return 0;
 }
 

@@ -32,6 +32,8 @@
 #   _np3, _timeout             on the emulator's NCCL (emu/nccl_emu.cpp, MPI underneath): every
 #                              op, nothing staged, groups; timeouts abort the communicator; two
 #                              ranks that both send first outside a group deadlock, as on a GPU
+#   cuda_comm_nccl_emu_race    a copy into an all-reduce in flight, unordered: the emulator's race
+#                              check names both, and the program's sync reports an error
 #   cuda_pipeline_nccl_emu     pp=4 gpipe, 1f1b, zb-h1, interleaved over the emulated NCCL (serial
 #                              streams, rendezvous sends): they finish, = --comm mpi exactly;
 #                              dp=2 x pp=2, and dp=2 x tp=2 x pp=2 on 8 ranks (ZeRO-1, seq. par.)
@@ -166,6 +168,14 @@ if(TARGET shardrt_cuda_emu)
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> --timeout ${_flag} ${MPIEXEC_POSTFLAGS})
     set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 60)
   endforeach()
+  # the race check: a write into an all-reduce in flight is reported, naming both
+  add_test(NAME cuda_comm_nccl_emu_race
+    COMMAND bash -c [=[out=$("$@" 2>&1); rc=$?; printf '%s\n' "$out"; echo "mpirun exit status: $rc"
+[ "$rc" -eq 3 ] && printf '%s\n' "$out" | grep -q "^1 passed, 0 failed$" &&
+printf '%s\n' "$out" | grep -q "cuda_emu: a stream race: cudaMemcpy changed byte 0 of the output of ncclAllReduce (256 elements, rank 0 of 2) while that was in flight"]=]
+            bash ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+            ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_device> --race --nccl ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(cuda_comm_nccl_emu_race PROPERTIES ENVIRONMENT "${SHARDC_TEST_ENV}" TIMEOUT 60)
 
   # ---- the emulated binary under the training driver ----------------------------------
   add_test(NAME cuda_train_emu COMMAND bash ${_tc}/train_emu.sh $<TARGET_FILE:gen_cuda> $<TARGET_FILE:shardc>

@@ -228,6 +228,26 @@ if command -v mpirun >/dev/null; then
   losses c2bo.jsonl > c2bo.txt
   check "bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0 (all-reduce after the weight gradient): the same losses exactly" \
     cmp -s c2b.txt c2bo.txt
+  # the emulator's race check guards that overlap: with the all-reduce started before the input
+  # gradient's GEMM (a copy of the kernels, mutated), that GEMM writes the buffer in flight, and
+  # the program stops with the race named (on a GPU: sums that depend on timing). The error comes
+  # in the backward of the only step, after its loss: the run still exits non-zero and saves no
+  # checkpoint (it exited 0 and saved one as the latest before train.c and rt_checkpoint synced)
+  rm -rf mut && cp -r "$src/runtime/cuda" mut
+  $py - mut/srk_tp.cuh <<'PY'
+import sys
+p = sys.argv[1]; s = open(p).read()
+a = "    srk_dgrad(da, g, gdt, b, M, K, N, fresh);\n"
+b = "    sr_req *q = srk_tp_allreduce_start(e, da, M * K);\n"
+assert s.count(a + b) == 1
+open(p, "w").write(s.replace(a + b, b + a))
+PY
+  SHARDC_CUDA_INCLUDE=$PWD/mut "$gen" "$m" --bf16 --tp 2 --cuda tg2m.cu --build tg2m_cuda --emulate
+  mpirun --oversubscribe -np 2 ./tg2m_cuda $opts --tp 2 --steps 1 --save mck --save-every 1 > mut.txt 2>&1; rc=$?
+  check "the race check: the all-reduce started before the input gradient's GEMM stops the program, naming it (rc $rc: $(grep -m1 'stream race' mut.txt | cut -c1-120))" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'cuda_emu: a stream race: matmul changed byte [0-9]* of the output of ncclAllReduce' mut.txt &&
+      grep -q 'shardc cuda: error: .*nn.model:[0-9]* d add+matmul+all-reduce' mut.txt"
+  check "a device error in the last step: no checkpoint saved ($(ls mck 2>&1 | head -c 80))" bash -c "[ ! -e mck/latest ]"
   mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 $smp > s_bf16tp.txt 2> /dev/null
   check "bf16 sampling at tp=2 (each rank's bf16 columns gathered): as the host binary's" \
     same_text s_host.txt s_bf16tp.txt

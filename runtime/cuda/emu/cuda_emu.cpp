@@ -616,9 +616,52 @@ static CUstream_st legacy_stream{cudaStreamDefault, {}, 0, 0};
 static std::vector<CUstream_st *> streams{&legacy_stream};
 static CUstream_st *real(cudaStream_t s) { return s ? s : &legacy_stream; }
 
+bool racecheck()
+{
+    static const bool on = [] {
+        const char *e = getenv("EMU_RACECHECK");
+        return !(e && !strcmp(e, "0"));
+    }();
+    return on;
+}
+
+/* the work of s queued before its item number `seq` is waited for */
+static void want(CUstream_st *s, uint64_t seq)
+{
+    uint64_t at = s->done;
+    for (StreamItem &it : s->q) {
+        if (at++ >= seq) break;
+        if (it.work) it.work->wanted = true;
+    }
+}
+
+bool device_work_ran(cudaStream_t st, const char *what)
+{
+    if (!racecheck()) return true;
+    CUstream_st *s = real(st);
+    for (CUstream_st *x : streams) {
+        if (x == s || x->q.empty()) continue;
+        StreamItem &it = x->q.front();
+        if (!it.work || !it.started || it.work->raced) continue;
+        std::string r = it.work->race();
+        if (r.empty()) continue;
+        it.work->raced = true;
+        std::string msg = "a stream race: " + std::string(what) + " changed " + r +
+                          " while that was in flight on another stream, with nothing ordering the two (an event "
+                          "recorded after it and waited for, or a synchronization); on a GPU the result would "
+                          "depend on timing";
+        set_last_error(cudaErrorLaunchFailure, msg.c_str());
+        return false;
+    }
+    return true;
+}
+
 static bool item_done(StreamItem &it)
 {
-    if (!it.work) return it.src->done >= it.seq;
+    if (!it.work) {
+        if (it.src->done < it.seq) want(it.src, it.seq);
+        return it.src->done >= it.seq;
+    }
     if (!it.started) {
         it.started = true;
         it.work->start();
@@ -631,7 +674,10 @@ void stream_progress()
     for (bool moved = true; moved;) {
         moved = false;
         for (CUstream_st *s : streams)
-            while (!s->q.empty() && item_done(s->q.front())) {
+            while (!s->q.empty()) {
+                StreamItem &f = s->q.front();
+                if (f.work && s->q.size() > 1) f.work->wanted = true; /* the next item waits for it */
+                if (!item_done(f)) break;
                 delete s->q.front().work;
                 s->q.pop_front();
                 s->done++;
@@ -683,14 +729,20 @@ static bool wait_until(F ready, const char *what)
     return true;
 }
 
-static bool drained(CUstream_st *s) { return s->q.empty(); }
+/* empty; what it still holds is waited for */
+static bool drained(CUstream_st *s)
+{
+    want(s, UINT64_MAX);
+    return s->q.empty();
+}
 
 /* every stream's queue empty (blocking_only: those without cudaStreamNonBlocking) */
 static bool streams_drained(bool blocking_only)
 {
+    bool all = true; /* every stream asked, so that each one's work is wanted at once */
     for (CUstream_st *x : streams)
-        if (!(blocking_only && (x->flags & cudaStreamNonBlocking)) && !drained(x)) return false;
-    return true;
+        if (!(blocking_only && (x->flags & cudaStreamNonBlocking)) && !drained(x)) all = false;
+    return all;
 }
 
 bool stream_defers(cudaStream_t st)
@@ -848,7 +900,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 {
     if (!emu::stream_drain(s, "cudaMemcpy")) return cudaErrorLaunchFailure;
     if (n && dst != src) memmove(dst, src, n);
-    return cudaSuccess;
+    return emu::device_work_ran(s, "cudaMemcpy") ? cudaSuccess : cudaErrorLaunchFailure;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k)
 {
@@ -858,7 +910,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     if (!emu::stream_drain(s, "cudaMemset")) return cudaErrorLaunchFailure;
     if (n) memset(p, v, n);
-    return cudaSuccess;
+    return emu::device_work_ran(s, "cudaMemset") ? cudaSuccess : cudaErrorLaunchFailure;
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
@@ -913,7 +965,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st)
     e->queries = 0;
     return cudaSuccess;
 }
-static bool event_done(cudaEvent_t e) { return !e->s || e->s->done >= e->seq; }
+static bool event_done(cudaEvent_t e)
+{
+    if (e->s) emu::want(e->s, e->seq);
+    return !e->s || e->s->done >= e->seq;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     if (!e) return cudaErrorInvalidValue;
@@ -934,6 +990,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
         e->queries++;
         return cudaErrorNotReady;
     }
+    if (e->s) emu::want(e->s, e->seq);
     emu::stream_progress();
     return event_done(e) ? cudaSuccess : cudaErrorNotReady;
 }

@@ -40,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -141,10 +142,30 @@ const char *schedule_name();
  * event's record is unfinished. A wait longer than EMU_HANG_S (default
  * 300 s) is reported as an error (a GPU would hang). */
 struct StreamWork {
+    /* something is ordered after it (a stream waiting on an event recorded
+     * after it, an event query or synchronization, a stream drain, the next
+     * item of its stream): under the race check (below) its results land in
+     * its buffers only then, the latest a GPU could deliver them */
+    bool wanted = false;
+    bool raced = false; /* a race of it was reported (once is enough) */
     virtual ~StreamWork() {}
     virtual void start() = 0; /* at the head of its stream */
     virtual bool test() = 0;  /* true once complete */
+    /* started and not complete: a description of a buffer of it that device
+     * work of another stream changed, or "" */
+    virtual std::string race() { return std::string(); }
 };
+/* Race check (EMU_RACECHECK, default on; 0 turns it off): work in flight on
+ * one stream (a collective) is unordered with the device work that other
+ * streams run meanwhile, as on a GPU. The work fills its outputs with 0xff
+ * (NaN in fp32 and bf16) while in flight and delivers its results only when
+ * something is ordered after it, so a kernel reading a result too early
+ * reads NaN; after each kernel, copy, memset and emulated GEMM of one stream,
+ * device_work_ran asks every other stream's work in flight whether its
+ * inputs or outputs changed, and a change is an error naming both. */
+bool racecheck();
+/* false (and the error recorded) when `what`, just run on s, raced */
+bool device_work_ran(cudaStream_t s, const char *what);
 /* takes ownership of w */
 void stream_enqueue(cudaStream_t s, StreamWork *w);
 /* advances every stream's queue without blocking */
@@ -205,13 +226,16 @@ cudaError_t launch(const char *name, void (*k)(KArgs...), dim3 grid, dim3 block,
         std::tuple<std::decay_t<KArgs>...> t(static_cast<KArgs>(args)...);
         stream_enqueue_fn(s, [=]() {
             auto body = [&]() { std::apply(k, t); };
-            run_grid(name, (const void *)k, grid, block, smem, &call_body<decltype(body)>, &body);
+            if (run_grid(name, (const void *)k, grid, block, smem, &call_body<decltype(body)>, &body) == cudaSuccess)
+                device_work_ran(s, name);
         });
         return cudaSuccess;
     }
     if (!stream_drain(s, name)) return cudaErrorLaunchFailure;
     auto body = [&]() { k(static_cast<KArgs>(args)...); };
-    return run_grid(name, (const void *)k, grid, block, smem, &call_body<decltype(body)>, &body);
+    cudaError_t e = run_grid(name, (const void *)k, grid, block, smem, &call_body<decltype(body)>, &body);
+    if (e == cudaSuccess && !device_work_ran(s, name)) return cudaErrorLaunchFailure;
+    return e;
 }
 
 } /* namespace emu */

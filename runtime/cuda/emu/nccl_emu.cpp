@@ -155,46 +155,99 @@ struct Call {
     cudaStream_t stream;
 };
 
+/* a byte range [lo, hi) */
+struct Span {
+    const char *lo = nullptr, *hi = nullptr;
+    bool empty() const { return hi <= lo; }
+};
+Span span(const void *p, size_t n) { return Span{(const char *)p, (const char *)p + n}; }
+/* a minus b: at most two pieces */
+void subtract(Span a, Span b, std::vector<Span> &out)
+{
+    if (a.empty()) return;
+    if (b.empty() || b.hi <= a.lo || b.lo >= a.hi) {
+        out.push_back(a);
+        return;
+    }
+    if (a.lo < b.lo) out.push_back(Span{a.lo, b.lo});
+    if (b.hi < a.hi) out.push_back(Span{b.hi, a.hi});
+}
+
+const char *kind_name(int k)
+{
+    static const char *n[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast", "ncclSend",
+                              "ncclRecv"};
+    return n[k];
+}
+
+/* One call in flight. MPI works on copies: `in` holds what the call reads
+ * (taken when it starts), `out` receives its result, copied into the call's
+ * output when the call completes. Under the race check (cuda_emu.h) the
+ * output is 0xff meanwhile, the result lands only once something is ordered
+ * after the call, and the inputs that are not outputs must keep the bytes
+ * the call took. */
+struct Flight {
+    Span in, out;                 /* the call's input and output in device memory */
+    std::vector<char> in_copy, out_copy;
+    std::vector<Span> poisoned;   /* the output (less an in-place all-gather's own block) */
+    std::vector<Span> kept;       /* the input less the output */
+};
+
 /* the calls of one stream in one group (or a lone call): stream work */
 struct Ops : emu::StreamWork {
     std::vector<Call> calls;
+    std::vector<Flight> fl;
     std::vector<MPI_Request> reqs;
-    bool failed = false;
+    bool failed = false, mpi_done = false;
     ~Ops() override
     {
         for (Call &c : calls) c.comm->pending--;
     }
     void start() override
     {
-        for (Call &c : calls) {
+        fl.resize(calls.size());
+        for (size_t i = 0; i < calls.size(); i++) {
+            Call &c = calls[i];
+            Flight &f = fl[i];
             if (c.comm->aborted) continue;
+            size_t es = type_size(c.type), n = c.count * es, all = n * (size_t)c.comm->nranks;
+            bool root = c.kind == Call::BROADCAST && c.comm->rank == c.peer;
+            switch (c.kind) {
+            case Call::ALLREDUCE: f.in = span(c.send, n), f.out = span(c.recv, n); break;
+            case Call::REDUCE_SCATTER: f.in = span(c.send, all), f.out = span(c.recv, n); break;
+            case Call::ALLGATHER: f.in = span(c.send, n), f.out = span(c.recv, all); break;
+            case Call::BROADCAST: f.in = root ? span(c.send, n) : Span{}, f.out = span(c.recv, n); break;
+            case Call::SEND: f.in = span(c.send, n); break;
+            case Call::RECV: f.out = span(c.recv, n); break;
+            }
+            f.in_copy.assign(f.in.lo, f.in.hi);
+            f.out_copy.assign((size_t)(f.out.hi - f.out.lo), 0);
+            if (c.kind == Call::ALLGATHER) subtract(f.out, f.in, f.poisoned); /* in place: its own block stays */
+            else if (!f.out.empty()) f.poisoned.push_back(f.out);
+            if (!f.in.empty()) f.kept.push_back(f.in);
+            for (const Span &p : f.poisoned) {
+                std::vector<Span> rest;
+                for (const Span &k : f.kept) subtract(k, p, rest);
+                f.kept.swap(rest);
+            }
+            if (emu::racecheck())
+                for (const Span &p : f.poisoned) memset((char *)p.lo, 0xff, (size_t)(p.hi - p.lo));
             MPI_Request rq = MPI_REQUEST_NULL;
             MPI_Datatype t = mpi_type(c.type);
-            int n = (int)c.count, rc = MPI_SUCCESS;
+            int cnt = (int)c.count, rc = MPI_SUCCESS;
+            char *in = f.in_copy.data(), *out = f.out_copy.data();
             switch (c.kind) {
-            case Call::ALLREDUCE:
-                rc = MPI_Iallreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, n, t, sum_op(c.type), c.comm->mpi,
-                                    &rq);
-                break;
+            case Call::ALLREDUCE: rc = MPI_Iallreduce(in, out, cnt, t, sum_op(c.type), c.comm->mpi, &rq); break;
             case Call::REDUCE_SCATTER:
-                rc = MPI_Ireduce_scatter_block(c.send, c.recv, n, t, sum_op(c.type), c.comm->mpi, &rq);
+                rc = MPI_Ireduce_scatter_block(in, out, cnt, t, sum_op(c.type), c.comm->mpi, &rq);
                 break;
-            case Call::ALLGATHER: {
-                /* in place when send is this rank's block of recv, as NCCL defines it */
-                bool in_place = (const char *)c.send == (char *)c.recv + (size_t)c.comm->rank * c.count * type_size(c.type);
-                rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : c.send, n, t, c.recv, n, t, c.comm->mpi, &rq);
-                break;
-            }
+            case Call::ALLGATHER: rc = MPI_Iallgather(in, cnt, t, out, cnt, t, c.comm->mpi, &rq); break;
             case Call::BROADCAST:
-                if (c.send != c.recv && c.comm->rank == c.peer) memcpy(c.recv, c.send, c.count * type_size(c.type));
-                rc = MPI_Ibcast(c.recv, n, t, c.peer, c.comm->mpi, &rq);
+                if (root) memcpy(out, in, n);
+                rc = MPI_Ibcast(out, cnt, t, c.peer, c.comm->mpi, &rq);
                 break;
-            case Call::SEND:
-                rc = MPI_Issend(c.send, n, t, c.peer, 0, c.comm->mpi, &rq);
-                break;
-            case Call::RECV:
-                rc = MPI_Irecv(c.recv, n, t, c.peer, 0, c.comm->mpi, &rq);
-                break;
+            case Call::SEND: rc = MPI_Issend(in, cnt, t, c.peer, 0, c.comm->mpi, &rq); break;
+            case Call::RECV: rc = MPI_Irecv(out, cnt, t, c.peer, 0, c.comm->mpi, &rq); break;
             }
             if (rc != MPI_SUCCESS) {
                 c.comm->err = ncclSystemError;
@@ -204,17 +257,53 @@ struct Ops : emu::StreamWork {
             reqs.push_back(rq);
         }
     }
+    std::string race() override
+    {
+        if (!emu::racecheck()) return std::string();
+        for (size_t i = 0; i < fl.size(); i++) {
+            const Flight &f = fl[i];
+            const char *what = nullptr, *at = nullptr, *base = nullptr;
+            for (const Span &k : f.kept)
+                for (const char *p = k.lo; p < k.hi && !what; p++)
+                    if (*p != f.in_copy[(size_t)(p - f.in.lo)]) what = "input", at = p, base = f.in.lo;
+            for (const Span &p : f.poisoned)
+                for (const char *q = p.lo; q < p.hi && !what; q++)
+                    if ((unsigned char)*q != 0xff) what = "output", at = q, base = f.out.lo;
+            if (!what) continue;
+            char buf[256];
+            snprintf(buf, sizeof buf, "byte %zu of the %s of %s (%zu elements, rank %d of %d)", (size_t)(at - base),
+                     what, kind_name(calls[i].kind), calls[i].count, calls[i].comm->rank, calls[i].comm->nranks);
+            return buf;
+        }
+        return std::string();
+    }
     bool test() override
     {
         if (failed) return true;
         for (Call &c : calls)
             if (c.comm->aborted) return true; /* its kernels stop: the stream goes on */
-        int done = 0;
-        if (MPI_Testall((int)reqs.size(), reqs.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
-            for (Call &c : calls) c.comm->err = ncclRemoteError;
-            return true;
+        if (!mpi_done) {
+            int done = 0;
+            if (MPI_Testall((int)reqs.size(), reqs.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+                for (Call &c : calls) c.comm->err = ncclRemoteError;
+                return true;
+            }
+            mpi_done = done != 0;
         }
-        return done != 0;
+        if (!mpi_done) return false;
+        bool closing = false;
+        for (Call &c : calls) closing |= c.comm->finalizing;
+        if (emu::racecheck() && !wanted && !closing) return false;
+        std::string r = raced ? std::string() : race();
+        if (!r.empty()) {
+            std::string msg = "a stream race: " + r + " changed while it was in flight, by device work that "
+                              "nothing ordered after it (an event recorded after it and waited for, or a "
+                              "synchronization); on a GPU the result would depend on timing";
+            emu::set_last_error(cudaErrorLaunchFailure, msg.c_str());
+        }
+        for (Flight &f : fl)
+            if (!f.out.empty()) memcpy((char *)f.out.lo, f.out_copy.data(), f.out_copy.size());
+        return true;
     }
 };
 
