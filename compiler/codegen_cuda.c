@@ -50,6 +50,7 @@ typedef struct CGen {
     int stage;          /* the pipeline stage being emitted */
     int mode;           /* backward: BW_FULL, BW_INPUT (zb-h1 B) or BW_WEIGHT (zb-h1 W) */
     IrBwd *ar_taken;    /* the all-reduce step the last matmul call runs (overlap_ar) */
+    IrBwd *rs_taken;    /* the reduce-scatter step the last matmul call started (overlap_rs) */
     Vec fnames;         /* char*: every function name used in the file */
 } CGen;
 
@@ -366,9 +367,43 @@ static int overlap_ar(CGen *g, IrOp *mm, IrBwd *bm, IrBwd *last)
     return 0;
 }
 
+/* A sequence-parallel column-parallel matmul's input gradient, which the
+ * walk's next step reduce-scatters (the all-gather's backward, IrBwd.rs):
+ * the matmul's call (srk_matmul_bias_bwd_rs) starts that reduce-scatter
+ * after the input gradient's GEMM and leaves it in flight during the weight
+ * gradient's; the next step, generated as before, waits for it and adds.
+ * Returns that step's "$s0, $s1, $s2" (outer, local, inner), or NULL */
+static char *overlap_rs(CGen *g, IrOp *mm, IrBwd *bm, IrBwd *last)
+{
+    Ir *ir = g->ir;
+    if (g->mode != BW_FULL || mm->kind != OP_MATMUL || bm->rs || bm->din[0] < 0 || bm->din[1] < 0) return NULL;
+    for (int j = 0; j + 1 < ir->bwd.n; j++) {
+        if (ir->bwd.v[j] != last) continue;
+        IrBwd *nb = ir->bwd.v[j + 1];
+        if (nb->kind != BWD_RULE || !nb->rs || nb->dout != bm->din[0] || nb->pstage != last->pstage ||
+            BWD_OP(ir, nb)->kind != OP_TP_ALLGATHER)
+            return NULL;
+        g->rs_taken = nb;
+        return expand(g, "$s0, $s1, $s2", BWD_OP(ir, nb), nb, 0);
+    }
+    return NULL;
+}
+
 static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
 {
     CGen *g = gp;
+    if (g->rs_taken == b) {
+        g->rs_taken = NULL;
+        fprintf(g->f, "    /* d%%%d: reduce-scattered since the matmul's call, during its weight gradient; waited for here */\n",
+                ir_value(g->ir, b->dout)->primal);
+    }
+    char *rs = overlap_rs(g, op, b, b);
+    if (rs) {
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, "d matmul+reduce-scatter"),
+                expand(g, sx_fmt("srk_matmul_bias_bwd_rs(e, $d0, $d1, (float *)0, $do, $0, $1, $s0, $s1, $s2, $z, %s)", rs),
+                       op, b, fresh));
+        return;
+    }
     if (overlap_ar(g, op, b, b)) {
         fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, "d matmul+all-reduce"),
                 expand(g, "srk_matmul_bias_bwd_ar(e, $d0, $d1, (float *)0, $do, $0, $1, $s0, $s1, $s2, $z)", op, b, fresh));
@@ -424,10 +459,13 @@ static int c_fuse(void *gp, IrOp **ops, IrBwd **bs, const unsigned *fresh, int n
         }
         fprintf(g->f, "    /* %s:%d  d matmul, its bias's gradient in the GEMM's epilogue */\n", cg_src_file(mm->loc.file),
                 mm->loc.line);
-        int ar = overlap_ar(g, mm, bs[1], bs[1]);
-        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], ar ? "d add+matmul+all-reduce" : "d add+matmul"),
-                expand(g, sx_fmt("srk_matmul_bias_bwd%s(%s$d0, $d1, %s, $do, $0, $1, $s0, $s1, $s2, $z)", ar ? "_ar" : "",
-                                 ar ? "e, " : "", dbias), mm, bs[1], fresh[1]));
+        char *rs = overlap_rs(g, mm, bs[1], bs[1]);
+        int ar = !rs && overlap_ar(g, mm, bs[1], bs[1]);
+        const char *how = rs ? "+reduce-scatter" : ar ? "+all-reduce" : "";
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], sx_fmt("d add+matmul%s", how)),
+                expand(g, sx_fmt("srk_matmul_bias_bwd%s(%s$d0, $d1, %s, $do, $0, $1, $s0, $s1, $s2, $z%s%s)",
+                                 rs ? "_rs" : ar ? "_ar" : "", rs || ar ? "e, " : "", dbias, rs ? ", " : "", rs ? rs : ""),
+                       mm, bs[1], fresh[1]));
         return 2;
     }
     if (!matmul_gelu_ok(g, ops[0], bs[0], fresh[0], ops[1], bs[1], fresh[1])) return 0;

@@ -360,8 +360,8 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
                "SHARDC_CUDA_PROFILE=1 (device time by .model line, at exit); SHARDC_CUDA_SYNC=1 (wait after\n"
                "each kernel: errors name it); SHARDC_CUDA_ARENA_MB=N (the device arena's size);\n"
                "SHARDC_CUDA_BGRAD=0 (bias gradients apart from the weight GEMMs); SHARDC_CUDA_TP_OVERLAP=0 (a\n"
-               "column-parallel input gradient's all-reduce after its weight gradient, not during it);\n"
-               "SHARDC_CUDNN_LIB=FILE.\n");
+               "column-parallel input gradient's all-reduce or reduce-scatter after its weight gradient,\n"
+               "not during it); SHARDC_CUDNN_LIB=FILE.\n");
     printf("Exit status: 0 ok, 1 error, 2 usage error.\n");
 }
 

@@ -45,9 +45,10 @@
 #      in the next forward, the bf16 copy refreshed per bucket): the same losses;
 #   7. bf16 tensor parallelism with sequence parallelism (--tp 2: its
 #      bf16 collectives), within 2e-2 of one host rank, over the comm path
-#      step 6 found; and without it (the input-gradient all-reduces during
-#      the weight gradients' GEMMs): within 2e-2, and the same losses to the
-#      bit with SHARDC_CUDA_TP_OVERLAP=0;
+#      step 6 found; and without it: within 2e-2; both sum the input
+#      gradients (reduce-scatters, all-reduces) during the weight gradients'
+#      GEMMs, and give the same losses to the bit with
+#      SHARDC_CUDA_TP_OVERLAP=0;
 #   8. two pipeline stages on the GPU (--pp 2, block recomputation), over
 #      that path: losses as one rank's; and in bf16 (bf16 boundaries):
 #      within 2e-2.
@@ -497,16 +498,21 @@ stage "tensor parallelism in bf16 on one GPU (--tp 2, with and without sequence 
 # the MPI path, ncclBfloat16 over NCCL), as do the input gradients' all-reduces
 two_ranks tp tinygpt_tp2sp_bf16 2e-2 \
   "bf16 tp=2 with sequence parallelism (bf16 collectives, ${cflag:-NCCL}) within 2e-2 of one host rank" --tp 2
-# without it, a column-parallel layer's input-gradient all-reduce runs during its weight
-# gradient's GEMM; SHARDC_CUDA_TP_OVERLAP=0 runs it after: the same losses to the bit
 two_ranks tpo tinygpt_tp2_bf16 2e-2 \
   "bf16 tp=2 (input-gradient all-reduces during the weight gradients, ${cflag:-NCCL}) within 2e-2 of one host rank" --tp 2
-if SHARDC_CUDA_TP_OVERLAP=0 run2 tpn tinygpt_tp2_bf16 --tp 2 && [ -s "$w/tpo-losses.txt" ] &&
-   cmp -s "$w/tpo-losses.txt" "$w/tpn-losses.txt"; then
-  ok "bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0: the same losses exactly"
-else
-  bad "bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0: other losses, or a failed run ($(grep -m1 -i error "$w/tpn.txt" | head -c 200))"
-fi
+# both programs sum a column-parallel layer's input gradient (with sequence parallelism a
+# reduce-scatter, without it an all-reduce) during its weight gradient's GEMM;
+# SHARDC_CUDA_TP_OVERLAP=0 sums it after: the same losses to the bit
+for p in "tpo tinygpt_tp2_bf16" "tp tinygpt_tp2sp_bf16 with sequence parallelism"; do
+  read -r tag prog rest <<< "$p"
+  what="bf16 tp=2${rest:+ $rest} with SHARDC_CUDA_TP_OVERLAP=0"
+  if SHARDC_CUDA_TP_OVERLAP=0 run2 "${tag}n" "$prog" --tp 2 && [ -s "$w/$tag-losses.txt" ] &&
+     cmp -s "$w/$tag-losses.txt" "$w/${tag}n-losses.txt"; then
+    ok "$what: the same losses exactly"
+  else
+    bad "$what: other losses, or a failed run ($(grep -m1 -i error "$w/${tag}n.txt" | head -c 200))"
+  fi
+done
 fi # tp
 
 if want pp; then

@@ -74,7 +74,7 @@ int srk_configure(int use_bf16)
     srk_ctx.no_tp_overlap = s && !strcmp(s, "0");
     if (s && *s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0)
         srk_fail("SHARDC_CUDA_TP_OVERLAP=%s: expected 1 (the default: a column-parallel input gradient's all-reduce "
-                 "during the weight gradient's GEMM) or 0", s);
+                 "or reduce-scatter during the weight gradient's GEMM) or 0", s);
     s = getenv("SHARDC_CUDA_ATTN");
     srk_ctx.attn_mode = SRK_ATTN_AUTO;
     srk_ctx.attn_picks = 0, srk_ctx.attn_note[0] = 0;

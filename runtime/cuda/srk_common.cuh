@@ -51,6 +51,8 @@ enum srk_scratch_id {
     SRK_SCR_ATTN_DK,
     SRK_SCR_ATTN_DV,
     SRK_SCR_BGRAD,    /* a bias gradient from a GEMM's epilogue, before it is added */
+    SRK_SCR_RS_SEND,  /* a sequence-parallel reduce-scatter in flight during a weight gradient's */
+    SRK_SCR_RS_RECV,  /* GEMM (srk_matmul_bias_bwd_rs): its own, not the GEMMs' conversions' */
     SRK_SCR__COUNT
 };
 
@@ -88,7 +90,12 @@ typedef struct srk_context {
     int attn_picks;
     char attn_note[1024];    /* the trials' verdicts, a line each (sr_backend.note) */
     int no_tp_overlap;       /* SHARDC_CUDA_TP_OVERLAP=0: a column-parallel input gradient's all-reduce
-                              * after its matmul's weight gradient, not during it (comparisons) */
+                              * (or reduce-scatter) after its matmul's weight gradient, not during it */
+    struct {                 /* the reduce-scatter srk_matmul_bias_bwd_rs left in flight */
+        const void *of;      /* the input gradient it sums (the walk's next step names it) */
+        const void *sum;     /* where this rank's block arrives */
+        struct sr_req *q;    /* NULL: no collective to wait for (tp = 1) */
+    } rs_pending;
     int no_bgrad;            /* SHARDC_CUDA_BGRAD=0: bias gradients by their own column sums, not in the
                               * weight gradient's GEMM (srk_wgrad; for comparisons) */
     long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */

@@ -58,9 +58,10 @@ sr_req *srk_tp_allreduce_start(sr_exec *e, T *buf, long n)
     if (sr_comm_allreduce_t(e->tp_comm, srk_wire<T>::dt, buf, n, "activation", &q) != SR_OK) srk_tp_fatal("all-reduce");
     return q;
 }
-static inline void srk_tp_allreduce_wait(sr_req *q)
+/* the kernels queued next see the result of q (NULL: nothing to wait for) */
+static inline void srk_tp_wait(sr_req *q, const char *what)
 {
-    if (q && sr_comm_wait_device(q) != SR_OK) srk_tp_fatal("all-reduce");
+    if (q && sr_comm_wait_device(q) != SR_OK) srk_tp_fatal(what);
 }
 
 /* out (n) = sum over the tensor group of in (n), summed in place in out's type */
@@ -69,7 +70,7 @@ void srk_tp_allreduce(sr_exec *e, TO *out, const TI *in, long n)
 {
     if (n <= 0) return;
     if ((const void *)out != (const void *)in) srk_copy(out, in, n);
-    srk_tp_allreduce_wait(srk_tp_allreduce_start(e, out, n));
+    srk_tp_wait(srk_tp_allreduce_start(e, out, n), "all-reduce");
 }
 
 /* srk_matmul_bias_bwd (srk_matmul.cuh) whose da, a column-parallel layer's
@@ -93,7 +94,7 @@ void srk_matmul_bias_bwd_ar(sr_exec *e, TDA *da, TDB *db, TDBias *dbias, const T
     srk_dgrad(da, g, gdt, b, M, K, N, fresh);
     sr_req *q = srk_tp_allreduce_start(e, da, M * K);
     srk_wgrad(db, dbias, dout, g, gdt, a, M, K, N, fresh);
-    srk_tp_allreduce_wait(q);
+    srk_tp_wait(q, "all-reduce");
 }
 
 /* tmp (tp, outer, local, inner) -> out (outer, tp*local, inner) */
@@ -159,25 +160,37 @@ __global__ void tp_scatter_permute_kernel(TT *tmp, const TI *in, long outer, lon
     }
 }
 /* this rank's block of in (outer, tp*local, inner) summed over the group (outer, local,
- * inner) in scratch, in bf16 for bf16 in, else float; NULL after an error (already reported) */
+ * inner) in scratch (slots send, recv), in bf16 for bf16 in, else float: started after
+ * the kernels queued so far; *q its request (NULL: nothing to wait for). NULL after an
+ * error (already reported) */
 template <class TI>
-const typename srk_wire<TI>::type *srk_tp_seq_reduce_scatter(sr_exec *e, const TI *in, long outer, long local,
-                                                              long inner, const char *what)
+const typename srk_wire<TI>::type *srk_tp_seq_rs_start(sr_exec *e, const TI *in, long outer, long local, long inner,
+                                                        const char *what, int send, int recv_slot, sr_req **q)
 {
     typedef typename srk_wire<TI>::type TW;
     long blk = outer * local * inner;
     int tp = e->tp > 0 ? e->tp : 1;
-    TW *tmp = (TW *)srk_scratch(SRK_SCR_CONV_A, sizeof(TW) * (size_t)(blk * tp));
-    TW *recv = (TW *)srk_scratch(SRK_SCR_CONV_B, sizeof(TW) * (size_t)blk);
+    *q = NULL;
+    TW *tmp = (TW *)srk_scratch(send, sizeof(TW) * (size_t)(blk * tp));
+    TW *recv = (TW *)srk_scratch(recv_slot, sizeof(TW) * (size_t)blk);
     if (!tmp || !recv) return NULL;
     SR_LAUNCH((tp_scatter_permute_kernel<TW, TI>), srk_blocks(blk * tp, SRK_EW_THREADS), SRK_EW_THREADS, 0,
               srk_ctx.stream, tmp, in, outer, local, inner, tp);
     if (srk_ctx.failed) return NULL;
     if (tp == 1) return tmp;
-    sr_req *q = NULL;
-    if (srk_tp_then(sr_comm_reduce_scatter_t(e->tp_comm, srk_wire<TI>::dt, tmp, recv, blk, what, &q), &q) != SR_OK)
+    if (sr_comm_reduce_scatter_t(e->tp_comm, srk_wire<TI>::dt, tmp, recv, blk, what, q) != SR_OK)
         srk_tp_fatal("reduce-scatter");
     return recv;
+}
+/* the same, its result waited for by the kernels queued next */
+template <class TI>
+const typename srk_wire<TI>::type *srk_tp_seq_reduce_scatter(sr_exec *e, const TI *in, long outer, long local,
+                                                              long inner, const char *what)
+{
+    sr_req *q = NULL;
+    const auto *sum = srk_tp_seq_rs_start(e, in, outer, local, inner, what, SRK_SCR_CONV_A, SRK_SCR_CONV_B, &q);
+    srk_tp_wait(q, "reduce-scatter");
+    return sum;
 }
 /* out (outer, local, inner) = this rank's block of in (outer, tp*local, inner) summed over the group */
 template <class TO, class TI>
@@ -196,8 +209,47 @@ void srk_tp_allgather_bwd_rs(sr_exec *e, TD *dx, const TG *dout, long outer, lon
 {
     long blk = outer * local * inner;
     if (!dx || blk <= 0) return;
-    const auto *sum = srk_tp_seq_reduce_scatter(e, dout, outer, local, inner, "activation grad");
+    typedef typename srk_wire<TG>::type TW;
+    const TW *sum;
+    if (srk_ctx.rs_pending.of == (const void *)dout) { /* started by srk_matmul_bias_bwd_rs */
+        sum = (const TW *)srk_ctx.rs_pending.sum;
+        srk_tp_wait(srk_ctx.rs_pending.q, "reduce-scatter");
+        srk_ctx.rs_pending.of = NULL;
+    } else {
+        sum = srk_tp_seq_reduce_scatter(e, dout, outer, local, inner, "activation grad");
+    }
     if (sum) srk_add_bwd(dx, (float *)NULL, sum, blk, blk);
+}
+
+/* srk_matmul_bias_bwd (srk_matmul.cuh) whose da (outer, tp*local, inner = M x K), a
+ * sequence-parallel column-parallel layer's input gradient, is reduce-scattered over
+ * the tensor group by the walk's next step (srk_tp_allgather_bwd_rs): the
+ * reduce-scatter is started after da's GEMM, from scratch of its own (the GEMMs'
+ * operand conversions use theirs), and left in flight during the weight gradient's
+ * GEMM; the next step waits for it and adds this rank's block. Megatron-LM overlaps
+ * sequence parallelism's reduce-scatter so. The same sums in the same order;
+ * SHARDC_CUDA_TP_OVERLAP=0 leaves it all to the next step */
+template <class TDA, class TDB, class TDBias, class TG, class TA, class TB>
+void srk_matmul_bias_bwd_rs(sr_exec *e, TDA *da, TDB *db, TDBias *dbias, const TG *dout, const TA *a, const TB *b,
+                            long M, long K, long N, int fresh, long outer, long local, long inner)
+{
+    srk_ctx.rs_pending.of = NULL;
+    if (e->tp <= 1 || srk_ctx.no_tp_overlap || !da || !db || M <= 0 || N <= 0 || K <= 0 ||
+        outer * local * inner * e->tp != M * K) {
+        srk_matmul_bias_bwd(da, db, dbias, dout, a, b, M, K, N, fresh);
+        return;
+    }
+    int gdt;
+    const void *g = srk_grad_operand(dout, M * N, &gdt);
+    srk_dgrad(da, g, gdt, b, M, K, N, fresh);
+    sr_req *q = NULL;
+    const void *sum = srk_tp_seq_rs_start(e, (const TDA *)da, outer, local, inner, "activation grad", SRK_SCR_RS_SEND,
+                                          SRK_SCR_RS_RECV, &q);
+    srk_wgrad(db, dbias, dout, g, gdt, a, M, K, N, fresh);
+    if (!sum) return;
+    srk_ctx.rs_pending.of = da;
+    srk_ctx.rs_pending.sum = sum;
+    srk_ctx.rs_pending.q = q;
 }
 
 /* dx (outer, tp*local, inner) += dout (outer, local, inner) gathered from the group */

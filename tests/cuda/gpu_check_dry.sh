@@ -125,7 +125,8 @@ check "bf16 tp=2 with sequence parallelism over --comm mpi within 2e-2 of one ho
   grep -q "^ok   bf16 tp=2 with sequence parallelism (bf16 collectives, --comm mpi) within 2e-2 of one host rank" run.txt
 check "bf16 tp=2 (the input-gradient all-reduces overlapped) within 2e-2 of one host rank, and the same with SHARDC_CUDA_TP_OVERLAP=0" \
   bash -c "grep -q '^ok   bf16 tp=2 (input-gradient all-reduces during the weight gradients, --comm mpi) within 2e-2 of one host rank' run.txt &&
-    grep -q '^ok   bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0: the same losses exactly' run.txt"
+    grep -q '^ok   bf16 tp=2 with SHARDC_CUDA_TP_OVERLAP=0: the same losses exactly' run.txt &&
+    grep -q '^ok   bf16 tp=2 with sequence parallelism with SHARDC_CUDA_TP_OVERLAP=0: the same losses exactly' run.txt"
 check "pp=2 with recomputation over --comm mpi matches one rank" \
   grep -q "^ok   pp=2 with recomputation on one GPU (--comm mpi) matches one rank" run.txt
 check "bf16 pp=2 (bf16 boundaries) over --comm mpi within 2e-2 of one host rank" \

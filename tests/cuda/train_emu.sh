@@ -12,7 +12,9 @@
 #    as on a GPU: runtime/cuda/comm_nccl.c on the emulator's NCCL, which
 #    is MPI underneath);
 #    recomputation (fp32, and bf16 with d matmul + d gelu fused); bf16 at tp=2 (its column-
-#    parallel input gradients' all-reduces during the weight gradients' GEMMs, or after them);
+#    parallel input gradients' all-reduces during the weight gradients' GEMMs, or after them;
+#    the emulator's race check names a mutated overlap's race); with sequence parallelism the
+#    reduce-scatters during those GEMMs, or after them;
 #  - greedy sampling from the bf16 program (bf16 logits), at tp=1 and tp=2;
 #  - a LLaMA-style model (RoPE, RMSNorm, SwiGLU) in fp32, bf16 and at tp=2;
 #  - SHARDC_CUDA_PROFILE=1 reports every generated call site and changes no loss;
@@ -126,6 +128,16 @@ PY
   losses hs.jsonl > hs.txt; losses cs.jsonl > cs.txt
   check "tp=2 with sequence parallelism (2 microbatches, dropout 0.1): 4 steps match the host binary to 1e-5" \
     close hs.txt cs.txt 1e-5
+  # a column-parallel layer's input gradient is reduce-scattered during its weight gradient's
+  # GEMM (srk_matmul_bias_bwd_rs; the all-gather's backward, the next step, waits and adds);
+  # SHARDC_CUDA_TP_OVERLAP=0 leaves the reduce-scatter to that step: the same losses
+  check "tp=2 with sequence parallelism: the 8 column-parallel matmuls' backward start their input gradient's reduce-scatter" \
+    bash -c "[ \$(grep -c 'srk_matmul_bias_bwd_rs(e, ' sp.cu) -eq 8 ] && [ \$(grep -c 'reduce-scattered since the matmul' sp.cu) -eq 8 ]"
+  SHARDC_CUDA_TP_OVERLAP=0 mpirun --oversubscribe -np 2 -x SHARDC_CUDA_TP_OVERLAP ./sp_cuda $opts --tp 2 --microbatches 2 \
+    --dropout 0.1 --steps 4 --log cso.jsonl
+  losses cso.jsonl > cso.txt
+  check "tp=2 with sequence parallelism and SHARDC_CUDA_TP_OVERLAP=0 (reduce-scatter after the weight gradient): the same losses exactly" \
+    cmp -s cs.txt cso.txt
   # a stage boundary carries each tensor rank's part of the sequence
   "$gen" "$m" --tp 2 --pp 2 --sequence-parallel --cuda sp3.cu --build sp3_cuda --emulate &&
     "$shardc" build "$m" --tp 2 --pp 2 --sequence-parallel -o sp3_host > /dev/null
