@@ -91,6 +91,7 @@ typedef struct Coll {
     int group, kind, phase, n; /* n: ranks in the group */
     double size;               /* bytes of one call's full buffer */
     double calls;              /* per step */
+    double behind;             /* FLOPs of the GEMM each call runs during (0: none) */
 } Coll;
 
 typedef struct Dev {
@@ -109,6 +110,7 @@ typedef struct Dev {
     Coll coll[MAXCOLL];
     int ncoll;
     double t_f, t_b, t_r, t_tp, t_p2p, t_mb, t_dp, t_dp_exposed, t_embed, t_opt;
+    double t_tp_hidden;        /* of t_tp, what runs during weight-gradient GEMMs (overlap_flops) */
 } Dev;
 
 typedef struct Plan {
@@ -384,13 +386,13 @@ static int bwd_on(Ana *A, const IrBwd *b, int d)
     return p->kind == VK_PARAM && A->pdev[(size_t)p->param * A->pl->pp + d];
 }
 
-static void add_coll(Dev *D, const char *what, int group, int kind, int phase, int n, double size,
-                     double calls)
+static void add_coll_behind(Dev *D, const char *what, int group, int kind, int phase, int n, double size,
+                            double calls, double behind)
 {
     if (calls <= 0 || n < 2) return;
     for (int i = 0; i < D->ncoll; i++) {
         Coll *c = &D->coll[i];
-        if (c->group == group && c->kind == kind && c->phase == phase && c->size == size &&
+        if (c->group == group && c->kind == kind && c->phase == phase && c->size == size && c->behind == behind &&
             !strcmp(c->what, what)) {
             c->calls += calls;
             return;
@@ -405,6 +407,28 @@ static void add_coll(Dev *D, const char *what, int group, int kind, int phase, i
     c->n = n;
     c->size = size;
     c->calls = calls;
+    c->behind = behind;
+}
+static void add_coll(Dev *D, const char *what, int group, int kind, int phase, int n, double size, double calls)
+{
+    add_coll_behind(D, what, group, kind, phase, n, size, calls, 0);
+}
+
+/* The CUDA backend sums a column-parallel matmul's input gradient (the
+ * all-reduce that is backward step j, or with sequence parallelism the
+ * all-gather's backward reduce-scatter) while that matmul's weight-gradient
+ * GEMM runs (codegen_cuda.c overlap_ar, overlap_rs; not in zb-h1's split
+ * passes): that GEMM's FLOPs per microbatch on a rank, or 0 */
+static double overlap_flops(Ana *A, int j)
+{
+    Ir *ir = A->ir;
+    const Plan *pl = A->pl;
+    if (!pl->cuda || (pl->pp > 1 && !strcmp(pl->sched, "zb-h1")) || j < 1) return 0;
+    const IrBwd *nb = ir->bwd.v[j], *bm = ir->bwd.v[j - 1];
+    if (bm->kind != BWD_RULE || bm->rs || bm->din[0] < 0 || bm->din[1] < 0 || bm->din[0] != nb->dout ||
+        bm->pstage != nb->pstage || BWD_OP(ir, bm)->kind != OP_MATMUL)
+        return 0;
+    return A->bf[bm->fwd] / 2; /* the backward's two GEMMs cost the same: input and weight gradient */
 }
 
 /* activations of chunk c, per microbatch: the workspace of the compiler's
@@ -600,7 +624,8 @@ static void dev_analyze(Ana *A, int d, Dev *D)
                 if (kind == C_RS && b && b->din[0] >= 0)
                     add_coll(D, sx_fmt("%s grad", what), G_TENSOR, C_AG, PH_BWD, tp, S, m);
                 if (kind == C_AG && b && b->rs && b->din[0] >= 0)
-                    add_coll(D, sx_fmt("%s grad", what), G_TENSOR, C_RS, PH_BWD, tp, S, m);
+                    add_coll_behind(D, sx_fmt("%s grad", what), G_TENSOR, C_RS, PH_BWD, tp, S, m,
+                                    overlap_flops(A, A->bwd_of[i]));
             } else if (op->kind == OP_CROSS_ENTROPY_VP) {
                 double N = dim_val(op->sz[0], A->sym);
                 add_coll(D, "cross-entropy row maxima", G_TENSOR, C_AG, ph, tp, N * tp * 4.0, m);
@@ -623,8 +648,8 @@ static void dev_analyze(Ana *A, int d, Dev *D)
             const char *what = par ? (pl->sp ? "sequence-parallel param grad" : "replicated parameter grad")
                                : sliced ? "sequence-sliced input grad"
                                         : "column-parallel input grad";
-            add_coll(D, what, G_TENSOR, C_AR, par ? PH_STEP : PH_BWD, tp,
-                     val_elems(A, b->dout) * (par ? A->gb : ceb), par ? 1 : m);
+            add_coll_behind(D, what, G_TENSOR, C_AR, par ? PH_STEP : PH_BWD, tp,
+                            val_elems(A, b->dout) * (par ? A->gb : ceb), par ? 1 : m, par ? 0 : overlap_flops(A, j));
         }
     }
     /* pipeline: the values that cross each chunk boundary, each way */
@@ -719,8 +744,11 @@ static void cost(const Opts *o, Plan *pl)
         for (int i = 0; i < D->ncoll; i++) {
             Coll *c = &D->coll[i];
             double per_mb = c->calls / pl->m;
-            if (c->group == G_TENSOR) D->t_tp += coll_time(o, pl, c, per_mb);
-            else if (c->group == G_PIPE && c->phase == PH_STEP) D->t_embed += coll_time(o, pl, c, c->calls);
+            if (c->group == G_TENSOR) {
+                D->t_tp += coll_time(o, pl, c, per_mb);
+                double t1 = coll_time(o, pl, c, 1), g = c->behind / F;
+                D->t_tp_hidden += per_mb * (t1 < g ? t1 : g);
+            } else if (c->group == G_PIPE && c->phase == PH_STEP) D->t_embed += coll_time(o, pl, c, c->calls);
             else if (c->group == G_PIPE) D->t_p2p += coll_time(o, pl, c, per_mb);
             else if (c->kind == C_AG) {
                 t_ag += coll_time(o, pl, c, c->calls);
@@ -730,7 +758,7 @@ static void cost(const Opts *o, Plan *pl)
                 t_last = coll_time(o, pl, c, 1);
             }
         }
-        D->t_mb = D->t_f + D->t_b + D->t_r + D->t_tp + D->t_p2p;
+        D->t_mb = D->t_f + D->t_b + D->t_r + D->t_tp - D->t_tp_hidden + D->t_p2p;
         D->t_dp = t_dp + t_ag;
         /* the gradient reduction (all-reduce or ZeRO's reduce-scatter)
          * overlaps the last microbatch's backward except its last bucket;
@@ -1203,9 +1231,11 @@ static void print_human(const Opts *o, const Program *P, const Plan *pl)
     const Dev *S = &pl->dev[0];
     for (int d = 1; d < pl->ndev; d++)
         if (pl->dev[d].t_mb > S->t_mb) S = &pl->dev[d];
-    printf("  %-30s %s (forward %s, backward %s, recompute %s, tensor comm %s, send/recv %s)\n",
+    printf("  %-30s %s (forward %s, backward %s, recompute %s, tensor comm %s%s, send/recv %s)\n",
            "slowest stage, per microbatch", fmt_time(S->t_mb), fmt_time(S->t_f), fmt_time(S->t_b),
-           fmt_time(S->t_r), fmt_time(S->t_tp), fmt_time(S->t_p2p));
+           fmt_time(S->t_r), fmt_time(S->t_tp),
+           S->t_tp_hidden > 0 ? sx_fmt(" of which %s during weight gradients", fmt_time(S->t_tp_hidden)) : "",
+           fmt_time(S->t_p2p));
     printf("  %-30s %s\n", "compute", fmt_time(pl->t_compute));
     if (pl->pp > 1)
         printf("  %-30s %s (%.1f%% of the pipeline; theory %s)\n", "pipeline bubble", fmt_time(pl->t_bubble),
@@ -1388,6 +1418,7 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
         j_close(j, '}');
         j_obj(j, "flops_per_microbatch", "forward", D->ff, "backward", D->bf, "recompute", D->rf, NULL);
         j_obj(j, "time", "forward", D->t_f, "backward", D->t_b, "recompute", D->t_r, "tensor_comm", D->t_tp,
+              "tensor_comm_hidden", D->t_tp_hidden,
               "send_recv", D->t_p2p, "per_microbatch", D->t_mb, "data_comm", D->t_dp, "data_comm_exposed",
               D->t_dp_exposed, NULL);
         j_open(j, "collectives", '[', 1);
@@ -1404,7 +1435,8 @@ static void print_json(FILE *f, const Opts *o, const Program *P, const Plan *pl)
             j_str(j, "phase", phase_name[c->phase]);
             j_str(j, "what", c->what);
             j_fields(j, "bytes", c->size, "calls_per_step", c->calls, "payload_bytes_per_step",
-                  payload(c) * c->calls, "sent_bytes_per_step", sb, NULL);
+                  payload(c) * c->calls, "sent_bytes_per_step", sb, "seconds_per_step", coll_time(o, pl, c, c->calls),
+                  "gemm_flops_during_each", c->behind, NULL);
             j_close(j, '}');
             calls[c->group][c->kind] += c->calls;
             bytes[c->group][c->kind] += payload(c) * c->calls;

@@ -100,6 +100,39 @@ json "GPT-3 175B as the ZeRO paper counts (--param-bytes 2,2,12): 16 bytes per p
   "d['parameters']['bytes_per_parameter'] == {'weights': 2, 'gradients': 2, 'optimizer': 12}" \
   "sum(d['roles'][0]['memory'][k] for k in ('weights', 'gradients', 'optimizer')) == 16 * d['parameters']['total']"
 
+# ---- the CUDA program sums a column-parallel layer's input gradient during its weight-gradient GEMM
+# (all-reduce; reduce-scatter with sequence parallelism): each call hides min(its time, the GEMM's);
+# two per layer (q|k|v's and the MLP's first), none on the host, none in zb-h1's split passes
+hid() { # hid FILE: the hidden time recomputed from the collectives' entries, and the plan's
+  python3 - "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); r = d['roles'][0]; lay = d['layout']
+F = d['hardware']['peak_flops'] * d['hardware']['efficiency']
+m = lay['microbatches']
+h = sum(c['calls_per_step'] / m * min(c['seconds_per_step'] / c['calls_per_step'], c['gemm_flops_during_each'] / F)
+        for c in r['collectives'] if c['gemm_flops_during_each'] > 0)
+print(h, r['time']['tensor_comm_hidden'], sum(c['calls_per_step'] for c in r['collectives'] if c['gemm_flops_during_each'] > 0))
+PY
+}
+plan "$gpt2" --tp 2 --set vocab_size=50304 --precision bf16 --json > "$tmp/ov.json" 2>/dev/null
+plan "$gpt2" --tp 2 --set vocab_size=50304 --precision bf16 --sequence-parallel --json > "$tmp/ovs.json" 2>/dev/null
+plan "$gpt2" --tp 2 --set vocab_size=50304 --json > "$tmp/ovh.json" 2>/dev/null
+plan "$gpt2" --tp 2 --set vocab_size=50304 --pp 2 --microbatches 4 --schedule zb-h1 --precision bf16 --json > "$tmp/ovz.json" 2>/dev/null
+plan "$gpt2" --tp 2 --set vocab_size=50304 --precision bf16 > "$tmp/ov.txt" 2>/dev/null
+read -r h1 p1 n1 <<< "$(hid "$tmp/ov.json")"; read -r h2 p2 n2 <<< "$(hid "$tmp/ovs.json")"
+read -r h3 p3 n3 <<< "$(hid "$tmp/ovh.json")"; read -r h4 p4 n4 <<< "$(hid "$tmp/ovz.json")"
+echo "     hidden: bf16 $p1 ($n1 calls), sequence-parallel $p2 ($n2), host $p3 ($n3), zb-h1 $p4 ($n4)"
+json "tensor comm during the weight gradients (CUDA): 24 calls of 12 layers, min(call, GEMM) each, out of the microbatch time" "$tmp/ov.json" \
+  "abs($h1 - $p1) <= 1e-12 + 1e-9 * $p1 and $p1 > 0 and $n1 == 24" \
+  "abs($h2 - $p2) <= 1e-12 + 1e-9 * $p2 and $p2 > 0 and $n2 == 24" \
+  "[c['what'] for c in json.load(open('$tmp/ovs.json'))['roles'][0]['collectives'] if c['gemm_flops_during_each'] > 0] == ['sequence-split activation grad'] * 2" \
+  "$p1 <= d['roles'][0]['time']['tensor_comm']" \
+  "abs(d['roles'][0]['time']['per_microbatch'] - sum(d['roles'][0]['time'][k] for k in ('forward', 'backward', 'recompute', 'tensor_comm', 'send_recv')) + $p1) < 1e-12" \
+  "$p3 == 0 and $n3 == 0 and $p4 == 0 and $n4 == 0"
+grep -q "tensor comm [0-9.]* [mu]s of which [0-9.]* [mu]s during weight gradients" "$tmp/ov.txt" &&
+  ok "the human output says how much tensor comm runs during weight gradients" ||
+  bad "the human output says how much tensor comm runs during weight gradients ($(grep 'tensor comm' "$tmp/ov.txt"))"
+
 # ---- each backend's parameter layout: the CUDA program aligns tensors to 256 bytes, the host to 64
 plan "$tiny" --set n_embd=64 --set n_head=4 --tp 2 --dp 2 --json > "$tmp/bh.json" 2>/dev/null
 plan "$tiny" --set n_embd=64 --set n_head=4 --tp 2 --dp 2 --backend cuda --json > "$tmp/bc.json" 2>/dev/null
