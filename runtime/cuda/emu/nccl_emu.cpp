@@ -16,7 +16,11 @@
  *    call answer ncclInProgress and ncclCommGetAsyncError settles them; a
  *    peer that never calls ncclCommInitRank leaves the others in progress;
  *  - ncclCommAbort drops the communicator's unfinished work (its streams go
- *    on) and makes every later call an error.
+ *    on) and makes every later call an error;
+ *  - under the emulator's race check (EMU_RACECHECK, cuda_emu.h) a call is
+ *    unordered with other streams' work while in flight: it works on copies,
+ *    its output reads 0xff (NaN) until something is ordered after it, and
+ *    another stream's kernel that changes its buffers meanwhile is an error.
  * Set-up: every rank of the world calls ncclCommInitRank the same number of
  * times in the same order (comm.c opens world, data, tensor, pipeline on
  * every rank); the ranks of one unique id find each other through an
@@ -180,12 +184,12 @@ const char *kind_name(int k)
     return n[k];
 }
 
-/* One call in flight. MPI works on copies: `in` holds what the call reads
- * (taken when it starts), `out` receives its result, copied into the call's
- * output when the call completes. Under the race check (cuda_emu.h) the
- * output is 0xff meanwhile, the result lands only once something is ordered
- * after the call, and the inputs that are not outputs must keep the bytes
- * the call took. */
+/* One call in flight. MPI works on copies: in_copy holds what the call
+ * reads (taken when it starts), out_copy receives its result, copied into
+ * the call's output when the call completes. Under the race check
+ * (cuda_emu.h) the output is 0xff meanwhile, the result lands only once
+ * something is ordered after the call, and the input, where it is not also
+ * the output, must keep the bytes the call took. */
 struct Flight {
     Span in, out;                 /* the call's input and output in device memory */
     std::vector<char> in_copy, out_copy;
