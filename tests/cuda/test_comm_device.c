@@ -20,6 +20,9 @@
  *                               timeout, blocking and through
  *                               sr_comm_wait_device; every rank then
  *                               sr_comm_abort(3)
+ *   test_comm_device --race --nccl  rank 0 copies into an all-reduce in
+ *                               flight: the emulator's race check reports it
+ *                               and rank 0's sync fails; sr_comm_abort(3)
  *
  * Checks are collective as in tests/unit/test_comm.c: rank 0 prints one line
  * per check and ends with "N passed, M failed".
@@ -649,8 +652,8 @@ static int run_race(void)
     if (!fails) st = sr_comm_wait(q);
     sr_status synced = be->sync();
     int ok = me == 0 ? !fails && synced != SR_OK : !fails && synced == SR_OK;
-    printf("rank %d: %s - a write into an all-reduce in flight is %s (%s)\n", me, ok ? "ok  " : "FAIL",
-           me == 0 ? "reported" : "only rank 0's", synced == SR_OK ? "no error" : sr_errmsg());
+    printf("rank %d: %s - a write into an all-reduce in flight: %s (%s)\n", me, ok ? "ok  " : "FAIL",
+           me == 0 ? "the sync reports an error" : "nothing raced here", synced == SR_OK ? "no error" : sr_errmsg());
     int bad = !ok, tot = 0;
     MPI_Allreduce(&bad, &tot, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0) printf("%d passed, %d failed\n", tot ? 0 : 1, tot);
