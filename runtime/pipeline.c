@@ -142,6 +142,16 @@ sr_status rt_pipe_init(run *r)
         return sr_seterr(SR_ERR_USAGE, "--schedule zb-h1: this program was built for %s; rebuild it with "
                          "shardc build --schedule zb-h1 (its memory plan keeps what the weight-gradient passes "
                          "read)", prog->split_backward ? "zb-h1" : "schedules that run the backward whole");
+    /* NCCL runs a rank's transfers on one communicator in issue order, a send
+     * until its receiver takes it; in the interleaved schedule's steady state
+     * (more microbatches than stages) two neighbours then each wait in a send
+     * for a recv the other issues after its own send (seen on the emulator's
+     * NCCL at p = 2, m = 4 and p = 4, m = 8; the MPI path matches by tag). A
+     * clear error now rather than a timeout at the first step */
+    if (kind == SR_SCHED_INTERLEAVED && pp->m > pp->p && r->o.comm && !strcmp(r->o.comm, "nccl"))
+        return sr_seterr(SR_ERR_USAGE, "--schedule interleaved with %d microbatches on %d pipeline stages would "
+                         "deadlock over NCCL (a rank's sends and receives on one communicator run in order); use "
+                         "--comm mpi, --microbatches %d, or --schedule 1f1b", pp->m, pp->p, pp->p);
     SR_CHECK(sr_sched_build(&pp->sched, (sr_sched_kind)kind, pp->p, pp->m, pp->v));
     SR_CHECK(sr_sched_check(&pp->sched)); /* never a hang: a bad schedule stops here */
     pp->chunks = calloc((size_t)pp->v, sizeof(chunk));

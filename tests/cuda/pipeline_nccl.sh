@@ -16,6 +16,7 @@
 # sum over the pipeline.
 # dp=2 x tp=2 x pp=2 on 8 ranks (sequence parallelism, ZeRO-1): the issue's
 # `mpirun -np 8 BIN --dp 2 --tp 2 --pp 2`, NCCL on all three groups.
+# Interleaved with 8 microbatches over NCCL (it would deadlock): refused.
 source "$(dirname "$0")/lib.sh"
 cfg="--set n_layer=4 --set n_embd=64 --set n_head=4"
 cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
@@ -49,6 +50,14 @@ for s in gpipe 1f1b zb-h1 interleaved 1f1b+recompute; do
     bash -c "[ \$(wc -l < nv.txt) = 2 ] && cmp -s nv.txt pv.txt"
   check "pp=4 $s: validation losses within 1e-4 of the host binary" close hv.txt nv.txt 1e-4
 done
+# the interleaved schedule with more microbatches than stages deadlocks over NCCL (a rank's
+# sends and receives on one communicator run in order: found with 8 microbatches here); the
+# program refuses it at start-up in one line, and runs it over --comm mpi
+mpi4 ./c4v ${run%%--val-data*} --pp 4 --microbatches 8 --steps 1 --comm nccl > n8.err 2>&1; r8=$?
+check "pp=4 interleaved with 8 microbatches over NCCL: refused at start-up, exit 2 ($(grep -m1 error n8.err | head -c 200))" \
+  bash -c "[ $r8 -eq 2 ] && grep -q 'error: --schedule interleaved with 8 microbatches on 4 pipeline stages would deadlock over NCCL' n8.err"
+mpi4 ./c4v ${run%%--val-data*} --pp 4 --microbatches 8 --steps 1 --comm mpi > p8.err 2>&1; r8m=$?
+check "pp=4 interleaved with 8 microbatches over --comm mpi runs (exit $r8m)" [ $r8m -eq 0 ]
 # a bf16 program's boundaries are bf16: stage 1 of 4 receives, each step, 4
 # microbatches' activations and gradients of 2 x 32 rows x 64 at 2 bytes
 mpi4 ./c4 ${run%%--val-data*} --pp 4 --comm nccl --comm-stats "st%r.txt" > n.err 2>&1
