@@ -52,11 +52,14 @@ for s in gpipe 1f1b zb-h1 interleaved 1f1b+recompute; do
 done
 # the interleaved schedule with more microbatches than stages deadlocks over NCCL (a rank's
 # sends and receives on one communicator run in order: found with 8 microbatches here); the
-# program refuses it at start-up in one line, and runs it over --comm mpi
-mpi4 ./c4v ${run%%--val-data*} --pp 4 --microbatches 8 --steps 1 --comm nccl > n8.err 2>&1; r8=$?
+# program refuses it at start-up in one line, and runs it over --comm mpi; shardc build warns
+"$shardc" build "$m" $cfg8 $cu --pp 4 --virtual-stages 2 --schedule interleaved --microbatches 8 -o c4v8 2> b8.err
+check "shardc build of that layout for CUDA warns ($(grep -m1 warning b8.err | head -c 160))" \
+  grep -q "shardc: warning: the interleaved schedule with 8 microbatches on 4 pipeline stages would deadlock over NCCL" b8.err
+mpi4 ./c4v8 ${run%%--val-data*} --pp 4 --microbatches 8 --steps 1 --comm nccl > n8.err 2>&1; r8=$?
 check "pp=4 interleaved with 8 microbatches over NCCL: refused at start-up, exit 2 ($(grep -m1 error n8.err | head -c 200))" \
   bash -c "[ $r8 -eq 2 ] && grep -q 'error: --schedule interleaved with 8 microbatches on 4 pipeline stages would deadlock over NCCL' n8.err"
-mpi4 ./c4v ${run%%--val-data*} --pp 4 --microbatches 8 --steps 1 --comm mpi > p8.err 2>&1; r8m=$?
+mpi4 ./c4v8 ${run%%--val-data*} --pp 4 --microbatches 8 --steps 1 --comm mpi > p8.err 2>&1; r8m=$?
 check "pp=4 interleaved with 8 microbatches over --comm mpi runs (exit $r8m)" [ $r8m -eq 0 ]
 # a bf16 program's boundaries are bf16: stage 1 of 4 receives, each step, 4
 # microbatches' activations and gradients of 2 x 32 rows x 64 at 2 bytes
