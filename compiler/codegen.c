@@ -21,6 +21,16 @@ int cg_step_sum(const IrBwd *b)
     return b->kind == BWD_ALLREDUCE && b->fwd < 0;
 }
 
+int cg_wgrad_overlap(const Ir *ir, int j)
+{
+    if (j < 1 || j >= ir->bwd.n) return 0;
+    const IrBwd *nb = ir->bwd.v[j], *bm = ir->bwd.v[j - 1];
+    int sum = (nb->kind == BWD_ALLREDUCE && !cg_step_sum(nb)) ||
+              (nb->kind == BWD_RULE && nb->rs && BWD_OP(ir, nb)->kind == OP_TP_ALLGATHER);
+    return sum && bm->kind == BWD_RULE && !bm->rs && BWD_OP(ir, bm)->kind == OP_MATMUL && bm->din[0] >= 0 &&
+           bm->din[1] >= 0 && bm->din[0] == nb->dout && bm->pstage == nb->pstage;
+}
+
 /* the all-gather's backward when autodiff folded the sum of its partial
  * dout into it (IrBwd.rs): reduce-scatter dout (outer, tp*local, inner),
  * this rank's block summed over the group, into dx (outer, local, inner).

@@ -49,8 +49,8 @@ typedef struct CGen {
     int logits;
     int stage;          /* the pipeline stage being emitted */
     int mode;           /* backward: BW_FULL, BW_INPUT (zb-h1 B) or BW_WEIGHT (zb-h1 W) */
-    IrBwd *ar_taken;    /* the all-reduce step the last matmul call runs (overlap_ar) */
-    IrBwd *rs_taken;    /* the reduce-scatter step the last matmul call started (overlap_rs) */
+    IrBwd *ar_taken;    /* the all-reduce step the last matmul call runs (overlap) */
+    IrBwd *rs_taken;    /* the reduce-scatter step the last matmul call started (overlap) */
     Vec fnames;         /* char*: every function name used in the file */
 } CGen;
 
@@ -348,45 +348,35 @@ static void c_zero(void *gp, IrOp *op, int d)
 }
 
 /* A column-parallel matmul's input gradient, summed over the tensor group
- * by the walk's next step: the matmul's call (srk_matmul_bias_bwd_ar)
- * starts that all-reduce after the input gradient's GEMM and waits for it
- * after the weight gradient's, which runs meanwhile (Megatron-LM's
- * asynchronous tensor-parallel all-reduce); c_allreduce then leaves the
- * step out. last: the last step of the call (a fused chain's). */
-static int overlap_ar(CGen *g, IrOp *mm, IrBwd *bm, IrBwd *last)
+ * by the walk's next step (cg_wgrad_overlap): an all-reduce, which the
+ * matmul's call (srk_matmul_bias_bwd_ar) starts after the input gradient's
+ * GEMM and waits for after the weight gradient's, which runs meanwhile
+ * (Megatron-LM's asynchronous tensor-parallel all-reduce; c_allreduce then
+ * leaves the step out); or with sequence parallelism the all-gather's
+ * reduce-scatter backward, which the call (srk_matmul_bias_bwd_rs) starts
+ * and leaves in flight during the weight gradient's GEMM, and the next step,
+ * generated as before, waits for and adds. That step (remembered as taken),
+ * or NULL */
+static IrBwd *overlap(CGen *g, IrBwd *bm)
 {
     Ir *ir = g->ir;
-    if (g->mode != BW_FULL || mm->kind != OP_MATMUL || bm->rs || bm->din[0] < 0 || bm->din[1] < 0) return 0;
+    if (g->mode != BW_FULL) return NULL;
     for (int j = 0; j + 1 < ir->bwd.n; j++) {
-        if (ir->bwd.v[j] != last) continue;
+        if (ir->bwd.v[j] != bm) continue;
+        if (!cg_wgrad_overlap(ir, j + 1)) return NULL;
         IrBwd *nb = ir->bwd.v[j + 1];
-        if (nb->kind != BWD_ALLREDUCE || nb->dout != bm->din[0] || nb->pstage != last->pstage || cg_step_sum(nb)) return 0;
-        g->ar_taken = nb;
-        return 1;
-    }
-    return 0;
-}
-
-/* A sequence-parallel column-parallel matmul's input gradient, which the
- * walk's next step reduce-scatters (the all-gather's backward, IrBwd.rs):
- * the matmul's call (srk_matmul_bias_bwd_rs) starts that reduce-scatter
- * after the input gradient's GEMM and leaves it in flight during the weight
- * gradient's; the next step, generated as before, waits for it and adds.
- * Returns that step's "$s0, $s1, $s2" (outer, local, inner), or NULL */
-static char *overlap_rs(CGen *g, IrOp *mm, IrBwd *bm, IrBwd *last)
-{
-    Ir *ir = g->ir;
-    if (g->mode != BW_FULL || mm->kind != OP_MATMUL || bm->rs || bm->din[0] < 0 || bm->din[1] < 0) return NULL;
-    for (int j = 0; j + 1 < ir->bwd.n; j++) {
-        if (ir->bwd.v[j] != last) continue;
-        IrBwd *nb = ir->bwd.v[j + 1];
-        if (nb->kind != BWD_RULE || !nb->rs || nb->dout != bm->din[0] || nb->pstage != last->pstage ||
-            BWD_OP(ir, nb)->kind != OP_TP_ALLGATHER)
-            return NULL;
-        g->rs_taken = nb;
-        return expand(g, "$s0, $s1, $s2", BWD_OP(ir, nb), nb, 0);
+        if (nb->rs) g->rs_taken = nb;
+        else g->ar_taken = nb;
+        return nb;
     }
     return NULL;
+}
+
+/* the matmul call's extra arguments for the overlapped sum nb: the
+ * reduce-scatter's (outer, local, inner), none for the all-reduce */
+static const char *overlap_args(CGen *g, const IrBwd *nb)
+{
+    return nb->rs ? sx_fmt(", %s", expand(g, "$s0, $s1, $s2", BWD_OP(g->ir, nb), nb, 0)) : "";
 }
 
 static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
@@ -397,16 +387,12 @@ static void c_step(void *gp, IrOp *op, IrBwd *b, unsigned fresh)
         fprintf(g->f, "    /* d%%%d: reduce-scattered since the matmul's call, during its weight gradient; waited for here */\n",
                 ir_value(g->ir, b->dout)->primal);
     }
-    char *rs = overlap_rs(g, op, b, b);
-    if (rs) {
-        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, "d matmul+reduce-scatter"),
-                expand(g, sx_fmt("srk_matmul_bias_bwd_rs(e, $d0, $d1, (float *)0, $do, $0, $1, $s0, $s1, $s2, $z, %s)", rs),
+    IrBwd *nb = overlap(g, b);
+    if (nb) {
+        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, nb->rs ? "d matmul+reduce-scatter" : "d matmul+all-reduce"),
+                expand(g, sx_fmt("srk_matmul_bias_bwd_%s(e, $d0, $d1, (float *)0, $do, $0, $1, $s0, $s1, $s2, $z%s)",
+                                 nb->rs ? "rs" : "ar", overlap_args(g, nb)),
                        op, b, fresh));
-        return;
-    }
-    if (overlap_ar(g, op, b, b)) {
-        fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, "d matmul+all-reduce"),
-                expand(g, "srk_matmul_bias_bwd_ar(e, $d0, $d1, (float *)0, $do, $0, $1, $s0, $s1, $s2, $z)", op, b, fresh));
         return;
     }
     fprintf(g->f, "    SRK_AT(%s, %s);\n", site(op, sx_fmt("d %s", user_name(op))),
@@ -459,12 +445,11 @@ static int c_fuse(void *gp, IrOp **ops, IrBwd **bs, const unsigned *fresh, int n
         }
         fprintf(g->f, "    /* %s:%d  d matmul, its bias's gradient in the GEMM's epilogue */\n", cg_src_file(mm->loc.file),
                 mm->loc.line);
-        char *rs = overlap_rs(g, mm, bs[1], bs[1]);
-        int ar = !rs && overlap_ar(g, mm, bs[1], bs[1]);
-        const char *how = rs ? "+reduce-scatter" : ar ? "+all-reduce" : "";
+        IrBwd *nb = overlap(g, bs[1]);
+        const char *how = !nb ? "" : nb->rs ? "+reduce-scatter" : "+all-reduce";
         fprintf(g->f, "    SRK_AT(%s, %s);\n", site(ops[0], sx_fmt("d add+matmul%s", how)),
-                expand(g, sx_fmt("srk_matmul_bias_bwd%s(%s$d0, $d1, %s, $do, $0, $1, $s0, $s1, $s2, $z%s%s)",
-                                 rs ? "_rs" : ar ? "_ar" : "", rs || ar ? "e, " : "", dbias, rs ? ", " : "", rs ? rs : ""),
+                expand(g, sx_fmt("srk_matmul_bias_bwd%s(%s$d0, $d1, %s, $do, $0, $1, $s0, $s1, $s2, $z%s)",
+                                 !nb ? "" : nb->rs ? "_rs" : "_ar", nb ? "e, " : "", dbias, nb ? overlap_args(g, nb) : ""),
                        mm, bs[1], fresh[1]));
         return 2;
     }

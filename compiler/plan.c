@@ -414,21 +414,15 @@ static void add_coll(Dev *D, const char *what, int group, int kind, int phase, i
     add_coll_behind(D, what, group, kind, phase, n, size, calls, 0);
 }
 
-/* The CUDA backend sums a column-parallel matmul's input gradient (the
- * all-reduce that is backward step j, or with sequence parallelism the
- * all-gather's backward reduce-scatter) while that matmul's weight-gradient
- * GEMM runs (codegen_cuda.c overlap_ar, overlap_rs; not in zb-h1's split
- * passes): that GEMM's FLOPs per microbatch on a rank, or 0 */
+/* FLOPs per microbatch on a rank of the weight-gradient GEMM that the CUDA
+ * backend runs backward step j's tensor-group sum during (cg_wgrad_overlap;
+ * not in zb-h1's split passes), or 0 */
 static double overlap_flops(Ana *A, int j)
 {
-    Ir *ir = A->ir;
     const Plan *pl = A->pl;
-    if (!pl->cuda || (pl->pp > 1 && !strcmp(pl->sched, "zb-h1")) || j < 1) return 0;
-    const IrBwd *nb = ir->bwd.v[j], *bm = ir->bwd.v[j - 1];
-    if (bm->kind != BWD_RULE || bm->rs || bm->din[0] < 0 || bm->din[1] < 0 || bm->din[0] != nb->dout ||
-        bm->pstage != nb->pstage || BWD_OP(ir, bm)->kind != OP_MATMUL)
-        return 0;
-    return A->bf[bm->fwd] / 2; /* the backward's two GEMMs cost the same: input and weight gradient */
+    if (!pl->cuda || (pl->pp > 1 && !strcmp(pl->sched, "zb-h1")) || !cg_wgrad_overlap(A->ir, j)) return 0;
+    /* the matmul's backward is two GEMMs of one cost: input and weight gradient */
+    return A->bf[((IrBwd *)A->ir->bwd.v[j - 1])->fwd] / 2;
 }
 
 /* activations of chunk c, per microbatch: the workspace of the compiler's

@@ -435,6 +435,13 @@ double ir_op_flops(const Ir *ir, const IrOp *op, int bwd, long B, long T);
  * cg_row_floats: floats per token (of B*T) of boundary activation id: its
  * elements over B*T, over tp more when split along the sequence. */
 int cg_step_sum(const IrBwd *b);
+/* cg_wgrad_overlap: backward step j sums a column-parallel matmul's input
+ * gradient over the tensor group (an all-reduce, or with sequence
+ * parallelism the all-gather's reduce-scatter backward) right after that
+ * matmul's rule, step j - 1: the CUDA backend runs the sum during the rule's
+ * weight-gradient GEMM (codegen_cuda.c), which shardc plan counts as hidden
+ * (not in zb-h1's split passes, which the callers leave out) */
+int cg_wgrad_overlap(const Ir *ir, int j);
 /* cg_bwd_template: the call template of backward rule b (of op, a clone of
  * its forward op), host or CUDA: the op table's, or for b->rs the
  * all-gather's reduce-scatter backward */
