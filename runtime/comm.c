@@ -336,6 +336,10 @@ void sr_grid_free(sr_grid *g)
 {
     if (!g) return;
     /* reverse order of creation */
+    comm_free(g->pp_grad_in);
+    comm_free(g->pp_grad_out);
+    comm_free(g->pp_act_in);
+    comm_free(g->pp_act_out);
     comm_free(g->pp_comm);
     comm_free(g->tp_comm);
     comm_free(g->dp_comm);
@@ -376,6 +380,58 @@ static sr_status agree(sr_comm *world, sr_status mine, double timeout_s, const c
             goto fail;                                                                  \
         }                                                                               \
     } while (0)
+
+/* The pipeline's channels (sr_grid): 2 pp of them, channel k sending
+ * activations (k < pp) or gradients from pipeline rank k % pp to its ring
+ * neighbour. Made in rounds, one split of the pipeline group each, a rank in
+ * at most one channel a round (the same greedy plan on every rank); after
+ * each round every rank learns whether all succeeded. */
+static sr_status open_channels(sr_grid *g, int64_t chunk, const sr_comm_device *dev, double init_timeout)
+{
+    sr_comm *pc = g->pp_comm;
+    const srcomm_ops *ops = pc->ops;
+    int p = g->pp, me = g->pp_rank, nch = 2 * p, left = nch;
+    char *done = calloc((size_t)nch + (size_t)p, 1);
+    if (!done) return sr_seterr(SR_ERR_NOMEM, "rank %d: grid: out of memory", g->rank);
+    char *busy = done + nch;
+    sr_status st = SR_OK;
+    while (left > 0 && st == SR_OK) {
+        memset(busy, 0, (size_t)p);
+        int color = MPI_UNDEFINED, key = 0;
+        for (int k = 0; k < nch; k++) {
+            int a = k % p, b = k < p ? (a + 1) % p : (a - 1 + p) % p;
+            if (done[k] || busy[a] || busy[b]) continue;
+            done[k] = busy[a] = busy[b] = 1;
+            left--;
+            if (me == a || me == b) color = k, key = me == a ? 0 : 1;
+        }
+        MPI_Comm m = MPI_COMM_NULL;
+        int rc = MPI_Comm_split(pc->mpi, color, key, &m);
+        sr_comm *c = NULL;
+        sr_status mine = SR_OK;
+        if (rc != MPI_SUCCESS) {
+            mine = sr_seterr(SR_ERR_COMM, "rank %d: grid: MPI_Comm_split of the pipeline channels failed", g->rank);
+        } else if (m != MPI_COMM_NULL) {
+            int grad = color >= p;
+            c = comm_new(m, grad ? "pipeline gradient" : "pipeline activation", ops, pc->timeout_s, g->rank, chunk,
+                         dev);
+            if (!c) {
+                MPI_Comm_free(&m);
+                mine = sr_seterr(SR_ERR_NOMEM, "rank %d: grid: out of memory for the communicators", g->rank);
+            } else {
+                sr_comm **slot = key == 0 ? (grad ? &g->pp_grad_out : &g->pp_act_out)
+                                          : (grad ? &g->pp_grad_in : &g->pp_act_in);
+                *slot = c;
+            }
+        }
+        /* every rank of the group joins the backend's split, members or not */
+        sr_status x = ops->open_split(pc, c, c ? color : -1, key, init_timeout);
+        if (mine == SR_OK) mine = x;
+        st = agree(g->world_comm, mine, init_timeout, "the set-up of the pipeline's channels");
+    }
+    free(done);
+    return st;
+}
 
 sr_status sr_grid_init(sr_grid *g, int dp, int tp, int pp, sr_comm_backend backend, double timeout_s)
 {
@@ -493,6 +549,10 @@ sr_status sr_grid_init_device(sr_grid *g, int dp, int tp, int pp, sr_comm_backen
             char what[64];
             snprintf(what, sizeof what, "%s set-up of the %s group", ops->name, order[i]->name);
             st = agree(g->world_comm, mine, init_timeout, what);
+            if (st != SR_OK) goto fail;
+        }
+        if (pp > 1 && ops->open_split) {
+            st = open_channels(g, chunk, dev, init_timeout);
             if (st != SR_OK) goto fail;
         }
     }
@@ -954,6 +1014,15 @@ sr_status sr_comm_wait_device(sr_req *r)
     while (*p) p = &(*p)->next;
     *p = r;
     return SR_OK;
+}
+
+int sr_comm_order_device(sr_req *r)
+{
+    if (!r) return 1;
+    sr_comm *c = r->c;
+    void *stream = c->dev && !r->grouped && !r->done && !c->broken && r->ops->order ? c->dev->stream()
+                                                                                    : NULL;
+    return stream && r->ops->order(r, stream) == SR_OK;
 }
 
 sr_status sr_comm_settle(sr_comm *c)

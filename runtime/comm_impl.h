@@ -107,6 +107,11 @@ struct srcomm_ops {
     /* sets up c->impl for the group c->mpi; collective over the group */
     sr_status (*open)(sr_comm *c, int local_rank, double init_timeout_s);
     void (*close)(sr_comm *c);
+    /* sets up c->impl for one part of a split of parent's group (color,
+     * key as MPI_Comm_split's, which made c->mpi); collective over parent:
+     * a rank in no part calls it with c == NULL. NULL where the backend
+     * cannot (sr_grid then makes no pipeline channels) */
+    sr_status (*open_split)(sr_comm *parent, sr_comm *c, int color, int key, double init_timeout_s);
     /* launches r (op, n, peer, tag filled in); send/recv are the buffers
      * (float, or double for SRC_ALLREDUCE_DOUBLE; in place: send == recv).
      * On failure it sets r->inflight if part of r was already launched. */

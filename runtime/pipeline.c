@@ -143,15 +143,18 @@ sr_status rt_pipe_init(run *r)
                          "shardc build --schedule zb-h1 (its memory plan keeps what the weight-gradient passes "
                          "read)", prog->split_backward ? "zb-h1" : "schedules that run the backward whole");
     /* NCCL runs a rank's transfers on one communicator in issue order, a send
-     * until its receiver takes it; in the interleaved schedule's steady state
-     * (more microbatches than stages) two neighbours then each wait in a send
-     * for a recv the other issues after its own send (seen on the emulator's
-     * NCCL at p = 2, m = 4 and p = 4, m = 8; the MPI path matches by tag). A
-     * clear error now rather than a timeout at the first step */
-    if (kind == SR_SCHED_INTERLEAVED && pp->m > pp->p && r->o.comm && !strcmp(r->o.comm, "nccl"))
-        return sr_seterr(SR_ERR_USAGE, "--schedule interleaved with %d microbatches on %d pipeline stages would "
-                         "deadlock over NCCL (a rank's sends and receives on one communicator run in order); use "
-                         "--comm mpi, --microbatches %d, or --schedule 1f1b", pp->m, pp->p, pp->p);
+     * until its receiver takes it. Over the grid's channels (one per
+     * direction and kind) nothing waits for a transfer of another channel;
+     * without them (one pipeline rank: its sends go to itself) the
+     * interleaved schedule's steady state (more microbatches than stages)
+     * would have each send wait for a recv queued after it. A clear error
+     * rather than a timeout at the first step */
+    if (kind == SR_SCHED_INTERLEAVED && pp->m > pp->p && !r->grid.pp_act_out && r->o.comm &&
+        !strcmp(r->o.comm, "nccl"))
+        return sr_seterr(SR_ERR_USAGE, "--schedule interleaved with %d microbatches on %d pipeline stage%s would "
+                         "deadlock over NCCL without the pipeline's channels (a rank's sends and receives on one "
+                         "communicator run in order); use --comm mpi or --microbatches %d", pp->m, pp->p,
+                         pp->p == 1 ? "" : "s", pp->p);
     SR_CHECK(sr_sched_build(&pp->sched, (sr_sched_kind)kind, pp->p, pp->m, pp->v));
     SR_CHECK(sr_sched_check(&pp->sched)); /* never a hang: a bad schedule stops here */
     pp->chunks = calloc((size_t)pp->v, sizeof(chunk));
@@ -309,6 +312,17 @@ static void span(run *r, int track, const char *name, double t0, int mb, int c)
     sr_trace_span(r->trace, track, name, t0, sr_trace_now_us(), info);
 }
 
+/* where a transfer goes (grad: a gradient, else an activation; out: sent
+ * by this rank): over NCCL the grid's channel of that kind and direction,
+ * the peer its other end; else the pipeline group and the neighbour's rank */
+static sr_comm *link_of(run *r, int grad, int out, int neighbour, int *peer)
+{
+    const sr_grid *g = &r->grid;
+    sr_comm *c = grad ? (out ? g->pp_grad_out : g->pp_grad_in) : (out ? g->pp_act_out : g->pp_act_in);
+    *peer = c ? out : neighbour; /* the sender is a channel's rank 0 */
+    return c ? c : g->pp_comm;
+}
+
 /* one step's forwards and backwards on this rank, as the schedule says;
  * loss_sum gets the last stage's microbatch losses, *t_end the time its
  * last pass ended. With data parallelism (r->dp) each chunk's last
@@ -318,20 +332,25 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
 {
     struct rt_pipe *pp = r->pipe;
     const sr_schedule *sc = &pp->sched;
-    sr_comm *comm = r->grid.pp_comm;
-    sr_comm_set_step(comm, k);
+    sr_comm *links[5] = {r->grid.pp_comm, r->grid.pp_act_out, r->grid.pp_act_in, r->grid.pp_grad_out,
+                         r->grid.pp_grad_in};
+    for (int j = 0; j < 5; j++)
+        if (links[j]) sr_comm_set_step(links[j], k);
     if (r->dp) sr_dp_begin(r->dp, 1, k); /* armed for the hooks of the chunks' last gradient passes */
     double t_step = sr_trace_now_us(), busy = 0;
-    /* 1F1B's steady state issues a send and at once a recv (SEND_ACT then
-     * RECV_GRAD, SEND_GRAD then RECV_ACT), and the neighbour does the same
-     * the other way round. NCCL runs a rank's transfers in issue order on
-     * its stream, so two neighbours that both send first would each wait
-     * for a recv the other has not issued: such a pair is launched as one
-     * group (ncclGroupStart/End; a no-op on MPI, where it changes nothing).
+    /* Without the grid's channels (a pipeline of one rank over NCCL):
+     * 1F1B's steady state issues a send and at once a recv (SEND_ACT then
+     * RECV_GRAD, SEND_GRAD then RECV_ACT). NCCL runs a rank's transfers in
+     * issue order on its stream, so a send would wait for a recv queued
+     * behind it: such a pair is launched as one group
+     * (ncclGroupStart/End; a no-op on MPI, where it changes nothing).
      * Inside the group the recv is async (blocking calls are refused); once
      * the group is launched, the compute stream waits for it (the kernels
      * that read it come next), and the send's request stays with its slot
-     * for drain() as any send's. */
+     * for drain() as any send's. Over the channels each transfer is alone on
+     * its channel's stream and the compute stream waits for a recv's
+     * completion event, with no host wait. */
+    int channels = r->grid.pp_act_out != NULL;
     int grouped = 0; /* a send's group is open: this instruction is its recv */
     for (int i = 0; i < sc->n[pp->rank]; i++) {
         const sr_instr *in = &sc->ins[pp->rank][i];
@@ -349,17 +368,21 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
         double t0 = sr_trace_now_us();
         sr_exec e;
         sr_req *rq = NULL, **rqp = grouped ? &rq : NULL; /* the grouped recv's request */
-        int pair = (in->op == SR_I_SEND_ACT || in->op == SR_I_SEND_GRAD) && i + 1 < sc->n[pp->rank] &&
+        int pair = !channels && (in->op == SR_I_SEND_ACT || in->op == SR_I_SEND_GRAD) && i + 1 < sc->n[pp->rank] &&
                    (in[1].op == SR_I_RECV_ACT || in[1].op == SR_I_RECV_GRAD);
         if (pair) {
             SR_CHECK(sr_comm_group_begin());
             grouped = 1;
         }
         sr_status st = SR_OK; /* of a send or a recv */
+        sr_comm *lc;
+        int peer;
+        sr_req *own = NULL; /* a channel's recv: ordered on the device below */
         switch (in->op) {
         case SR_I_RECV_ACT:
-            st = sr_comm_recv_t(comm, act_dt(c->st), sl->act_in, n * c->st->act_in_row, (s - 1) % pp->p,
-                                tag_of(pp, mb, s, 0), "activation", rqp);
+            lc = link_of(r, 0, 0, (s - 1) % pp->p, &peer);
+            st = sr_comm_recv_t(lc, act_dt(c->st), sl->act_in, n * c->st->act_in_row, peer, tag_of(pp, mb, s, 0),
+                                "activation", rqp ? rqp : channels ? &own : NULL);
             break;
         case SR_I_FWD:
             SR_CHECK(fill_tokens(r, &r->train, k, sl));
@@ -376,17 +399,26 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
             span(r, SR_TRACK_COMPUTE, "forward", t0, mb, in->chunk);
             break;
         case SR_I_SEND_ACT:
-            st = sr_comm_send_t(comm, act_dt(c->st), sl->act_out, n * c->st->act_out_row, (s + 1) % pp->p,
+            lc = link_of(r, 0, 1, (s + 1) % pp->p, &peer);
+            st = sr_comm_send_t(lc, act_dt(c->st), sl->act_out, n * c->st->act_out_row, peer,
                                 tag_of(pp, mb, s + 1, 0), "activation", &sl->send[0]);
             if (st == SR_OK) span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
             break;
         case SR_I_RECV_GRAD:
-            st = sr_comm_recv_t(comm, act_dt(c->st), sl->act_out_grad, n * c->st->act_out_row, (s + 1) % pp->p,
-                                tag_of(pp, mb, s, 1), "activation gradient", rqp);
+            lc = link_of(r, 1, 0, (s + 1) % pp->p, &peer);
+            st = sr_comm_recv_t(lc, act_dt(c->st), sl->act_out_grad, n * c->st->act_out_row, peer,
+                                tag_of(pp, mb, s, 1), "activation gradient", rqp ? rqp : channels ? &own : NULL);
             break;
         case SR_I_BWD:
         case SR_I_BWD_INPUT:
         case SR_I_BWD_WEIGHT: {
+            /* the backward's first gradient may reuse the output's memory
+             * (memplan.c): the activation's send must be done with it */
+            if (in->op != SR_I_BWD_WEIGHT && sl->send[0] && !sr_comm_order_device(sl->send[0])) {
+                sr_status w = sr_comm_wait(sl->send[0]);
+                sl->send[0] = NULL;
+                SR_CHECK(w);
+            }
             exec_for(r, c, sl, &e, k, r->o.dropout);
             if (r->dp && i == pp->last_w[in->chunk]) {
                 e.grad_ready = sr_dp_grad_ready;
@@ -406,7 +438,8 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
             break;
         }
         case SR_I_SEND_GRAD:
-            st = sr_comm_send_t(comm, act_dt(c->st), sl->act_in_grad, n * c->st->act_in_row, (s - 1) % pp->p,
+            lc = link_of(r, 1, 1, (s - 1) % pp->p, &peer);
+            st = sr_comm_send_t(lc, act_dt(c->st), sl->act_in_grad, n * c->st->act_in_row, peer,
                                 tag_of(pp, mb, s - 1, 1), "activation gradient", &sl->send[1]);
             if (st != SR_OK) break;
             span(r, SR_TRACK_P2P, "send", t0, mb, in->chunk);
@@ -424,6 +457,8 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
             if (st == SR_OK && in->op == SR_I_RECV_ACT) st = drain(sl);
         } else if (st != SR_OK && grouped) { /* the send failed: close its group */
             sr_comm_group_end();
+        } else if (own) { /* the kernels that read it come next */
+            st = sr_comm_wait_device(own);
         }
         SR_CHECK(st);
         if (in->op == SR_I_RECV_ACT || in->op == SR_I_RECV_GRAD) span(r, SR_TRACK_P2P, "recv", t0, mb, in->chunk);
@@ -439,7 +474,7 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
     pp->busy_us += busy;
     pp->step_us += sr_trace_now_us() - t_step;
     /* the loss lives on the last stage: every pipeline rank learns it */
-    return sr_comm_allreduce_double(comm, loss_sum, 1);
+    return sr_comm_allreduce_double(r->grid.pp_comm, loss_sum, 1);
 }
 
 /* gradients of parameters held by several pipeline ranks (the tied
@@ -488,19 +523,22 @@ sr_status rt_pipe_sync_grads(run *r)
 static sr_status eval_chunk(run *r, chunk *ch, slot *sl, sr_exec *x, sr_req **send)
 {
     struct rt_pipe *pp = r->pipe;
-    sr_comm *comm = r->grid.pp_comm;
-    int s = ch->stage;
+    int s = ch->stage, peer;
     int64_t n = (int64_t)x->B * x->T;
     x->work = sl->work;
     x->scratch = pp->scratch;
     x->act_in = s > 0 ? sl->act_in : NULL;
-    if (s > 0)
-        SR_CHECK(sr_comm_recv_t(comm, act_dt(ch->st), sl->act_in, n * ch->st->act_in_row, (s - 1) % pp->p, TAG_EVAL,
-                                "activation", NULL));
+    if (s > 0) {
+        sr_comm *c = link_of(r, 0, 0, (s - 1) % pp->p, &peer);
+        SR_CHECK(sr_comm_recv_t(c, act_dt(ch->st), sl->act_in, n * ch->st->act_in_row, peer, TAG_EVAL, "activation",
+                                NULL));
+    }
     ch->st->forward(x);
-    if (s < pp->S - 1)
-        SR_CHECK(sr_comm_send_t(comm, act_dt(ch->st), x->act_out, n * ch->st->act_out_row, (s + 1) % pp->p,
-                                TAG_EVAL, "activation", send));
+    if (s < pp->S - 1) {
+        sr_comm *c = link_of(r, 0, 1, (s + 1) % pp->p, &peer);
+        SR_CHECK(sr_comm_send_t(c, act_dt(ch->st), x->act_out, n * ch->st->act_out_row, peer, TAG_EVAL, "activation",
+                                send));
+    }
     return SR_OK;
 }
 

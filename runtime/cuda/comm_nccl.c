@@ -149,6 +149,19 @@ static sr_status check_gpu_per_rank(sr_comm *c, int device, double timeout_s)
     return st;
 }
 
+/* a communicator's stream and its ordering event: ordered by events when
+ * the compute stream is known, else after the legacy default stream
+ * (default flags) */
+static sr_status make_stream(sr_comm *c, nccl_state *s)
+{
+    sr_status st = SR_OK;
+    const char *ctx = "NCCL set-up";
+    CUDA_TRY(c, ctx, cudaStreamCreateWithFlags(&s->stream, c->dev ? cudaStreamNonBlocking : cudaStreamDefault));
+    CUDA_TRY(c, ctx, cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+fail:
+    return st;
+}
+
 static sr_status nccl_open(sr_comm *c, int local_rank, double init_timeout_s)
 {
     sr_status st = SR_OK;
@@ -200,10 +213,8 @@ static sr_status nccl_open(sr_comm *c, int local_rank, double init_timeout_s)
                            c->world_rank, c->name);
         goto fail;
     }
-    /* ordered by events when the compute stream is known, else after the
-     * legacy default stream (default flags) */
-    CUDA_TRY(c, ctx, cudaStreamCreateWithFlags(&s->stream, c->dev ? cudaStreamNonBlocking : cudaStreamDefault));
-    CUDA_TRY(c, ctx, cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+    st = make_stream(c, s);
+    if (st != SR_OK) goto fail;
 
     ncclResult_t e;
 #if NONBLOCKING
@@ -252,6 +263,62 @@ fail:
     free(s);
     return st;
 }
+
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+/* One part of a split of parent's communicator (ncclCommSplit: collective
+ * over parent, c == NULL on a rank in no part), on parent's GPU with a
+ * stream of its own. Bounded as the set-up is. */
+static sr_status nccl_open_split(sr_comm *parent, sr_comm *c, int color, int key, double init_timeout_s)
+{
+    nccl_state *ps = parent->impl;
+    sr_status st = SR_OK;
+    if (!ps || !ps->comm)
+        return sr_seterr(SR_ERR_COMM, "rank %d: NCCL set-up of the %s group's channels: its communicator is gone",
+                         parent->world_rank, parent->name);
+    nccl_state *s = c ? calloc(1, sizeof *s) : NULL;
+    if (c && !s) st = sr_seterr(SR_ERR_NOMEM, "rank %d: out of memory", parent->world_rank);
+    cudaError_t ce = cudaSetDevice(ps->device);
+    if (ce != cudaSuccess) {
+        free(s);
+        return cuda_fail(parent, "NCCL set-up", "cudaSetDevice", ce);
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t nc = NULL;
+    /* a rank that failed above still joins, in no part, so that the others do not wait for it */
+    ncclResult_t e = ncclCommSplit(ps->comm, s ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
+    if (e == ncclInProgress) {
+        int timed_out = 0;
+        e = settle(nc ? nc : ps->comm, init_timeout_s, &timed_out);
+        if (timed_out) {
+            if (nc) ncclCommAbort(nc);
+            free(s);
+            return sr_seterr(SR_ERR_COMM, "rank %d: NCCL set-up of the %s group's channels did not complete within "
+                             "%g s: another rank may have died or hung", parent->world_rank, parent->name,
+                             init_timeout_s);
+        }
+    }
+    if (e != ncclSuccess) {
+        st = nccl_fail(parent, nc, "NCCL set-up", "ncclCommSplit", e);
+        if (nc) ncclCommAbort(nc);
+        free(s);
+        return st;
+    }
+    if (!s) return st;
+    s->comm = nc;
+    s->device = ps->device;
+    st = make_stream(c, s);
+    if (st != SR_OK) {
+        ncclCommAbort(nc);
+        if (s->ready) cudaEventDestroy(s->ready);
+        if (s->stream) cudaStreamDestroy(s->stream);
+        free(s);
+        return st;
+    }
+    c->impl = s;
+    return SR_OK;
+}
+#endif
 
 static void nccl_close(sr_comm *c)
 {
@@ -487,6 +554,9 @@ const srcomm_ops srcomm_nccl_ops = {
     .name = "NCCL",
     .open = nccl_open,
     .close = nccl_close,
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    .open_split = nccl_open_split,
+#endif
     .start = nccl_start,
     .poll = nccl_poll,
     .give_up = nccl_give_up,

@@ -68,9 +68,11 @@
  *    in device memory; sr_comm_wait_device only makes dev->stream() wait
  *    for it. On timeout the NCCL communicator is aborted (ncclCommAbort).
  *    A rank's sends and receives on one NCCL communicator execute in issue
- *    order, so pair them like blocking MPI sends (even ranks send first), or
- *    launch a send and a recv together inside sr_comm_group_begin/end; tags
- *    are checked but NCCL ignores them (it matches by order). Two ranks of
+ *    order, so pair them like blocking MPI sends (even ranks send first),
+ *    launch a send and a recv together inside sr_comm_group_begin/end, or
+ *    give each direction a communicator of its own (sr_grid's pipeline
+ *    channels); tags are checked but NCCL ignores them (it matches by
+ *    order). Two ranks of
  *    one group on one GPU are refused at set-up with a message saying to
  *    use the MPI backend (a program's --comm mpi).
  */
@@ -153,6 +155,16 @@ typedef struct sr_grid {
     int dp_rank, tp_rank, pp_rank;
     int local_rank;          /* rank on this node (for picking a GPU) */
     sr_comm *world_comm, *dp_comm, *tp_comm, *pp_comm;
+    /* The pipeline's channels (NCCL with pp > 1; else all NULL): a
+     * two-rank communicator of its own per (sending rank, kind) of
+     * sr_schedule.h's channel model, activations to pipeline rank
+     * (r+1) % pp and gradients to (r-1+pp) % pp, the sender its rank 0 and
+     * the receiver its rank 1. NCCL runs a communicator's transfers in issue
+     * order, one stream each; on one communicator two neighbours that each
+     * send first wait for each other (the interleaved schedule's steady
+     * state does). A channel's transfers are in the same order on both ends
+     * (sr_sched_check), so on its own stream none waits for another. */
+    sr_comm *pp_act_out, *pp_act_in, *pp_grad_out, *pp_grad_in;
 } sr_grid;
 
 /* MPI_Init (thread level FUNNELED) once; reads rank/size from MPI (which also
@@ -252,6 +264,13 @@ sr_status sr_comm_wait(sr_req *req);
  * communicator is broken. Every other case (MPI, host memory, a grid
  * without a device): exactly sr_comm_wait. NULL: SR_OK. */
 sr_status sr_comm_wait_device(sr_req *req);
+/* Makes the device's stream wait for req's completion, as
+ * sr_comm_wait_device does, but leaves req with the caller (to wait on
+ * later: a send whose buffer the next kernels overwrite). 1 when done (also
+ * for NULL); 0 where it cannot be (no device events: the MPI backend, no
+ * sr_comm_device, a request still in its group or complete): the caller
+ * waits on the host instead. */
+int sr_comm_order_device(sr_req *req);
 /* waits (bounded, as sr_comm_wait; the timeout counts from the
  * sr_comm_wait_device call) for the requests c holds from
  * sr_comm_wait_device and frees them; the first failure, else SR_OK */

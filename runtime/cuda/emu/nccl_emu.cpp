@@ -25,6 +25,8 @@
  * times in the same order (comm.c opens world, data, tensor, pipeline on
  * every rank); the ranks of one unique id find each other through an
  * all-gather over the world and get an MPI communicator of their own.
+ * ncclCommSplit is MPI_Comm_split over the parent's (the pipeline's
+ * channels).
  */
 #include "cuda_emu.h"
 
@@ -387,6 +389,30 @@ ncclResult_t emu_ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUnique
 ncclResult_t emu_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 {
     return emu_ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
+}
+
+/* collective over the parent, as MPI_Comm_split (blocking: the ranks of a
+ * pipeline group split at set-up, all together) */
+ncclResult_t emu_ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    *newcomm = nullptr;
+    ncclResult_t r = check_comm(parent, "ncclCommSplit");
+    if (r != ncclSuccess) return r;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+        return fail(parent, ncclInvalidArgument, "ncclCommSplit: color %d is neither >= 0 nor NCCL_SPLIT_NOCOLOR",
+                    color);
+    MPI_Comm m = MPI_COMM_NULL;
+    if (MPI_Comm_split(parent->mpi, color < 0 ? MPI_UNDEFINED : color, key, &m) != MPI_SUCCESS)
+        return fail(parent, ncclSystemError, "ncclCommSplit: MPI_Comm_split failed");
+    if (m == MPI_COMM_NULL) return ncclSuccess;
+    ncclComm_t c = new ncclComm;
+    c->mpi = m;
+    MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m, &c->rank);
+    MPI_Comm_size(m, &c->nranks);
+    c->blocking = config ? config->blocking != 0 : parent->blocking;
+    *newcomm = c;
+    return ncclSuccess;
 }
 
 ncclResult_t emu_ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state)

@@ -39,6 +39,7 @@ typedef struct {
     int blocking;
 } ncclConfig_t;
 #define NCCL_CONFIG_INITIALIZER {sizeof(ncclConfig_t), 0xcafebeefu, NCCL_VERSION_CODE, 1}
+#define NCCL_SPLIT_NOCOLOR -1
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +48,7 @@ ncclResult_t emu_ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t emu_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t emu_ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                         ncclConfig_t *config);
+ncclResult_t emu_ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 ncclResult_t emu_ncclCommFinalize(ncclComm_t comm);
 ncclResult_t emu_ncclCommDestroy(ncclComm_t comm);
 ncclResult_t emu_ncclCommAbort(ncclComm_t comm);
@@ -74,6 +76,7 @@ ncclResult_t emu_ncclGroupEnd(void);
 #define ncclGetUniqueId emu_ncclGetUniqueId
 #define ncclCommInitRank emu_ncclCommInitRank
 #define ncclCommInitRankConfig emu_ncclCommInitRankConfig
+#define ncclCommSplit emu_ncclCommSplit
 #define ncclCommFinalize emu_ncclCommFinalize
 #define ncclCommDestroy emu_ncclCommDestroy
 #define ncclCommAbort emu_ncclCommAbort
