@@ -169,12 +169,6 @@ static int build(Program *P, const Opts *o)
     }
     const char *base = strrchr(o->out, '/') ? strrchr(o->out, '/') + 1 : o->out;
     if (o->backend && !strcmp(o->backend, "cuda")) {
-        /* its default --comm nccl refuses this layout at start-up (runtime/pipeline.c): it would deadlock */
-        const Layout *L = &P->layout;
-        if (L->virtual_stages > 1 && L->microbatches > L->pp)
-            sx_warn(L->cli_sched || L->cli_mb ? NULL : &L->loc_sched, "the interleaved schedule with %d microbatches on %d pipeline stages would "
-                    "deadlock over NCCL: this CUDA program refuses it there; run it with --comm mpi or "
-                    "--microbatches %d", L->microbatches, L->pp, L->pp);
         /* CUDA: one .cu file, built by nvcc (or against the CPU emulator) */
         char *cu = sx_fmt("%s/%s.cu", dir, base);
         FILE *cf = fopen(cu, "w");

@@ -12,6 +12,8 @@
  *                               buffers reused, not reallocated); host buffers
  *                               on the same grid (not staged); mixed buffers;
  *                               a short recv; groups (send/recv pairs, misuse);
+ *                               the pipeline's channels (NCCL: four, which let
+ *                               every rank send first);
  *                               async calls' deferred starts, in order
  *                               (EMU_EVENT_LAG=N: rank 0's copies report
  *                               "not ready" N times, the other ranks' not)
@@ -519,6 +521,50 @@ static void ordering_checks(sr_comm *w)
     dfree(&b);
 }
 
+/* the grid's pipeline channels (sr_grid): over NCCL four two-rank
+ * communicators, the sender each one's rank 0; over MPI none. Every rank
+ * sends first, an activation to the next pipeline rank and a gradient to
+ * the previous one (a ring), and then receives both: on one NCCL
+ * communicator each send would wait for a recv queued behind the peer's own
+ * send; over the channels it completes. */
+static void channel_checks(sr_grid *g, const char *shape)
+{
+    sr_comm *ch[4] = {g->pp_act_out, g->pp_act_in, g->pp_grad_out, g->pp_grad_in};
+    int have = 0, two = 1;
+    for (int k = 0; k < 4; k++)
+        if (ch[k]) have++, two = two && sr_comm_size(ch[k]) == 2 && sr_comm_rank(ch[k]) == (k & 1);
+    if (backend == SR_COMM_MPI) {
+        CHECK(have == 0, "%s: MPI: no pipeline channels (tags match its transfers)", shape);
+        return;
+    }
+    CHECK(have == 4 && two, "%s: NCCL: four pipeline channels of 2 ranks, the sender each one's rank 0", shape);
+    if (have != 4) return;
+    int p = g->pp, r = g->pp_rank, n = 37;
+    dbuf ao = dnew(n), ai = dnew(n), go = dnew(n), gi = dnew(n);
+    for (int i = 0; i < n; i++) ao.h[i] = (float)(1000 * r + i), go.h[i] = (float)(-1000 * r - i);
+    dput(&ao);
+    dput(&go);
+    sr_req *sa = NULL, *sg = NULL, *ra = NULL;
+    sr_status st = sr_comm_send(g->pp_act_out, ao.d, n, 1, 1, "activation", &sa);
+    if (st == SR_OK) st = sr_comm_send(g->pp_grad_out, go.d, n, 1, 2, "gradient", &sg);
+    if (st == SR_OK) st = sr_comm_recv(g->pp_act_in, ai.d, n, 0, 1, "activation", &ra);
+    if (st == SR_OK) st = sr_comm_wait_device(ra);
+    if (st == SR_OK) st = sr_comm_recv(g->pp_grad_in, gi.d, n, 0, 2, "gradient", NULL);
+    if (st == SR_OK) st = sr_comm_wait(sa);
+    if (st == SR_OK) st = sr_comm_wait(sg);
+    dget(&ai);
+    dget(&gi);
+    int from = (r - 1 + p) % p, next = (r + 1) % p, ok = st == SR_OK;
+    for (int i = 0; ok && i < n; i++)
+        ok = ai.h[i] == (float)(1000 * from + i) && gi.h[i] == (float)(-1000 * next - i);
+    CHECK(ok, "%s: NCCL: every pipeline rank sends on both channels first, then receives both (%s)", shape,
+          st == SR_OK ? "got its neighbours' data" : sr_errmsg());
+    dfree(&ao);
+    dfree(&ai);
+    dfree(&go);
+    dfree(&gi);
+}
+
 static void shapes_suite(const char *prefix, int reduced)
 {
     const int64_t *sizes = reduced ? SMALL_SIZES : SIZES;
@@ -537,6 +583,7 @@ static void shapes_suite(const char *prefix, int reduced)
                 for (int a = 0; a < 4; a++)
                     if (a == 0 || (!reduced && sr_comm_size(axes[a]) > 1) || (reduced && a == 1))
                         ops_suite(axes[a], shape, sizes, nsizes);
+                if (pp > 1 && !reduced) channel_checks(&g, shape);
                 sr_grid_free(&g);
             }
 }
