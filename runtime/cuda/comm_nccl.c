@@ -287,9 +287,12 @@ static sr_status nccl_open_split(sr_comm *parent, sr_comm *c, int color, int key
     ncclComm_t nc = NULL;
     /* a rank that failed above still joins, in no part, so that the others do not wait for it */
     ncclResult_t e = ncclCommSplit(ps->comm, s ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &cfg);
+    /* non-blocking: the split completes as the parent's operation (NCCL sets
+     * newcomm then), and the new communicator settles after it */
     if (e == ncclInProgress) {
         int timed_out = 0;
-        e = settle(nc ? nc : ps->comm, init_timeout_s, &timed_out);
+        e = settle(ps->comm, init_timeout_s, &timed_out);
+        if (e == ncclSuccess && nc) e = settle(nc, init_timeout_s, &timed_out);
         if (timed_out) {
             if (nc) ncclCommAbort(nc);
             free(s);

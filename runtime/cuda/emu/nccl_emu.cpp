@@ -391,10 +391,13 @@ ncclResult_t emu_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
     return emu_ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
 }
 
-/* collective over the parent, as MPI_Comm_split (blocking: the ranks of a
- * pipeline group split at set-up, all together) */
+/* collective over the parent, as MPI_Comm_split (done at once: the ranks of
+ * a pipeline group split at set-up, all together); a non-blocking one
+ * answers ncclInProgress as NCCL does, and is settled by polling the
+ * parent, then the new communicator */
 ncclResult_t emu_ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
 {
+    bool blocking = config ? config->blocking != 0 : parent && parent->blocking;
     *newcomm = nullptr;
     ncclResult_t r = check_comm(parent, "ncclCommSplit");
     if (r != ncclSuccess) return r;
@@ -404,15 +407,16 @@ ncclResult_t emu_ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t
     MPI_Comm m = MPI_COMM_NULL;
     if (MPI_Comm_split(parent->mpi, color < 0 ? MPI_UNDEFINED : color, key, &m) != MPI_SUCCESS)
         return fail(parent, ncclSystemError, "ncclCommSplit: MPI_Comm_split failed");
-    if (m == MPI_COMM_NULL) return ncclSuccess;
-    ncclComm_t c = new ncclComm;
-    c->mpi = m;
-    MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(m, &c->rank);
-    MPI_Comm_size(m, &c->nranks);
-    c->blocking = config ? config->blocking != 0 : parent->blocking;
-    *newcomm = c;
-    return ncclSuccess;
+    if (m != MPI_COMM_NULL) {
+        ncclComm_t c = new ncclComm;
+        c->mpi = m;
+        MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(m, &c->rank);
+        MPI_Comm_size(m, &c->nranks);
+        c->blocking = blocking;
+        *newcomm = c;
+    }
+    return blocking ? ncclSuccess : ncclInProgress;
 }
 
 ncclResult_t emu_ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state)
