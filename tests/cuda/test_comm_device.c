@@ -400,6 +400,7 @@ static void async_checks(sr_comm *w)
     dput(&t);
     sr_req *q = NULL;
     st = sr_comm_allreduce(w, t.d, 50, "polled", &q);
+    int unordered = st == SR_OK && !sr_comm_order_device(q); /* MPI: no device events */
     double t0 = now();
     while (st == SR_OK && !sr_comm_test(q) && now() - t0 < 30) {
     }
@@ -407,6 +408,7 @@ static void async_checks(sr_comm *w)
     dget(&t);
     CHECK(st == SR_OK && t.h[0] == (float)size && t.h[49] == (float)size, "async staging: sr_comm_test starts "
           "and completes a deferred all-reduce");
+    CHECK(unordered, "MPI: sr_comm_order_device cannot order the device (0: the caller waits on the host)");
     dfree(&t);
     if (lagged)
         CHECK(me != 0 || n_not_ready > nr0, "EMU_EVENT_LAG on rank 0: its copies were still running when asked "
@@ -550,6 +552,8 @@ static void channel_checks(sr_grid *g, const char *shape)
     if (st == SR_OK) st = sr_comm_recv(g->pp_act_in, ai.d, n, 0, 1, "activation", &ra);
     if (st == SR_OK) st = sr_comm_wait_device(ra);
     if (st == SR_OK) st = sr_comm_recv(g->pp_grad_in, gi.d, n, 0, 2, "gradient", NULL);
+    /* the device ordered after a send, the request kept for its wait */
+    int ordered = st == SR_OK && sr_comm_order_device(sa) && sr_comm_order_device(NULL);
     if (st == SR_OK) st = sr_comm_wait(sa);
     if (st == SR_OK) st = sr_comm_wait(sg);
     dget(&ai);
@@ -559,6 +563,7 @@ static void channel_checks(sr_grid *g, const char *shape)
         ok = ai.h[i] == (float)(1000 * from + i) && gi.h[i] == (float)(-1000 * next - i);
     CHECK(ok, "%s: NCCL: every pipeline rank sends on both channels first, then receives both (%s)", shape,
           st == SR_OK ? "got its neighbours' data" : sr_errmsg());
+    CHECK(ordered, "%s: NCCL: sr_comm_order_device orders the device after a send and leaves it to its wait", shape);
     dfree(&ao);
     dfree(&ai);
     dfree(&go);
