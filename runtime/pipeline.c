@@ -260,7 +260,12 @@ static slot *slot_for(chunk *c, int mb, int take)
     return NULL;
 }
 
-/* a slot's buffers may be reused once its sends have completed */
+/* a slot's buffers may be reused once its sends have completed. A host
+ * wait, at the point the schedule checker assumes: a send handed to
+ * sr_comm_wait_device instead would join its communicator's deferred
+ * requests, which the next host synchronization (a loss read, a token
+ * upload) waits for whole, a wait for the peer's later receive that the
+ * schedule does not have (with NCCL at pp=2, 1F1B and GPipe then stop) */
 static sr_status drain(slot *s)
 {
     sr_status st = SR_OK;
