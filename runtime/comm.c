@@ -552,7 +552,15 @@ sr_status sr_grid_init_device(sr_grid *g, int dp, int tp, int pp, sr_comm_backen
             if (st != SR_OK) goto fail;
         }
         if (pp > 1 && ops->open_split) {
-            st = open_channels(g, chunk, dev, init_timeout);
+            /* SR_COMM_PP_CHANNELS=0 turns them off (the one pipeline
+             * communicator, its transfers paired in groups); any rank's 0
+             * counts, so that every rank makes the same splits */
+            const char *e = getenv("SR_COMM_PP_CHANNELS");
+            int want = !(e && !strcmp(e, "0")), all = 0;
+            MPI_Request rq;
+            GRID_MPI(MPI_Iallreduce(&want, &all, 1, MPI_INT, MPI_MIN, g->world_comm->mpi, &rq));
+            st = srcomm_mpi_bounded(g->world_comm, &rq, "the pipeline channels check", init_timeout);
+            if (st == SR_OK && all) st = open_channels(g, chunk, dev, init_timeout);
             if (st != SR_OK) goto fail;
         }
     }

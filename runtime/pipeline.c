@@ -153,7 +153,8 @@ sr_status rt_pipe_init(run *r)
         !strcmp(r->o.comm, "nccl"))
         return sr_seterr(SR_ERR_USAGE, "--schedule interleaved with %d microbatches on %d pipeline stage%s would "
                          "deadlock over NCCL without the pipeline's channels (a rank's sends and receives on one "
-                         "communicator run in order); use --comm mpi or --microbatches %d", pp->m, pp->p,
+                         "communicator run in order); use --comm mpi, --microbatches %d, or the channels (more than "
+                         "one pipeline rank, NCCL 2.18 or later, SR_COMM_PP_CHANNELS not 0)", pp->m, pp->p,
                          pp->p == 1 ? "" : "s", pp->p);
     SR_CHECK(sr_sched_build(&pp->sched, (sr_sched_kind)kind, pp->p, pp->m, pp->v));
     SR_CHECK(sr_sched_check(&pp->sched)); /* never a hang: a bad schedule stops here */

@@ -163,7 +163,8 @@ typedef struct sr_grid {
      * order, one stream each; on one communicator two neighbours that each
      * send first wait for each other (the interleaved schedule's steady
      * state does). A channel's transfers are in the same order on both ends
-     * (sr_sched_check), so on its own stream none waits for another. */
+     * (sr_sched_check), so on its own stream none waits for another.
+     * SR_COMM_PP_CHANNELS=0 in the environment of any rank: none. */
     sr_comm *pp_act_out, *pp_act_in, *pp_grad_out, *pp_grad_in;
 } sr_grid;
 

@@ -17,7 +17,8 @@
 # dp=2 x tp=2 x pp=2 on 8 ranks (sequence parallelism, ZeRO-1): the issue's
 # `mpirun -np 8 BIN --dp 2 --tp 2 --pp 2`, NCCL on all three groups.
 # Interleaved with more microbatches than stages (pp=4 with 8, dp=2 x pp=2 with 4), which
-# on one NCCL communicator would deadlock: the grid's pipeline channels run it.
+# on one NCCL communicator would deadlock: the grid's pipeline channels run it; without them
+# (SR_COMM_PP_CHANNELS=0) 1F1B runs and that layout is refused.
 source "$(dirname "$0")/lib.sh"
 cfg="--set n_layer=4 --set n_embd=64 --set n_head=4"
 cfg8="--set n_layer=8 --set n_embd=64 --set n_head=4"
@@ -44,7 +45,7 @@ for s in gpipe 1f1b zb-h1 interleaved 1f1b+recompute; do
   mpi4 $bin $run --pp 4 --schedule $sc --comm mpi --log p.jsonl > p.err 2>&1; rp=$?
   check "pp=4 $s over NCCL finishes (exit $rn; $(grep -m1 -i error n.err | head -c 160))" [ $rn -eq 0 ]
   check "pp=4 $s over --comm mpi finishes (exit $rp)" [ $rp -eq 0 ]
-  losses n.jsonl > n.txt; losses p.jsonl > p.txt
+  losses n.jsonl > n.txt; losses p.jsonl > p.txt; cp p.txt "p_$s.txt"
   check "pp=4 $s: NCCL gives the MPI path's losses exactly ($(tr '\n' ' ' < n.txt))" cmp -s n.txt p.txt
   check "pp=4 $s: within 1e-4 of the host binary" close $ref n.txt 1e-4
   vlosses n.jsonl > nv.txt; vlosses p.jsonl > pv.txt; vlosses ${ref%.txt}.jsonl > hv.txt
@@ -67,6 +68,16 @@ for l in "4 8" "2 4"; do
   check "$lay interleaved with $mb microbatches: NCCL gives the MPI path's losses exactly ($(tr '\n' ' ' < n.txt))" \
     bash -c "[ $rp -eq 0 ] && [ \$(wc -l < n.txt) = 3 ] && cmp -s n.txt p.txt"
 done
+# without the channels (SR_COMM_PP_CHANNELS=0, the way back should they misbehave): one
+# communicator, each send launched in a group with the recv after it; 1F1B runs with the same
+# losses, the interleaved schedule with more microbatches than stages is refused in one line
+SR_COMM_PP_CHANNELS=0 mpi4 ./c4 ${run%%--val-data*} --pp 4 --schedule 1f1b --comm nccl --log n.jsonl > n.err 2>&1; rn=$?
+losses n.jsonl > n.txt
+check "pp=4 1f1b over NCCL without the channels: the MPI path's losses exactly (exit $rn; $(tr '\n' ' ' < n.txt))" \
+  bash -c "[ $rn -eq 0 ] && cmp -s n.txt p_1f1b.txt"
+SR_COMM_PP_CHANNELS=0 mpi4 ./c4v ${run%%--val-data*} --pp 4 --microbatches 8 --comm nccl > n.err 2>&1; rn=$?
+check "pp=4 interleaved with 8 microbatches over NCCL without the channels: refused, exit 2 ($(grep -m1 error n.err | head -c 120))" \
+  bash -c "[ $rn -eq 2 ] && grep -q 'would deadlock over NCCL without the pipeline.s channels' n.err"
 # a bf16 program's boundaries are bf16: stage 1 of 4 receives, each step, 4
 # microbatches' activations and gradients of 2 x 32 rows x 64 at 2 bytes
 mpi4 ./c4 ${run%%--val-data*} --pp 4 --comm nccl --comm-stats "st%r.txt" > n.err 2>&1
