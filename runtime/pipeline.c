@@ -145,7 +145,8 @@ sr_status rt_pipe_init(run *r)
     /* NCCL runs a rank's transfers on one communicator in issue order, a send
      * until its receiver takes it. Over the grid's channels (one per
      * direction and kind) nothing waits for a transfer of another channel;
-     * without them (one pipeline rank: its sends go to itself) the
+     * without them (one pipeline rank, whose sends go to itself; NCCL before
+     * 2.18; SR_COMM_PP_CHANNELS=0) the
      * interleaved schedule's steady state (more microbatches than stages)
      * would have each send wait for a recv queued after it. A clear error
      * rather than a timeout at the first step */
@@ -344,7 +345,7 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
         if (links[j]) sr_comm_set_step(links[j], k);
     if (r->dp) sr_dp_begin(r->dp, 1, k); /* armed for the hooks of the chunks' last gradient passes */
     double t_step = sr_trace_now_us(), busy = 0;
-    /* Without the grid's channels (a pipeline of one rank over NCCL):
+    /* Without the grid's channels (MPI; over NCCL as rt_pipe_init says):
      * 1F1B's steady state issues a send and at once a recv (SEND_ACT then
      * RECV_GRAD, SEND_GRAD then RECV_ACT). NCCL runs a rank's transfers in
      * issue order on its stream, so a send would wait for a recv queued
