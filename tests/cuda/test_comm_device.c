@@ -20,8 +20,9 @@
  *   test_comm_device --timeout  rank 1 skips an all-reduce on device memory:
  *                               the others get SR_ERR_COMM after the 1 s
  *                               timeout, blocking and through
- *                               sr_comm_wait_device; every rank then
- *                               sr_comm_abort(3)
+ *                               sr_comm_wait_device (NCCL: also a send on a
+ *                               pipeline channel no one receives); every
+ *                               rank then sr_comm_abort(3)
  *   test_comm_device --race --nccl  rank 0 copies into an all-reduce in
  *                               flight: the emulator's race check reports it
  *                               and rank 0's sync fails; sr_comm_abort(3)
@@ -646,6 +647,23 @@ static int run_timeout(void)
         fails += !ok;
         printf("rank %d: %s - NCCL send then recv outside a group on both ranks: deadlock, reported after %.2f s (%s)\n",
                me, ok ? "ok  " : "FAIL", dt, sr_errmsg());
+        /* a pipeline channel is bounded as any communicator: rank 1 never
+         * receives the activation rank 0 sends it */
+        sr_grid pg;
+        st = sr_grid_init_device(&pg, 1, 1, 2, backend, &counted, 1.0);
+        ok = st == SR_OK && pg.pp_act_out;
+        if (ok && me == 0) {
+            sr_comm_set_step(pg.pp_act_out, 7);
+            t0 = now();
+            st = sr_comm_send(pg.pp_act_out, o.d, 64, 1, 3, "activation", NULL);
+            dt = now() - t0;
+            ok = st == SR_ERR_COMM && dt >= 0.95 && dt < 5 &&
+                 strstr(sr_errmsg(), "send 'activation' to rank 1 (world rank 1) of the pipeline activation group (2 "
+                        "ranks) did not complete within 1 s at step 7");
+            printf("rank 0: %s - a send on a pipeline channel no one receives: reported after %.2f s (%s)\n",
+                   ok ? "ok  " : "FAIL", dt, sr_errmsg());
+        }
+        fails += !ok;
     }
     if (me == 1) {
         printf("rank 1: skipping the all-reduce 'grad bucket 3'\n");
