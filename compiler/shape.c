@@ -143,7 +143,8 @@ typedef struct Frame {
 typedef struct Elab {
     Program *P;
     Ir *ir;
-    Vec inst_names;     /* char*: instance paths used so far */
+    const char **inst_tab; /* instance paths used so far: an open-addressing set (nested */
+    size_t inst_cap, inst_n; /* repeats claim hundreds of thousands before MAX_OPS stops them) */
     int next_rgroup;    /* @recompute blocks numbered so far */
     int recompute_next; /* the instance being called is marked @recompute */
     int depth;
@@ -1577,14 +1578,38 @@ static Val call_block(Elab *E, Frame *caller, Node *inst, Node *blk, const char 
     return r;
 }
 
+static size_t path_hash(const char *s)
+{
+    unsigned long long h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* the slot of path in a table of cap (a power of two) entries: its own, or the empty one it would take */
+static size_t path_slot(const char **tab, size_t cap, const char *path)
+{
+    size_t i = path_hash(path) & (cap - 1);
+    while (tab[i] && strcmp(tab[i], path)) i = (i + 1) & (cap - 1);
+    return i;
+}
+
 static int claim_instance(Elab *E, const char *path, const sx_loc *loc)
 {
-    for (int i = 0; i < E->inst_names.n; i++)
-        if (!strcmp(E->inst_names.v[i], path)) {
-            sx_error(loc, "instance name '%s' is used twice; each instance needs its own name", path);
-            return -1;
-        }
-    vec_push(&E->inst_names, (void *)path);
+    if (2 * (E->inst_n + 1) > E->inst_cap) { /* at most half full */
+        size_t cap = E->inst_cap ? 2 * E->inst_cap : 256;
+        const char **tab = sx_alloc(cap * sizeof *tab);
+        for (size_t i = 0; i < E->inst_cap; i++)
+            if (E->inst_tab[i]) tab[path_slot(tab, cap, E->inst_tab[i])] = E->inst_tab[i];
+        E->inst_tab = tab;
+        E->inst_cap = cap;
+    }
+    size_t i = path_slot(E->inst_tab, E->inst_cap, path);
+    if (E->inst_tab[i]) {
+        sx_error(loc, "instance name '%s' is used twice; each instance needs its own name", path);
+        return -1;
+    }
+    E->inst_tab[i] = path;
+    E->inst_n++;
     return 0;
 }
 
