@@ -1008,22 +1008,6 @@ sr_status sr_comm_wait(sr_req *r)
     return wait_from(r, srcomm_now());
 }
 
-sr_status sr_comm_wait_device(sr_req *r)
-{
-    if (!r) return SR_OK;
-    sr_comm *c = r->c;
-    void *stream = c->dev && !r->grouped && !r->done && !c->broken && r->ops->order ? c->dev->stream()
-                                                                                    : NULL;
-    /* anything else, or a failure to order: the host wait orders it too */
-    if (!stream || r->ops->order(r, stream) != SR_OK) return sr_comm_wait(r);
-    r->t_wait = srcomm_now();
-    r->next = NULL;
-    sr_req **p = &c->deferred;
-    while (*p) p = &(*p)->next;
-    *p = r;
-    return SR_OK;
-}
-
 int sr_comm_order_device(sr_req *r)
 {
     if (!r) return 1;
@@ -1031,6 +1015,20 @@ int sr_comm_order_device(sr_req *r)
     void *stream = c->dev && !r->grouped && !r->done && !c->broken && r->ops->order ? c->dev->stream()
                                                                                     : NULL;
     return stream && r->ops->order(r, stream) == SR_OK;
+}
+
+sr_status sr_comm_wait_device(sr_req *r)
+{
+    if (!r) return SR_OK;
+    sr_comm *c = r->c;
+    /* anything else, or a failure to order: the host wait orders it too */
+    if (!sr_comm_order_device(r)) return sr_comm_wait(r);
+    r->t_wait = srcomm_now();
+    r->next = NULL;
+    sr_req **p = &c->deferred;
+    while (*p) p = &(*p)->next;
+    *p = r;
+    return SR_OK;
 }
 
 sr_status sr_comm_settle(sr_comm *c)
