@@ -11,6 +11,9 @@
 #   tinygpt_pp2_fp32                  the same in two pipeline stages, block recomputation
 #   tinygpt_tp2sp_bf16                bf16 at tensor 2 with sequence parallelism (bf16 collectives)
 #   tinygpt_pp2_bf16                  bf16 in two pipeline stages (bf16 boundaries)
+#   tinygpt_pp2v_fp32                 two stages of 2 virtual stages each (interleaved schedule)
+#   tinygpt_3d_fp32, tinygpt_3d_bf16  tensor 2 x pipeline 2 with sequence parallelism (run at
+#                                     dp=2 too: the 8-rank layout on a machine with 8 GPUs)
 #   gpt2_bf16                         examples/gpt2.model (GPT-2 124M), --backend cuda,
 #                                     vocabulary padded to a multiple of 128 (50304)
 #   tinygpt_host                      examples/tinygpt.model, --backend host
@@ -59,6 +62,10 @@ one tinygpt_pp2_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs
 one tinygpt_tp2sp_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --tp 2 --sequence-parallel
 one tinygpt_tp2_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --tp 2
 one tinygpt_pp2_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --pp 2
+one tinygpt_pp2v_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --pp 2 --virtual-stages 2 \
+  --schedule interleaved
+one tinygpt_3d_fp32 tinygpt --backend cuda --precision fp32 --cuda-arch "$archs" --tp 2 --pp 2 --sequence-parallel
+one tinygpt_3d_bf16 tinygpt --backend cuda --precision bf16 --cuda-arch "$archs" --tp 2 --pp 2 --sequence-parallel
 # the vocabulary padded to 50304 as llm.c and Megatron do (aligned logit rows; the loss ignores the padding)
 one gpt2_bf16 gpt2 --backend cuda --precision bf16 --cuda-arch "$archs" --set make_vocab_size_divisible_by=128
 one tinygpt_host tinygpt --backend host

@@ -51,7 +51,19 @@
 #      SHARDC_CUDA_TP_OVERLAP=0;
 #   8. two pipeline stages on the GPU (--pp 2, block recomputation), over
 #      that path: losses as one rank's; and in bf16 (bf16 boundaries):
-#      within 2e-2.
+#      within 2e-2;
+#   9. on a machine with two GPUs or more (one GPU: left out, said so), NCCL
+#      between devices, one rank per GPU (NCCL refuses two ranks on one, so a
+#      run that passes had its own device each): with 2, pp=2 1F1B over the
+#      pipeline's channels, the same without them (SR_COMM_PP_CHANNELS=0),
+#      and pp=2 interleaved (2 virtual stages) with 4 microbatches, the layout
+#      that needs the channels; with 4, dp=2 x pp=2 interleaved and tp=2 x
+#      pp=2 with sequence parallelism; with 8, the issue's
+#      `mpirun -np 8 BIN --dp 2 --tp 2 --pp 2` with ZeRO-1, fp32 and bf16.
+#      Each fp32 layout within 1e-4 of one host rank and within 1e-6 of the
+#      same program over --comm mpi (the transport is all that differs); bf16
+#      within 2e-2 of one host rank. Every run is bounded by --comm-timeout:
+#      a deadlock is an error naming the transfer, not a hang.
 # Exit status: 0 when every check passed.
 set -u -o pipefail
 log=$(realpath -m "${1:-gpu-check.log}")
@@ -69,7 +81,8 @@ ok()  { pass=$((pass+1)); echo "ok   $*"; }
 bad() { fail=$((fail+1)); echo "FAIL $*"; }
 stage() { echo; echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 # SHARDC_GPU_STAGES: the checks to run, comma-separated, of kernels, tinygpt,
-# gpt2, dp, tp, pp and build (the build at the end, with SHARDC_GPU_PREBUILT); default all
+# gpt2, dp, tp, pp, multi (several GPUs) and build (the build at the end, with
+# SHARDC_GPU_PREBUILT); default all
 want() { case ",${SHARDC_GPU_STAGES:-all}," in *,all,* | *",$1,"*) return 0 ;; esac; return 1; }
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 close() { # close A B TOL: the same losses, line by line, to TOL relative
@@ -177,7 +190,7 @@ if [ ! -f /opt/cudnn-frontend/include/cudnn_frontend.h ] && [ -f "$fe/cudnn_fron
 fi
 
 progs="test_kernels_cuda step_compare_cuda tinygpt_fp32 tinygpt_bf16 tinygpt_pp2_fp32 tinygpt_tp2sp_bf16 tinygpt_tp2_bf16
-  tinygpt_pp2_bf16 gpt2_bf16 tinygpt_host"
+  tinygpt_pp2_bf16 tinygpt_pp2v_fp32 tinygpt_3d_fp32 tinygpt_3d_bf16 gpt2_bf16 tinygpt_host"
 loads() { # loads DIR: every program there, with every library it needs found
   local p
   for p in $progs; do
@@ -430,8 +443,9 @@ PY
 fi
 fi # gpt2
 
-if want dp || want tp || want pp; then
-  dpopts="--data $w/text.txt --steps 6 $shape --eval-every 0 --quiet"
+if want dp || want tp || want pp || want multi; then
+  # SHARDC_GPU_DPSTEPS: fewer steps for the emulated dry run
+  dpopts="--data $w/text.txt --steps ${SHARDC_GPU_DPSTEPS:-6} $shape --eval-every 0 --quiet"
   "$bins/tinygpt_host" $dpopts --log "$w/h1.jsonl" --threads "$(nproc)"
   losses "$w/h1.jsonl" > "$w/h1.txt"
 fi
@@ -528,6 +542,61 @@ two_ranks pp tinygpt_pp2_fp32 1e-4 "pp=2 with recomputation on one GPU (${cflag:
 two_ranks ppb tinygpt_pp2_bf16 2e-2 "bf16 pp=2 (bf16 boundaries, ${cflag:-NCCL}) within 2e-2 of one host rank" \
   --pp 2 --microbatches 4
 fi # pp
+
+if want multi; then
+ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+stage "several GPUs: NCCL between devices, one rank each ($ngpu GPUs)"
+if [ "$ngpu" -lt 2 ]; then
+  echo "   one GPU: left out (the pipeline's channels, NCCL between devices and the 8-rank layout need two or more)"
+else
+# runn TAG NP BIN ARG...: BIN on NP ranks over NCCL (or what ARG says), its losses in TAG-losses.txt;
+# a deadlock is an error after --comm-timeout, not a hang
+runn() {
+  local tag=$1 np=$2 bin=$3
+  shift 3
+  timeout "${SHARDC_GPU_MULTI_TIMEOUT:-150}" mpirun --oversubscribe --bind-to none -np "$np" "$bins/$bin" $dpopts \
+    --comm-timeout 60 "$@" --log "$w/$tag.jsonl" > "$w/$tag.txt" 2>&1 && losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
+}
+# layout NP TOL BIN WHAT ARG...: over NCCL within TOL of one host rank; in fp32 (TOL 1e-4) also
+# within 1e-6 of the same program over --comm mpi
+layout() {
+  local np=$1 tol=$2 bin=$3 what=$4 tag=m$((++nlayout))
+  shift 4
+  if ! runn "$tag" "$np" "$bin" "$@" --comm nccl; then
+    bad "$what over NCCL: the run failed: $(grep -m1 -i error "$w/$tag.txt" | head -c 300)"
+    return
+  fi
+  if close "$w/h1.txt" "$w/$tag-losses.txt" "$tol"; then ok "$what over NCCL within $tol of one host rank"
+  else bad "$what over NCCL: losses differ from one host rank by more than $tol"; fi
+  [ "$tol" = 1e-4 ] || return 0
+  if ! runn "${tag}p" "$np" "$bin" "$@" --comm mpi; then
+    bad "$what over --comm mpi: the run failed: $(grep -m1 -i error "$w/${tag}p.txt" | head -c 300)"
+  elif close "$w/${tag}p-losses.txt" "$w/$tag-losses.txt" 1e-6; then ok "$what: NCCL's losses are --comm mpi's (1e-6)"
+  else bad "$what: NCCL's losses differ from --comm mpi's by more than 1e-6"; fi
+}
+nlayout=0
+layout 2 1e-4 tinygpt_pp2_fp32 "pp=2 1F1B (over the pipeline channels)" --pp 2 --microbatches 4
+if SR_COMM_PP_CHANNELS=0 runn m1n 2 tinygpt_pp2_fp32 --pp 2 --microbatches 4 --comm nccl &&
+   close "$w/m1-losses.txt" "$w/m1n-losses.txt" 1e-6; then
+  ok "pp=2 1F1B without the channels (SR_COMM_PP_CHANNELS=0): the same losses"
+else
+  bad "pp=2 1F1B without the channels: a failed run or other losses ($(grep -m1 -i error "$w/m1n.txt" | head -c 200))"
+fi
+layout 2 1e-4 tinygpt_pp2v_fp32 "pp=2 interleaved (2 virtual stages), 4 microbatches" --pp 2 --microbatches 4
+if [ "$ngpu" -ge 4 ]; then
+  layout 4 1e-4 tinygpt_pp2v_fp32 "dp=2 x pp=2 interleaved, 4 microbatches" --dp 2 --pp 2 --microbatches 4
+  layout 4 1e-4 tinygpt_3d_fp32 "tp=2 x pp=2 with sequence parallelism" --tp 2 --pp 2 --microbatches 4
+else
+  echo "   $ngpu GPUs: the 4- and 8-rank layouts are left out"
+fi
+if [ "$ngpu" -ge 8 ]; then
+  layout 8 1e-4 tinygpt_3d_fp32 "dp=2 x tp=2 x pp=2, ZeRO-1 (8 ranks)" --dp 2 --tp 2 --pp 2 --zero 1 --microbatches 4
+  layout 8 2e-2 tinygpt_3d_bf16 "bf16 dp=2 x tp=2 x pp=2, ZeRO-1 (8 ranks)" --dp 2 --tp 2 --pp 2 --zero 1 --microbatches 4
+elif [ "$ngpu" -ge 4 ]; then
+  echo "   $ngpu GPUs: the 8-rank layout is left out"
+fi
+fi
+fi # multi
 
 if [ "$bins" = "$pre" ] && want build; then
   stage "build here (cmake, nvcc for sm_$cap), and its programs again"

@@ -20,7 +20,7 @@ mkdir -p fake bins
 cat > fake/nvidia-smi <<'SH'
 #!/bin/bash
 case "$*" in
-  -L) echo "GPU 0: NVIDIA H200 (stand-in for gpu_check_dry.sh)" ;;
+  -L) for i in $(seq 0 $((${FAKE_GPUS:-1} - 1))); do echo "GPU $i: NVIDIA H200 (stand-in for gpu_check_dry.sh)"; done ;;
   *name,memory*) echo "NVIDIA H200, 143771 MiB, 0.0, 9.0, 1980 MHz" ;;
   *compute_cap*) echo "9.0" ;;
   *clocks.sm*) echo "1980 MHz, 3201 MHz, 120 W, 35" ;;
@@ -70,11 +70,15 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --sequence-parallel -o bins/tinygpt_tp2sp_bf16 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 -o bins/tinygpt_tp2_bf16 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --pp 2 -o bins/tinygpt_pp2_bf16 &&
+  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --virtual-stages 2 --schedule interleaved \
+    -o bins/tinygpt_pp2v_fp32 &&
+  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_fp32 &&
+  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_bf16 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
 PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" \
   SHARDC_GPU_ATTN_PATHS=mma \
   SHARDC_GPU_TINYGPT="--batch 4 --seq 32" SHARDC_GPU_ATTN_BENCH="1 64 128 2 1" \
-  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,tp,pp TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
+  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,tp,pp,multi TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
   > run.txt 2>&1
 rc=$?
 grep -E "^(==|ok|FAIL)|MFU|tokens/s" run.txt | sed 's/^/   | /'
@@ -131,6 +135,8 @@ check "pp=2 with recomputation over --comm mpi matches one rank" \
   grep -q "^ok   pp=2 with recomputation on one GPU (--comm mpi) matches one rank" run.txt
 check "bf16 pp=2 (bf16 boundaries) over --comm mpi within 2e-2 of one host rank" \
   grep -q "^ok   bf16 pp=2 (bf16 boundaries, --comm mpi) within 2e-2 of one host rank" run.txt
+check "one GPU: the several-GPU layouts are left out, said so, no FAIL" \
+  grep -q "^   one GPU: left out (the pipeline's channels, NCCL between devices" run.txt
 check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '^FAIL' run.txt))" \
   bash -c "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run.txt) -eq 1 ]"
 # 600000 tokens/s: 48.7%, the target met, and the script's exit status 0
@@ -160,6 +166,25 @@ check "auto failing: one try of it, the FAIL, then GPT-2 with wmma pinned, its M
    grep -q 'with SHARDC_CUDA_SYNC=1: shardc cuda: error: an illegal memory access' run4.txt &&
    grep -q 'again with SHARDC_CUDA_ATTN=wmma' run4.txt && grep -q 'largest batch that fits .*: 128 x 1024' run4.txt &&
    grep -q 'MFU 32.5% of 989 TFLOP/s' run4.txt && [ \$(grep -c '^FAIL' run4.txt) -eq 2 ]"
+# eight pretend GPUs (a process each, no EMU_SHARED_GPU): every several-GPU layout over the
+# emulated NCCL against one host rank and the same program over --comm mpi (2 steps: 8 emulated
+# ranks share two cores)
+PATH=$w/fake:$PATH FAKE_GPUS=8 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=multi \
+  SHARDC_GPU_ATTN_PATHS=mma SHARDC_GPU_TINYGPT="--batch 8 --seq 32" SHARDC_GPU_DPSTEPS=2 SHARDC_GPU_MULTI_TIMEOUT=300 \
+  bash "$src/scripts/gpu-check.sh" "$w/out6/gpu-check.log" > run6.txt 2>&1
+rc=$?
+grep -E "^(==|ok|FAIL)" run6.txt | sed 's/^/   | /'
+for l in "pp=2 1F1B (over the pipeline channels)" "pp=2 interleaved (2 virtual stages), 4 microbatches" \
+  "dp=2 x pp=2 interleaved, 4 microbatches" "tp=2 x pp=2 with sequence parallelism" "dp=2 x tp=2 x pp=2, ZeRO-1 (8 ranks)"; do
+  check "8 GPUs: $l over NCCL within 1e-4 of one host rank, and --comm mpi's losses" bash -c \
+    "grep -qF 'ok   $l over NCCL within 1e-4 of one host rank' run6.txt &&
+     grep -qF \"ok   $l: NCCL's losses are --comm mpi's (1e-6)\" run6.txt"
+done
+check "8 GPUs: pp=2 without the channels, the same losses; bf16 at 8 ranks within 2e-2 of one host rank" bash -c \
+  "grep -qF 'ok   pp=2 1F1B without the channels (SR_COMM_PP_CHANNELS=0): the same losses' run6.txt &&
+   grep -qF 'ok   bf16 dp=2 x tp=2 x pp=2, ZeRO-1 (8 ranks) over NCCL within 2e-2 of one host rank' run6.txt"
+check "8 GPUs: 12 runs, 12 comparisons of 2 losses, no FAIL, exit status 0 (got $rc)" bash -c \
+  "[ $rc -eq 0 ] && [ \$(grep -c '^   steps 2/2' run6.txt) -eq 12 ] && ! grep -q '^FAIL' run6.txt"
 # the default attention paths (mma cudnn) where cuDNN cannot run (the emulator's runtime
 # has none): the probe fails, says why, and leaves cudnn out; no other stage
 PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=none \
