@@ -12,7 +12,9 @@
 # worked out by hand from the stand-in's tokens/s, and its memory line the stand-in's peak against
 # shardc plan's total (5% over: passes; 20% over: its one FAIL). cuDNN's attention
 # cannot run on the emulator: a last run checks that its probe fails
-# plainly and that the script goes on without it. (SHARDC_GPU_BUILD is a
+# plainly and that the script goes on without it. The several-GPU stage
+# (multi) says it is left out on the one GPU, and runs every layout on
+# eight pretend GPUs (a process each, NCCL between them emulated). (SHARDC_GPU_BUILD is a
 # path that cannot be made: refused programs fail at once instead of building.)
 tk=$(realpath "$4") sc=$(realpath "$5") # before lib.sh enters its scratch directory
 source "$(dirname "$0")/lib.sh"
