@@ -336,10 +336,7 @@ void sr_grid_free(sr_grid *g)
 {
     if (!g) return;
     /* reverse order of creation */
-    comm_free(g->pp_grad_in);
-    comm_free(g->pp_grad_out);
-    comm_free(g->pp_act_in);
-    comm_free(g->pp_act_out);
+    for (int j = SR_PP_NCHAN - 1; j >= 0; j--) comm_free(g->pp_chan[j]);
     comm_free(g->pp_comm);
     comm_free(g->tp_comm);
     comm_free(g->dp_comm);
@@ -419,9 +416,7 @@ static sr_status open_channels(sr_grid *g, int64_t chunk, const sr_comm_device *
                 MPI_Comm_free(&m);
                 mine = sr_seterr(SR_ERR_NOMEM, "rank %d: grid: out of memory for the communicators", g->rank);
             } else {
-                sr_comm **slot = key == 0 ? (grad ? &g->pp_grad_out : &g->pp_act_out)
-                                          : (grad ? &g->pp_grad_in : &g->pp_act_in);
-                *slot = c;
+                g->pp_chan[SR_PP_CHAN(grad, key == 0)] = c; /* the sender is rank 0 */
             }
         }
         /* every rank of the group joins the backend's split, members or not */

@@ -150,7 +150,7 @@ sr_status rt_pipe_init(run *r)
      * interleaved schedule's steady state (more microbatches than stages)
      * would have each send wait for a recv queued after it. A clear error
      * rather than a timeout at the first step */
-    if (kind == SR_SCHED_INTERLEAVED && pp->m > pp->p && !r->grid.pp_act_out && r->o.comm &&
+    if (kind == SR_SCHED_INTERLEAVED && pp->m > pp->p && !r->grid.pp_chan[0] && r->o.comm &&
         !strcmp(r->o.comm, "nccl"))
         return sr_seterr(SR_ERR_USAGE, "--schedule interleaved with %d microbatches on %d pipeline stage%s would "
                          "deadlock over NCCL without the pipeline's channels (a rank's sends and receives on one "
@@ -325,7 +325,7 @@ static void span(run *r, int track, const char *name, double t0, int mb, int c)
 static sr_comm *link_of(run *r, int grad, int out, int neighbour, int *peer)
 {
     const sr_grid *g = &r->grid;
-    sr_comm *c = grad ? (out ? g->pp_grad_out : g->pp_grad_in) : (out ? g->pp_act_out : g->pp_act_in);
+    sr_comm *c = g->pp_chan[SR_PP_CHAN(grad, out)];
     *peer = c ? out : neighbour; /* the sender is a channel's rank 0 */
     return c ? c : g->pp_comm;
 }
@@ -339,10 +339,9 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
 {
     struct rt_pipe *pp = r->pipe;
     const sr_schedule *sc = &pp->sched;
-    sr_comm *links[5] = {r->grid.pp_comm, r->grid.pp_act_out, r->grid.pp_act_in, r->grid.pp_grad_out,
-                         r->grid.pp_grad_in};
-    for (int j = 0; j < 5; j++)
-        if (links[j]) sr_comm_set_step(links[j], k);
+    sr_comm_set_step(r->grid.pp_comm, k);
+    for (int j = 0; j < SR_PP_NCHAN; j++)
+        if (r->grid.pp_chan[j]) sr_comm_set_step(r->grid.pp_chan[j], k);
     if (r->dp) sr_dp_begin(r->dp, 1, k); /* armed for the hooks of the chunks' last gradient passes */
     double t_step = sr_trace_now_us(), busy = 0;
     /* Without the grid's channels (MPI; over NCCL as rt_pipe_init says):
@@ -357,7 +356,7 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
      * for drain() as any send's. Over the channels each transfer is alone on
      * its channel's stream and the compute stream waits for a recv's
      * completion event, with no host wait. */
-    int channels = r->grid.pp_act_out != NULL;
+    int channels = r->grid.pp_chan[0] != NULL;
     int grouped = 0; /* a send's group is open: this instruction is its recv */
     for (int i = 0; i < sc->n[pp->rank]; i++) {
         const sr_instr *in = &sc->ins[pp->rank][i];

@@ -771,14 +771,13 @@ static sr_status write_comm_stats(run *r, long steps)
     fprintf(f, "steps %ld\n", steps);
     if (r->be->peak_bytes) fprintf(f, "peak_bytes %lld\n", (long long)r->be->peak_bytes());
     /* the pipeline's channels (NCCL) count as the pipeline group */
-    sr_comm *chans[4] = {r->grid.pp_act_out, r->grid.pp_act_in, r->grid.pp_grad_out, r->grid.pp_grad_in};
     for (int g = 0; g < 3; g++) {
         if (!groups[g]) continue;
         sr_comm_stats st = *sr_comm_get_stats(groups[g]);
-        for (int j = 0; j < 4 && groups[g] == r->grid.pp_comm; j++)
-            for (int k = 0; chans[j] && k < 6; k++) {
-                st.calls[k] += sr_comm_get_stats(chans[j])->calls[k];
-                st.bytes[k] += sr_comm_get_stats(chans[j])->bytes[k];
+        for (int j = 0; j < SR_PP_NCHAN && groups[g] == r->grid.pp_comm; j++)
+            for (int k = 0; r->grid.pp_chan[j] && k < 6; k++) {
+                st.calls[k] += sr_comm_get_stats(r->grid.pp_chan[j])->calls[k];
+                st.bytes[k] += sr_comm_get_stats(r->grid.pp_chan[j])->bytes[k];
             }
         for (int k = 0; k < 6; k++)
             if (st.calls[k])

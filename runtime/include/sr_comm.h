@@ -149,6 +149,11 @@ typedef struct sr_comm_stats {
     int64_t bytes[6];    /* payload bytes each op moved from this rank's buffers */
 } sr_comm_stats;
 
+/* sr_grid.pp_chan's index: the channel carrying gradients (grad 1) or
+ * activations (0) that this rank sends (out 1) or receives (0) */
+#define SR_PP_CHAN(grad, out) (2 * (grad) + (out))
+#define SR_PP_NCHAN 4
+
 typedef struct sr_grid {
     int rank, world;         /* in MPI_COMM_WORLD */
     int dp, tp, pp;          /* degrees */
@@ -164,8 +169,10 @@ typedef struct sr_grid {
      * send first wait for each other (the interleaved schedule's steady
      * state does). A channel's transfers are in the same order on both ends
      * (sr_sched_check), so on its own stream none waits for another.
-     * SR_COMM_PP_CHANNELS=0 in the environment of any rank: none. */
-    sr_comm *pp_act_out, *pp_act_in, *pp_grad_out, *pp_grad_in;
+     * SR_COMM_PP_CHANNELS=0 in the environment of any rank: none.
+     * Indexed by SR_PP_CHAN(grad, out): grad 1 for gradients, 0 for
+     * activations; out 1 where this rank sends, 0 where it receives. */
+    sr_comm *pp_chan[SR_PP_NCHAN];
 } sr_grid;
 
 /* MPI_Init (thread level FUNNELED) once; reads rank/size from MPI (which also

@@ -532,10 +532,10 @@ static void ordering_checks(sr_comm *w)
  * send; over the channels it completes. */
 static void channel_checks(sr_grid *g, const char *shape)
 {
-    sr_comm *ch[4] = {g->pp_act_out, g->pp_act_in, g->pp_grad_out, g->pp_grad_in};
+    sr_comm *const *ch = g->pp_chan;
     int have = 0, two = 1;
-    for (int k = 0; k < 4; k++)
-        if (ch[k]) have++, two = two && sr_comm_size(ch[k]) == 2 && sr_comm_rank(ch[k]) == (k & 1);
+    for (int k = 0; k < SR_PP_NCHAN; k++) /* out (k odd): the sender, rank 0 */
+        if (ch[k]) have++, two = two && sr_comm_size(ch[k]) == 2 && sr_comm_rank(ch[k]) == 1 - (k & 1);
     if (backend == SR_COMM_MPI) {
         CHECK(have == 0, "%s: MPI: no pipeline channels (tags match its transfers)", shape);
         return;
@@ -548,11 +548,11 @@ static void channel_checks(sr_grid *g, const char *shape)
     dput(&ao);
     dput(&go);
     sr_req *sa = NULL, *sg = NULL, *ra = NULL;
-    sr_status st = sr_comm_send(g->pp_act_out, ao.d, n, 1, 1, "activation", &sa);
-    if (st == SR_OK) st = sr_comm_send(g->pp_grad_out, go.d, n, 1, 2, "gradient", &sg);
-    if (st == SR_OK) st = sr_comm_recv(g->pp_act_in, ai.d, n, 0, 1, "activation", &ra);
+    sr_status st = sr_comm_send(g->pp_chan[SR_PP_CHAN(0, 1)], ao.d, n, 1, 1, "activation", &sa);
+    if (st == SR_OK) st = sr_comm_send(g->pp_chan[SR_PP_CHAN(1, 1)], go.d, n, 1, 2, "gradient", &sg);
+    if (st == SR_OK) st = sr_comm_recv(g->pp_chan[SR_PP_CHAN(0, 0)], ai.d, n, 0, 1, "activation", &ra);
     if (st == SR_OK) st = sr_comm_wait_device(ra);
-    if (st == SR_OK) st = sr_comm_recv(g->pp_grad_in, gi.d, n, 0, 2, "gradient", NULL);
+    if (st == SR_OK) st = sr_comm_recv(g->pp_chan[SR_PP_CHAN(1, 0)], gi.d, n, 0, 2, "gradient", NULL);
     /* the device ordered after a send, the request kept for its wait */
     int ordered = st == SR_OK && sr_comm_order_device(sa) && sr_comm_order_device(NULL);
     if (st == SR_OK) st = sr_comm_wait(sa);
@@ -651,11 +651,11 @@ static int run_timeout(void)
          * receives the activation rank 0 sends it */
         sr_grid pg;
         st = sr_grid_init_device(&pg, 1, 1, 2, backend, &counted, 1.0);
-        ok = st == SR_OK && pg.pp_act_out;
+        ok = st == SR_OK && pg.pp_chan[SR_PP_CHAN(0, 1)];
         if (ok && me == 0) {
-            sr_comm_set_step(pg.pp_act_out, 7);
+            sr_comm_set_step(pg.pp_chan[SR_PP_CHAN(0, 1)], 7);
             t0 = now();
-            st = sr_comm_send(pg.pp_act_out, o.d, 64, 1, 3, "activation", NULL);
+            st = sr_comm_send(pg.pp_chan[SR_PP_CHAN(0, 1)], o.d, 64, 1, 3, "activation", NULL);
             dt = now() - t0;
             ok = st == SR_ERR_COMM && dt >= 0.95 && dt < 5 &&
                  strstr(sr_errmsg(), "send 'activation' to rank 1 (world rank 1) of the pipeline activation group (2 "
