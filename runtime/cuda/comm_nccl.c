@@ -296,9 +296,12 @@ static sr_status nccl_open_split(sr_comm *parent, sr_comm *c, int color, int key
         if (timed_out) {
             if (nc) ncclCommAbort(nc);
             free(s);
-            return sr_seterr(SR_ERR_COMM, "rank %d: NCCL set-up of the %s group's channels did not complete within "
-                             "%g s: another rank may have died or hung", parent->world_rank, parent->name,
-                             init_timeout_s);
+            st = sr_seterr(SR_ERR_COMM, "rank %d: NCCL set-up of the %s group's channels did not complete within "
+                           "%g s: another rank may have died or hung", parent->world_rank, parent->name, init_timeout_s);
+            /* its split is still in progress: no further operation, closed by abort, not finalize */
+            parent->broken = 1;
+            snprintf(parent->broken_msg, sizeof parent->broken_msg, "%s", sr_errmsg());
+            return st;
         }
     }
     if (e != ncclSuccess) {

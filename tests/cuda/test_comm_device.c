@@ -13,7 +13,9 @@
  *                               on the same grid (not staged); mixed buffers;
  *                               a short recv; groups (send/recv pairs, misuse);
  *                               the pipeline's channels (NCCL: four, which let
- *                               every rank send first);
+ *                               every rank send first); the emulated
+ *                               ncclCommSplit itself (in progress, not
+ *                               blocked, while a peer has not split);
  *                               async calls' deferred starts, in order
  *                               (EMU_EVENT_LAG=N: rank 0's copies report
  *                               "not ready" N times, the other ranks' not)
@@ -39,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "emu/c/nccl.h" /* the emulator's NCCL: split_checks calls it directly */
 #include "sr_comm.h"
 #include "sr_cuda.h"
 
@@ -571,6 +574,75 @@ static void channel_checks(sr_grid *g, const char *shape)
     dfree(&gi);
 }
 
+/* polls comm's state up to t seconds; ncclInProgress if it is still in progress then */
+static ncclResult_t poll_for(ncclComm_t comm, double t)
+{
+    ncclResult_t state = ncclInProgress;
+    for (double t0 = now(); state == ncclInProgress && now() - t0 < t;)
+        if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    return state;
+}
+
+/* the emulator's ncclCommSplit, which makes the pipeline's channels: non-blocking,
+ * it stays the parent's operation in progress while a rank of the parent has not
+ * split (a rank that never comes is bounded by the caller's timeout, not a hang),
+ * and completes once every rank has; its ranks ordered by key as NCCL's; a rank
+ * with NCCL_SPLIT_NOCOLOR gets none */
+static void split_checks(void)
+{
+    ncclUniqueId id;
+    if (me == 0) ncclGetUniqueId(&id);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t parent = NULL, child = NULL;
+    ncclResult_t e = ncclCommInitRankConfig(&parent, nworld, id, me, &cfg);
+    if (e == ncclInProgress) e = poll_for(parent, 30);
+    CHECK(e == ncclSuccess, "emulated NCCL: a non-blocking communicator of the world for the split checks");
+    if (e != ncclSuccess) return;
+    /* the last rank of three has no color; the others' keys reverse their order */
+    int colored = nworld > 2 ? nworld - 1 : nworld;
+    int color = me < colored ? 5 : NCCL_SPLIT_NOCOLOR;
+    double late = 0; /* how long rank 0's split stayed in progress while the others had not split */
+    ncclResult_t early = ncclSuccess;
+    if (me == 0) {
+        e = ncclCommSplit(parent, color, nworld - me, &child, &cfg);
+        double t0 = now();
+        early = e == ncclInProgress ? poll_for(parent, 0.5) : e;
+        late = now() - t0;
+    }
+    int go = 1;
+    MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD); /* now the others split */
+    if (me != 0) e = ncclCommSplit(parent, color, nworld - me, &child, &cfg);
+    if (e == ncclInProgress) e = poll_for(parent, 30);
+    if (e == ncclSuccess && child) e = poll_for(child, 30);
+    CHECK(me != 0 || (early == ncclInProgress && late >= 0.5),
+          "emulated ncclCommSplit: in progress, not blocked, while the other ranks have not split (%.2f s)", late);
+    CHECK(e == ncclSuccess && (child != NULL) == (me < colored),
+          "emulated ncclCommSplit: complete once every rank has split; a communicator for each colored rank, "
+          "none for NCCL_SPLIT_NOCOLOR");
+    /* the ranks in the new communicator by descending key: world ranks colored-1 .. 0 */
+    int order_ok = 1;
+    if (e == ncclSuccess && child) {
+        dbuf s = dnew(1), r = dnew(colored);
+        s.h[0] = (float)me;
+        dput(&s);
+        cudaStream_t st = (cudaStream_t)be->device->stream();
+        e = ncclAllGather(s.d, r.d, 1, ncclFloat, child, st);
+        if (e == ncclInProgress) e = poll_for(child, 30);
+        if (be->sync() != SR_OK) e = ncclInternalError;
+        dget(&r);
+        for (int i = 0; i < colored; i++) order_ok = order_ok && r.h[i] == (float)(colored - 1 - i);
+        order_ok = order_ok && e == ncclSuccess;
+        dfree(&s);
+        dfree(&r);
+    }
+    CHECK(order_ok, "emulated ncclCommSplit: ranks ordered by key (an all-gather over it gives world ranks %d..0)",
+          colored - 1);
+    if (child) ncclCommDestroy(child);
+    ncclCommDestroy(parent);
+}
+
 static void shapes_suite(const char *prefix, int reduced)
 {
     const int64_t *sizes = reduced ? SMALL_SIZES : SIZES;
@@ -609,6 +681,7 @@ static int run_normal(void)
         if (backend == SR_COMM_MPI) staging_checks(g.world_comm);
         if (backend == SR_COMM_MPI) async_checks(g.world_comm);
         if (backend == SR_COMM_NCCL && nworld >= 2) ordering_checks(g.world_comm);
+        if (backend == SR_COMM_NCCL && nworld >= 2) split_checks();
         group_checks(g.world_comm);
         sr_grid_free(&g);
     }

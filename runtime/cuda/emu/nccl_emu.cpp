@@ -25,8 +25,13 @@
  * times in the same order (comm.c opens world, data, tensor, pipeline on
  * every rank); the ranks of one unique id find each other through an
  * all-gather over the world and get an MPI communicator of their own.
- * ncclCommSplit is MPI_Comm_split over the parent's (the pipeline's
- * channels).
+ * ncclCommSplit (the pipeline's channels) is the same over the parent's
+ * ranks: an all-gather of (color, key), then a communicator for the ranks
+ * of our color ordered by (key, parent rank), as MPI_Comm_split orders them.
+ * A non-blocking split is the parent's operation in progress until every
+ * rank of the parent has split, so a peer that never does leaves it in
+ * progress (bounded by the caller's timeout), not a hang; a blocking one
+ * waits, as NCCL's does.
  */
 #include "cuda_emu.h"
 
@@ -57,6 +62,13 @@ struct ncclComm {
     std::vector<long long> all;
     int pending = 0; /* queued operations not yet complete */
     bool finalizing = false;
+    /* a split of this communicator in progress: the all-gather of (color, key) */
+    bool splitting = false;
+    MPI_Request split_req = MPI_REQUEST_NULL;
+    int split_mine[2] = {0, 0};
+    std::vector<int> split_all;
+    ncclComm_t *split_out = nullptr; /* the caller's newcomm, set once the split is over */
+    bool split_blocking = true;
 };
 
 namespace {
@@ -119,11 +131,59 @@ bool init_progress(ncclComm_t c, bool block)
     return true;
 }
 
+/* the split's second half, once every rank's (color, key) is in: our color's
+ * communicator, its ranks ordered by (key, parent rank) */
+ncclResult_t finish_split(ncclComm_t p)
+{
+    int color = p->split_mine[0];
+    if (color < 0) return ncclSuccess;
+    std::vector<std::pair<int, int>> order; /* (key, parent rank) */
+    for (int r = 0; r < p->nranks; r++)
+        if (p->split_all[(size_t)r * 2] == color) order.emplace_back(p->split_all[(size_t)r * 2 + 1], r);
+    std::sort(order.begin(), order.end());
+    std::vector<int> members;
+    for (const auto &o : order) members.push_back(o.second);
+    MPI_Group pg, g;
+    MPI_Comm_group(p->mpi, &pg);
+    MPI_Group_incl(pg, (int)members.size(), members.data(), &g);
+    MPI_Comm m = MPI_COMM_NULL;
+    /* collective over our color's ranks only, each past the all-gather */
+    int rc = MPI_Comm_create_group(p->mpi, g, color & 0x7fff, &m);
+    MPI_Group_free(&g);
+    MPI_Group_free(&pg);
+    if (rc != MPI_SUCCESS || m == MPI_COMM_NULL)
+        return fail(p, ncclSystemError, "ncclCommSplit: MPI_Comm_create_group failed");
+    ncclComm_t c = new ncclComm;
+    c->mpi = m;
+    MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m, &c->rank);
+    MPI_Comm_size(m, &c->nranks);
+    c->blocking = p->split_blocking;
+    *p->split_out = c;
+    return ncclSuccess;
+}
+
+/* advances a split of p in progress; true once it is over (a failure in p->err) */
+bool split_progress(ncclComm_t p, bool block)
+{
+    if (!p->splitting) return true;
+    int done = 0;
+    if (block) MPI_Wait(&p->split_req, MPI_STATUS_IGNORE), done = 1;
+    else MPI_Test(&p->split_req, &done, MPI_STATUS_IGNORE);
+    if (!done) return false;
+    p->splitting = false;
+    ncclResult_t r = finish_split(p);
+    if (r != ncclSuccess) p->err = r;
+    std::vector<int>().swap(p->split_all);
+    return true;
+}
+
 ncclResult_t check_comm(ncclComm_t c, const char *call)
 {
     if (!c) return ncclInvalidArgument;
     if (c->aborted) return fail(c, ncclInvalidUsage, "%s on an aborted communicator", call);
     if (c->initializing) return fail(c, ncclInvalidUsage, "%s before the communicator's set-up completed", call);
+    if (c->splitting) return fail(c, ncclInvalidUsage, "%s before the communicator's split completed", call);
     if (c->err != ncclSuccess) return c->err;
     return ncclSuccess;
 }
@@ -391,10 +451,10 @@ ncclResult_t emu_ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
     return emu_ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
 }
 
-/* collective over the parent, as MPI_Comm_split (done at once: the ranks of
- * a pipeline group split at set-up, all together); a non-blocking one
- * answers ncclInProgress as NCCL does, and is settled by polling the
- * parent, then the new communicator */
+/* collective over the parent (file comment): a non-blocking split answers
+ * ncclInProgress as NCCL does and is the parent's operation until every
+ * rank of the parent has split (ncclCommGetAsyncError on the parent
+ * advances it); *newcomm is set then, NULL for NCCL_SPLIT_NOCOLOR */
 ncclResult_t emu_ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
 {
     bool blocking = config ? config->blocking != 0 : parent && parent->blocking;
@@ -404,26 +464,25 @@ ncclResult_t emu_ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
         return fail(parent, ncclInvalidArgument, "ncclCommSplit: color %d is neither >= 0 nor NCCL_SPLIT_NOCOLOR",
                     color);
-    MPI_Comm m = MPI_COMM_NULL;
-    if (MPI_Comm_split(parent->mpi, color < 0 ? MPI_UNDEFINED : color, key, &m) != MPI_SUCCESS)
-        return fail(parent, ncclSystemError, "ncclCommSplit: MPI_Comm_split failed");
-    if (m != MPI_COMM_NULL) {
-        ncclComm_t c = new ncclComm;
-        c->mpi = m;
-        MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(m, &c->rank);
-        MPI_Comm_size(m, &c->nranks);
-        c->blocking = blocking;
-        *newcomm = c;
-    }
-    return blocking ? ncclSuccess : ncclInProgress;
+    parent->split_mine[0] = color < 0 ? -1 : color;
+    parent->split_mine[1] = key;
+    parent->split_all.assign((size_t)parent->nranks * 2, 0);
+    parent->split_out = newcomm;
+    parent->split_blocking = blocking;
+    if (MPI_Iallgather(parent->split_mine, 2, MPI_INT, parent->split_all.data(), 2, MPI_INT, parent->mpi,
+                       &parent->split_req) != MPI_SUCCESS)
+        return fail(parent, ncclSystemError, "ncclCommSplit: MPI_Iallgather failed");
+    parent->splitting = true;
+    if (!blocking) return split_progress(parent, false) ? parent->err : ncclInProgress;
+    split_progress(parent, true);
+    return parent->err;
 }
 
 ncclResult_t emu_ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state)
 {
     if (!c || !state) return ncclInvalidArgument;
     emu::stream_progress();
-    if (!init_progress(c, false)) *state = ncclInProgress;
+    if (!init_progress(c, false) || !split_progress(c, false)) *state = ncclInProgress;
     else if (c->finalizing && c->pending > 0 && c->err == ncclSuccess) *state = ncclInProgress;
     else *state = c->err;
     return ncclSuccess;
@@ -452,6 +511,10 @@ ncclResult_t emu_ncclCommAbort(ncclComm_t c)
     if (!c) return ncclInvalidArgument;
     /* kept: queued work still names it (and its MPI requests may still complete) */
     c->aborted = true;
+    /* a split in progress is dropped: its newcomm, the caller's, is never written (the
+     * all-gather's request stays pending, as NCCL's abandoned split does) */
+    c->splitting = false;
+    c->split_out = nullptr;
     emu::stream_progress();
     return ncclSuccess;
 }
