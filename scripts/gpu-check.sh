@@ -60,7 +60,7 @@
 #      that needs the channels; with 4, dp=2 x pp=2 interleaved and tp=2 x
 #      pp=2 with sequence parallelism; with 8, the issue's
 #      `mpirun -np 8 BIN --dp 2 --tp 2 --pp 2` with ZeRO-1, fp32 and bf16.
-#      Each fp32 layout within 1e-4 of one host rank and within 1e-6 of the
+#      Each fp32 layout within 1e-4 of one host rank and within 1e-5 of the
 #      same program over --comm mpi (the transport is all that differs); bf16
 #      within 2e-2 of one host rank. Every run is bounded by --comm-timeout:
 #      a deadlock is an error naming the transfer, not a hang.
@@ -558,7 +558,8 @@ runn() {
     --comm-timeout 60 "$@" --log "$w/$tag.jsonl" > "$w/$tag.txt" 2>&1 && losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
 }
 # layout NP TOL BIN WHAT ARG...: over NCCL within TOL of one host rank; in fp32 (TOL 1e-4) also
-# within 1e-6 of the same program over --comm mpi
+# within 1e-5 of the same program over --comm mpi (the transport is all that differs; not 0: the
+# embedding backward's atomics vary in round-off from run to run)
 layout() {
   local np=$1 tol=$2 bin=$3 what=$4 tag=m$((++nlayout))
   shift 4
@@ -571,13 +572,13 @@ layout() {
   [ "$tol" = 1e-4 ] || return 0
   if ! runn "${tag}p" "$np" "$bin" "$@" --comm mpi; then
     bad "$what over --comm mpi: the run failed: $(grep -m1 -i error "$w/${tag}p.txt" | head -c 300)"
-  elif close "$w/${tag}p-losses.txt" "$w/$tag-losses.txt" 1e-6; then ok "$what: NCCL's losses are --comm mpi's (1e-6)"
-  else bad "$what: NCCL's losses differ from --comm mpi's by more than 1e-6"; fi
+  elif close "$w/${tag}p-losses.txt" "$w/$tag-losses.txt" 1e-5; then ok "$what: NCCL's losses are --comm mpi's (1e-5)"
+  else bad "$what: NCCL's losses differ from --comm mpi's by more than 1e-5"; fi
 }
 nlayout=0
 layout 2 1e-4 tinygpt_pp2_fp32 "pp=2 1F1B (over the pipeline channels)" --pp 2 --microbatches 4
 if SR_COMM_PP_CHANNELS=0 runn m1n 2 tinygpt_pp2_fp32 --pp 2 --microbatches 4 --comm nccl &&
-   close "$w/m1-losses.txt" "$w/m1n-losses.txt" 1e-6; then
+   close "$w/m1-losses.txt" "$w/m1n-losses.txt" 1e-5; then
   ok "pp=2 1F1B without the channels (SR_COMM_PP_CHANNELS=0): the same losses"
 else
   bad "pp=2 1F1B without the channels: a failed run or other losses ($(grep -m1 -i error "$w/m1n.txt" | head -c 200))"

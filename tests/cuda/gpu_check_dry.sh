@@ -180,7 +180,7 @@ for l in "pp=2 1F1B (over the pipeline channels)" "pp=2 interleaved (2 virtual s
   "dp=2 x pp=2 interleaved, 4 microbatches" "tp=2 x pp=2 with sequence parallelism" "dp=2 x tp=2 x pp=2, ZeRO-1 (8 ranks)"; do
   check "8 GPUs: $l over NCCL within 1e-4 of one host rank, and --comm mpi's losses" bash -c \
     "grep -qF 'ok   $l over NCCL within 1e-4 of one host rank' run6.txt &&
-     grep -qF \"ok   $l: NCCL's losses are --comm mpi's (1e-6)\" run6.txt"
+     grep -qF \"ok   $l: NCCL's losses are --comm mpi's (1e-5)\" run6.txt"
 done
 check "8 GPUs: pp=2 without the channels, the same losses; bf16 at 8 ranks within 2e-2 of one host rank" bash -c \
   "grep -qF 'ok   pp=2 1F1B without the channels (SR_COMM_PP_CHANNELS=0): the same losses' run6.txt &&
