@@ -63,7 +63,10 @@
 #      Each fp32 layout within 1e-4 of one host rank and within 1e-5 of the
 #      same program over --comm mpi (the transport is all that differs); bf16
 #      within 2e-2 of one host rank. Every run is bounded by --comm-timeout:
-#      a deadlock is an error naming the transfer, not a hang.
+#      a deadlock is an error naming the transfer, not a hang. Then GPT-2
+#      data-parallel over every GPU (step 5's batch on each, 14 steps, without
+#      ZeRO and with ZeRO-1): MFU per GPU and tokens/s per GPU against one
+#      GPU's.
 # Exit status: 0 when every check passed.
 set -u -o pipefail
 log=$(realpath -m "${1:-gpu-check.log}")
@@ -310,22 +313,32 @@ if want tinygpt; then
 fi
 
 # the longer stages' bodies are not indented: their Python must start at column 0
-mfu() { # mfu JSONL BATCH: tokens/s and MFU of the steady steps; status 0 at 45% or more
-$py - "$1" "$2" <<'PY'
+# mfu JSONL BATCH [GPUS ONE]: tokens/s and MFU of the steady steps; status 0 at 45% or more.
+# Over GPUS data-parallel GPUs (BATCH each): MFU per GPU, and tokens/s per GPU against ONE's
+mfu() {
+$py - "$1" "$2" "${3:-1}" "${4:-}" <<'PY'
 import json, sys
+steady_tps = lambda rows: (rows[10:] if len(rows) > 12 else rows[1:])
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-B = int(sys.argv[2])
+B, G = int(sys.argv[2]), int(sys.argv[3])
 V, C, L, Tmax, T = 50257, 768, 12, 1024, 1024
 N = V * C + Tmax * C + L * (12 * C * C + 13 * C) + 2 * C   # 124,439,808 with the tied head
 flops_tok = 6 * N + 6 * L * C * T                            # llm.c's count
-steady = rows[10:] if len(rows) > 12 else rows[1:]
+steady = steady_tps(rows)
 tps = sum(r["tokens_per_s"] for r in steady) / max(1, len(steady))
-mfu = tps * flops_tok / 989e12
+mfu = tps * flops_tok / (G * 989e12)
 print("   %d parameters; %.1f GFLOP/token; steps %d..%d: %.0f tokens/s, %.1f ms/step" % (
     N, flops_tok / 1e9, len(rows) - len(steady), len(rows) - 1, tps,
     sum(r["ms"] for r in steady) / max(1, len(steady))))
 print("   loss %.4f -> %.4f" % (rows[0]["loss"], rows[-1]["loss"]))
-print("   MFU %.1f%% of 989 TFLOP/s (target 45%%)" % (100 * mfu))
+if G == 1:
+    print("   MFU %.1f%% of 989 TFLOP/s (target 45%%)" % (100 * mfu))
+else:
+    one = [json.loads(l) for l in open(sys.argv[4]) if '"tokens_per_s"' in l] if sys.argv[4] else []
+    one = steady_tps(one)
+    one_tps = sum(r["tokens_per_s"] for r in one) / len(one) if one else 0
+    print("   MFU per GPU %.1f%% of 989 TFLOP/s; %.0f tokens/s per GPU, %s" % (
+        100 * mfu, tps / G, "%.1f%% of one GPU's" % (100 * tps / G / one_tps) if one_tps else "one GPU's not measured"))
 sys.exit(0 if mfu >= 0.45 else 1)
 PY
 }
@@ -595,6 +608,22 @@ if [ "$ngpu" -ge 8 ]; then
   layout 8 2e-2 tinygpt_3d_bf16 "bf16 dp=2 x tp=2 x pp=2, ZeRO-1 (8 ranks)" --dp 2 --tp 2 --pp 2 --zero 1 --microbatches 4
 elif [ "$ngpu" -ge 4 ]; then
   echo "   $ngpu GPUs: the 8-rank layout is left out"
+fi
+# GPT-2 data-parallel over every GPU, the batch that fit one GPU on each (stage gpt2 found it):
+# MFU per GPU and the scaling against one GPU's tokens/s, without ZeRO and with ZeRO-1
+if [ "${B:-0}" -gt 0 ]; then
+  for z in 0 1; do
+    tag=gpt2-dp$ngpu-zero$z
+    echo "   GPT-2 at --dp $ngpu --zero $z over NCCL, batch $B x 1024 per GPU, 14 steps:"
+    if timeout 300 mpirun --oversubscribe --bind-to none -np "$ngpu" "$g2" $bench --batch $((B * ngpu)) \
+         --dp "$ngpu" --zero $z --comm nccl --steps 14 --log "$w/$tag.jsonl" > "$w/$tag.txt" 2>&1; then
+      cp "$w/$tag.jsonl" "$out/$tag.jsonl"
+      mfu "$w/$tag.jsonl" "$B" "$ngpu" "$w/gpt2.jsonl"
+      ok "GPT-2 data-parallel on $ngpu GPUs (ZeRO-$z) trained 14 steps"
+    else
+      bad "GPT-2 at --dp $ngpu --zero $z: $(grep -m1 -i error "$w/$tag.txt" | head -c 300)"
+    fi
+  done
 fi
 fi
 fi # multi
