@@ -946,13 +946,26 @@ int sr_comm_test(sr_req *r)
 }
 
 /* sr_comm_wait with the timeout counted from t0 */
-static sr_status wait_from(sr_req *r, double t0)
+static void unwatch(sr_req *r)
+{
+    if (!r->watched) return;
+    for (sr_req **p = &r->c->watched; *p; p = &(*p)->next_watched)
+        if (*p == r) {
+            *p = r->next_watched;
+            break;
+        }
+    r->watched = 0;
+}
+
+/* polls r until it completes (SR_OK) or its communicator is broken or the
+ * timeout since t0 passes: SR_ERR_COMM, said why, the communicator broken */
+static sr_status until_done(sr_req *r, double t0)
 {
     sr_comm *c = r->c;
     char desc[512], sp[48];
     long ns = 10000;
     if (r->copy) start_pending(c, r, 1);
-    while (!r->done && !r->ops->poll(r)) {
+    while (!r->done && (r->given_up || !r->ops->poll(r))) { /* given up: c is broken */
         start_ready_all();
         double el = srcomm_now() - t0;
         if (c->broken || el >= c->timeout_s) {
@@ -968,12 +981,25 @@ static sr_status wait_from(sr_req *r, double t0)
                           "died or hung",
                           c->world_rank, desc, c->timeout_s, step_phrase(r->step, sp, sizeof sp));
             mark_broken(c, sr_errmsg());
-            r->ops->give_up(r);
-            srcomm_unstage(r, 1);
-            free(r);
             return SR_ERR_COMM;
         }
         if (el >= srcomm_spin_s()) srcomm_backoff(&ns);
+    }
+    return SR_OK;
+}
+
+static sr_status wait_from(sr_req *r, double t0)
+{
+    sr_comm *c = r->c;
+    char desc[512], sp[48];
+    unwatch(r);
+    if (until_done(r, t0) != SR_OK) {
+        if (!r->given_up) {
+            r->ops->give_up(r);
+            srcomm_unstage(r, 1);
+        }
+        free(r);
+        return SR_ERR_COMM;
     }
     sr_status st = r->err;
     if (st != SR_OK) {
@@ -1003,13 +1029,29 @@ sr_status sr_comm_wait(sr_req *r)
     return wait_from(r, srcomm_now());
 }
 
-int sr_comm_order_device(sr_req *r)
+/* the device's stream waits for r: 1, or 0 where it cannot */
+static int order_stream(sr_req *r)
 {
-    if (!r) return 1;
     sr_comm *c = r->c;
     void *stream = c->dev && !r->grouped && !r->done && !c->broken && r->ops->order ? c->dev->stream()
                                                                                     : NULL;
     return stream && r->ops->order(r, stream) == SR_OK;
+}
+
+int sr_comm_order_device(sr_req *r)
+{
+    if (!r) return 1;
+    sr_comm *c = r->c;
+    if (!order_stream(r)) return 0;
+    /* the device now waits for r: a host wait for the device (which
+     * sr_comm_settle_all precedes) waits for it, under the timeout */
+    if (!r->watched) {
+        r->watched = 1;
+        r->t_wait = srcomm_now();
+        r->next_watched = c->watched;
+        c->watched = r;
+    }
+    return 1;
 }
 
 sr_status sr_comm_wait_device(sr_req *r)
@@ -1017,7 +1059,7 @@ sr_status sr_comm_wait_device(sr_req *r)
     if (!r) return SR_OK;
     sr_comm *c = r->c;
     /* anything else, or a failure to order: the host wait orders it too */
-    if (!sr_comm_order_device(r)) return sr_comm_wait(r);
+    if (r->watched || !order_stream(r)) return sr_comm_wait(r);
     r->t_wait = srcomm_now();
     r->next = NULL;
     sr_req **p = &c->deferred;
@@ -1034,6 +1076,22 @@ sr_status sr_comm_settle(sr_comm *c)
         sr_req *r = c->deferred;
         c->deferred = r->next;
         sr_status st = wait_from(r, r->t_wait);
+        if (st != SR_OK && first == SR_OK) {
+            first = st;
+            snprintf(msg, sizeof msg, "%s", sr_errmsg());
+        }
+    }
+    /* the ones the device was ordered after: complete, or a timeout's error;
+     * each stays its caller's to wait on (and free) */
+    while (c && c->watched) {
+        sr_req *r = c->watched;
+        sr_status st = until_done(r, r->t_wait);
+        unwatch(r);
+        if (st != SR_OK && !r->given_up) { /* NCCL: the abort lets the device's wait end */
+            r->ops->give_up(r);
+            srcomm_unstage(r, 1);
+            r->given_up = 1;
+        }
         if (st != SR_OK && first == SR_OK) {
             first = st;
             snprintf(msg, sizeof msg, "%s", sr_errmsg());

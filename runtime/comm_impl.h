@@ -46,6 +46,8 @@ struct sr_comm {
     struct srcomm_pin *pins; /* MPI on device memory: page-locked staging buffers */
     int npins;
     sr_req *deferred;        /* handed to sr_comm_wait_device, oldest first */
+    sr_req *watched;         /* the device ordered after them (sr_comm_order_device),
+                              * still the caller's: sr_comm_settle waits for them, bounded */
     sr_req *starting;        /* MPI on device memory: launched, waiting for their
                               * staging copies to start, in issue order */
     sr_comm *next_live;      /* every live communicator (sr_comm_settle_all) */
@@ -97,8 +99,12 @@ struct sr_req {
     sr_req *next_start;
     int cleaned;             /* its start failed and was cleaned up there */
     int grouped;             /* launched inside a group that has not ended */
-    double t_wait;           /* when sr_comm_wait_device took it */
+    double t_wait;           /* when sr_comm_wait_device or sr_comm_order_device took it */
     sr_req *next;            /* in the group, or in c->deferred */
+    int watched;             /* in c->watched (sr_comm_order_device) */
+    sr_req *next_watched;
+    int given_up;            /* sr_comm_settle timed out on it (ops->give_up done): its
+                              * caller's wait reports it abandoned and frees it */
 };
 
 /* A backend: a small table, one per kind of memory. */

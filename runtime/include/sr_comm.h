@@ -274,14 +274,20 @@ sr_status sr_comm_wait(sr_req *req);
 sr_status sr_comm_wait_device(sr_req *req);
 /* Makes the device's stream wait for req's completion, as
  * sr_comm_wait_device does, but leaves req with the caller (to wait on
- * later: a send whose buffer the next kernels overwrite). 1 when done (also
- * for NULL); 0 where it cannot be (no device events: the MPI backend, no
- * sr_comm_device, a request still in its group or complete): the caller
- * waits on the host instead. */
+ * later: a send whose buffer the next kernels overwrite). Until then the
+ * next sr_comm_settle of its communicator (before any host wait for the
+ * device) waits for it too, under the timeout, so that a dead peer is an
+ * error there and not a hang in the device's synchronization; the
+ * request stays the caller's. 1 when done (also for NULL); 0 where it
+ * cannot be (no device events: the MPI backend, no sr_comm_device, a
+ * request still in its group or complete): the caller waits on the host
+ * instead. */
 int sr_comm_order_device(sr_req *req);
 /* waits (bounded, as sr_comm_wait; the timeout counts from the
  * sr_comm_wait_device call) for the requests c holds from
- * sr_comm_wait_device and frees them; the first failure, else SR_OK */
+ * sr_comm_wait_device and frees them, then for those the device was
+ * ordered after (sr_comm_order_device), which stay their callers'; the
+ * first failure, else SR_OK */
 sr_status sr_comm_settle(sr_comm *c);
 /* sr_comm_settle on every live communicator of the process */
 sr_status sr_comm_settle_all(void);

@@ -737,6 +737,29 @@ static int run_timeout(void)
                    ok ? "ok  " : "FAIL", dt, sr_errmsg());
         }
         fails += !ok;
+        /* the device ordered after a send no one receives (sr_comm_order_device, as the
+         * pipeline does before a backward and at a slot's reuse): the next host wait for the
+         * device is that send's timeout error, not a hang in the device's synchronization;
+         * the caller's own wait then reports it abandoned and frees it */
+        if (ok && me == 0) {
+            sr_comm *gc = pg.pp_chan[SR_PP_CHAN(1, 1)];
+            sr_req *sq = NULL;
+            sr_comm_set_step(gc, 8);
+            t0 = now();
+            st = sr_comm_send(gc, o.d, 64, 1, 4, "gradient", &sq);
+            int ordered = st == SR_OK && sr_comm_order_device(sq);
+            sr_status sy = ordered ? be->sync() : SR_OK;
+            dt = now() - t0;
+            ok = ordered && sy == SR_ERR_COMM && dt >= 0.95 && dt < 5 &&
+                 strstr(sr_errmsg(), "send 'gradient' to rank 1 (world rank 1) of the pipeline gradient group (2 "
+                        "ranks) did not complete within 1 s at step 8");
+            printf("rank 0: %s - the device ordered after a send no one receives: its sync fails after %.2f s (%s)\n",
+                   ok ? "ok  " : "FAIL", dt, sr_errmsg());
+            sr_status w = sr_comm_wait(sq);
+            ok = ok && w == SR_ERR_COMM && strstr(sr_errmsg(), "abandoned");
+            printf("rank 0: %s - its wait then: %s\n", ok ? "ok  " : "FAIL", sr_errmsg());
+            fails += !ok;
+        }
     }
     if (me == 1) {
         printf("rank 1: skipping the all-reduce 'grad bucket 3'\n");
