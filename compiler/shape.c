@@ -1674,10 +1674,20 @@ static Val instantiate(Elab *E, Frame *caller, Node *inst)
             return verr();
         }
         E->recompute_next = recompute; /* each repetition is its own block */
+        int before = E->ir->ops.n;
         Val y = call_block(E, caller, inst, blk, sx_fmt("%s.%lld", path, i), &x,
                            pipeline ? (int)i : caller->stage);
         E->recompute_next = 0;
         if (!y.k) return verr();
+        /* every repetition adds as many ops as the first: a repeat that will cross the limit is
+         * refused now, with its numbers, not after elaborating (and timing) the ops up to it */
+        long long per = E->ir->ops.n - before;
+        if (i == 0 && per > 0 && E->ir->ops.n + per * (n.i - 1) > MAX_OPS) {
+            if (!E->too_big++)
+                sx_error(&inst->loc, "the model grows past %d ops: %lld repetitions of '%s' at %lld ops each "
+                         "(repeats nested too deep or too long?)", MAX_OPS, n.i, blk->name, per);
+            return verr();
+        }
         if (x.k == V_TENSOR && (y.k != V_TENSOR || !shape_eq(&val_of(E, x)->shape, &val_of(E, y)->shape))) {
             sx_error(&inst->loc, "a repeated block must return a value shaped like its first "
                      "argument: '%s' takes %s and returns %s", blk->name,
