@@ -571,8 +571,8 @@ runn() {
     --comm-timeout 60 "$@" --log "$w/$tag.jsonl" > "$w/$tag.txt" 2>&1 && losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
 }
 # layout NP TOL BIN WHAT ARG...: over NCCL within TOL of one host rank; in fp32 (TOL 1e-4) also
-# within 1e-5 of the same program over --comm mpi (the transport is all that differs; not 0: the
-# embedding backward's atomics vary in round-off from run to run)
+# within 1e-5 of the same program over --comm mpi (the transport is all that differs; not 0: NCCL
+# adds a data- or tensor-parallel sum in an order of its own, MPI in another)
 layout() {
   local np=$1 tol=$2 bin=$3 what=$4 tag=m$((++nlayout))
   shift 4

@@ -53,6 +53,7 @@ enum srk_scratch_id {
     SRK_SCR_BGRAD,    /* a bias gradient from a GEMM's epilogue, before it is added */
     SRK_SCR_RS_SEND,  /* a sequence-parallel reduce-scatter in flight during a weight gradient's */
     SRK_SCR_RS_RECV,  /* GEMM (srk_matmul_bias_bwd_rs): its own, not the GEMMs' conversions' */
+    SRK_SCR_EMB_KEYS, /* the embedding backward's sorted (row, position) keys */
     SRK_SCR__COUNT
 };
 
@@ -221,27 +222,6 @@ template <class T>
 __device__ __forceinline__ void srk_put(T *p, float v, int fresh)
 {
     *p = srk_to<T>(fresh ? v : srk_ld(*p) + v);
-}
-
-/* atomic p += v for float and bf16 (a CAS on the containing 32-bit word) */
-__device__ __forceinline__ void srk_atomic_add(float *p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void srk_atomic_add(bf16 *p, float v)
-{
-    uintptr_t a = (uintptr_t)p;
-    unsigned int *w = (unsigned int *)(a & ~(uintptr_t)3);
-    int hi = (a & 2) != 0;
-    unsigned int old = *w, assumed;
-    do {
-        assumed = old;
-        unsigned short bits = hi ? (unsigned short)(assumed >> 16) : (unsigned short)(assumed & 0xffffu);
-        bf16 cur;
-        memcpy(&cur, &bits, 2);
-        bf16 nv = __float2bfloat16(__bfloat162float(cur) + v);
-        unsigned short nb;
-        memcpy(&nb, &nv, 2);
-        unsigned int repl = hi ? ((assumed & 0xffffu) | ((unsigned int)nb << 16)) : ((assumed & 0xffff0000u) | nb);
-        old = atomicCAS(w, assumed, repl);
-    } while (old != assumed);
 }
 
 /* ---- reductions ----------------------------------------------------------------- */

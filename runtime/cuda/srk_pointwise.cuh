@@ -5,8 +5,8 @@
  *
  * Semantics are those of the host kernels (shardrt.h). Reductions add in an
  * order fixed by the shape, so results do not change from run to run; the
- * one exception is the embedding backward (atomic adds into the table, as
- * rows repeat), which differs from run to run by float round-off only.
+ * embedding backward, where rows repeat, sorts its positions by row first
+ * and adds each row's in order (no atomics), as the host does.
  */
 #ifndef SRK_POINTWISE_CUH
 #define SRK_POINTWISE_CUH
@@ -666,15 +666,102 @@ __global__ void embedding_fwd_kernel(TO *out, const TW *w, const int32_t *idx, l
         out[e] = srk_to<TO>(srk_ld(w[(long)idx[i] * D + j]));
     }
 }
-template <class TD, class TG>
-__global__ void embedding_bwd_kernel(TD *dw, const TG *dout, const int32_t *idx, long N, int D)
+/* ---- the embedding backward, deterministic: rows summed in position order ---------------------- */
+/* The host adds dout's rows into dw in position order; atomics would add repeated ids in whatever
+ * order the threads land (round-off varying from run to run, as llm.c's first encoder backward).
+ * Instead the (row, position) pairs are sorted on the device (a bitonic sort of 64-bit keys in
+ * scratch) and one thread per (row, column) adds its row's positions in order: the host's bits. */
+enum { SRK_SORT_CHUNK = 1024 }; /* keys a block sorts in shared memory (two per thread) */
+typedef unsigned long long srk_key;
+#define SRK_NO_KEY (~0ull) /* a position whose row this rank does not hold, or padding: sorted last */
+
+static __global__ void emb_keys_kernel(srk_key *key, const int32_t *idx, long N, long P, long lo, long Vl)
 {
-    // dw[idx[i]] += dout (N, D): repeated ids collide, so atomics
-    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
-        long i = e / D;
-        int j = (int)(e - i * D);
-        srk_atomic_add(&dw[(long)idx[i] * D + j], srk_ld(dout[e]));
+    // key (P) = row << 32 | position, row = idx - lo where 0 <= row < Vl (every row: Vl < 0)
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < P; i += (long)gridDim.x * blockDim.x) {
+        srk_key k = SRK_NO_KEY;
+        if (i < N) {
+            long row = (long)idx[i] - lo;
+            if (row >= 0 && (Vl < 0 || row < Vl)) k = ((srk_key)row << 32) | (srk_key)i;
+        }
+        key[i] = k;
     }
+}
+static __global__ void bitonic_step_kernel(srk_key *key, long P, long k, long j)
+{
+    // one step (k, j) of the bitonic network over all P keys: pairs j apart, ascending where (i & k) == 0
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < P; i += (long)gridDim.x * blockDim.x) {
+        long l = i ^ j;
+        if (l <= i) continue;
+        srk_key a = key[i], b = key[l];
+        if ((a > b) == ((i & k) == 0)) {
+            key[i] = b;
+            key[l] = a;
+        }
+    }
+}
+static __global__ void bitonic_chunk_kernel(srk_key *key, long k0, long k1)
+{
+    // the steps (k, j < SRK_SORT_CHUNK) for k = k0 .. k1 on this block's chunk, in shared memory
+    __shared__ srk_key s[SRK_SORT_CHUNK];
+    long base = (long)blockIdx.x * SRK_SORT_CHUNK;
+    for (int t = threadIdx.x; t < SRK_SORT_CHUNK; t += blockDim.x) s[t] = key[base + t];
+    __syncthreads();
+    for (long k = k0; k <= k1; k <<= 1)
+        for (int j = (int)((k >> 1) < SRK_SORT_CHUNK ? (k >> 1) : SRK_SORT_CHUNK / 2); j > 0; j >>= 1) {
+            for (int t = threadIdx.x; t < SRK_SORT_CHUNK; t += blockDim.x) {
+                int l = t ^ j;
+                if (l <= t) continue;
+                srk_key a = s[t], b = s[l];
+                if ((a > b) == (((base + t) & k) == 0)) {
+                    s[t] = b;
+                    s[l] = a;
+                }
+            }
+            __syncthreads();
+        }
+    for (int t = threadIdx.x; t < SRK_SORT_CHUNK; t += blockDim.x) key[base + t] = s[t];
+}
+template <class TD, class TG>
+__global__ void emb_rows_kernel(TD *dw, const TG *dout, const srk_key *key, long N, int D)
+{
+    // dw[row] (D) += dout[p] for the positions p of each row, ascending: one thread per (first key of
+    // a row, column); the other keys' threads leave at once
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
+        long s = e / D;
+        int j = (int)(e - s * D);
+        srk_key k = key[s];
+        if (k == SRK_NO_KEY || (s > 0 && key[s - 1] >> 32 == k >> 32)) continue;
+        long row = (long)(k >> 32);
+        float acc = srk_ld(dw[row * D + j]);
+        for (long t = s; t < N && key[t] >> 32 == k >> 32; t++)
+            acc += srk_ld(dout[(long)(key[t] & 0xffffffffull) * D + j]);
+        dw[row * D + j] = srk_to<TD>(acc);
+    }
+}
+/* dw (rows, D) += dout (N, D) scattered to rows idx - lo (those in [0, Vl); Vl < 0: every one) */
+template <class TD, class TG>
+void srk_embedding_bwd_rows(TD *dw, const TG *dout, const int32_t *idx, long N, long D, long lo, long Vl)
+{
+    if (!dw || N <= 0 || D <= 0) return;
+    long P = SRK_SORT_CHUNK;
+    while (P < N) P <<= 1;
+    srk_key *key = (srk_key *)srk_scratch(SRK_SCR_EMB_KEYS, sizeof(srk_key) * (size_t)P);
+    if (!key) return;
+    SR_LAUNCH(emb_keys_kernel, srk_blocks(P, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, key, idx, N, P,
+              lo, Vl);
+    /* each chunk sorted alone (k up to the chunk), then each larger k: its steps across chunks one
+     * launch each, the rest of its steps within the chunks in one */
+    unsigned nchunk = (unsigned)(P / SRK_SORT_CHUNK);
+    SR_LAUNCH(bitonic_chunk_kernel, nchunk, SRK_SORT_CHUNK / 2, 0, srk_ctx.stream, key, 2L, (long)SRK_SORT_CHUNK);
+    for (long k = 2L * SRK_SORT_CHUNK; k <= P; k <<= 1) {
+        for (long j = k >> 1; j >= SRK_SORT_CHUNK; j >>= 1)
+            SR_LAUNCH(bitonic_step_kernel, srk_blocks(P, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, key, P,
+                      k, j);
+        SR_LAUNCH(bitonic_chunk_kernel, nchunk, SRK_SORT_CHUNK / 2, 0, srk_ctx.stream, key, k, k);
+    }
+    SR_LAUNCH((emb_rows_kernel<TD, TG>), srk_blocks(N * D, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream, dw,
+              dout, key, N, (int)D);
 }
 template <class TO, class TW>
 void srk_embedding_fwd(TO *out, const TW *w, const int32_t *idx, long N, long D)
@@ -686,9 +773,8 @@ void srk_embedding_fwd(TO *out, const TW *w, const int32_t *idx, long N, long D)
 template <class TD, class TG>
 void srk_embedding_bwd(TD *dw, const TG *dout, const int32_t *idx, long N, long D)
 {
-    if (!dw || N <= 0 || D <= 0) return;
-    SR_LAUNCH((embedding_bwd_kernel<TD, TG>), srk_blocks(N * D, SRK_EW_THREADS), SRK_EW_THREADS, 0, srk_ctx.stream,
-              dw, dout, idx, N, (int)D);
+    // dw[idx[i]] (D) += dout[i] (N, D), in position order
+    srk_embedding_bwd_rows(dw, dout, idx, N, D, 0, -1);
 }
 
 static __global__ void arange_kernel(int32_t *out, long n)

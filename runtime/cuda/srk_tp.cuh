@@ -363,15 +363,6 @@ __global__ void embedding_vp_fwd_kernel(TO *out, const TW *w, const int32_t *idx
         out[e] = srk_to<TO>(row >= 0 && row < Vl ? srk_ld(w[row * D + j]) : 0.0f);
     }
 }
-template <class TD, class TG>
-__global__ void embedding_vp_bwd_kernel(TD *dw, const TG *dout, const int32_t *idx, long N, int D, long lo, long Vl)
-{
-    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
-        long i = e / D, row = (long)idx[i] - lo;
-        if (row < 0 || row >= Vl) continue;
-        srk_atomic_add(&dw[row * D + (e - i * D)], srk_ld(dout[e]));
-    }
-}
 template <class TO, class TW>
 void srk_embedding_vp_fwd(TO *out, const TW *w, const int32_t *idx, long N, long D, long Vl, int rank)
 {
@@ -382,9 +373,8 @@ void srk_embedding_vp_fwd(TO *out, const TW *w, const int32_t *idx, long N, long
 template <class TD, class TG>
 void srk_embedding_vp_bwd(TD *dw, const TG *dout, const int32_t *idx, long N, long D, long Vl, int rank)
 {
-    if (!dw || N <= 0 || D <= 0) return;
-    SR_LAUNCH((embedding_vp_bwd_kernel<TD, TG>), srk_blocks(N * D, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-              srk_ctx.stream, dw, dout, idx, N, (int)D, (long)rank * Vl, Vl);
+    // this rank's rows [rank * Vl, (rank + 1) * Vl) of dw += dout, in position order
+    srk_embedding_bwd_rows(dw, dout, idx, N, D, (long)rank * Vl, Vl);
 }
 
 /* ---- vocab-parallel cross-entropy (Megatron's): the logits never gathered -------------------- */

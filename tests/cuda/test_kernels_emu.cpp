@@ -489,7 +489,18 @@ static void test_embedding(long N, long D, long V)
     srk_embedding_fwd(d_o, d_w, d_i, N, D);
     srk_embedding_bwd(d_dw, d_g, d_i, N, D);
     expect(fmt("embedding %s fwd N=%ld D=%ld", tname<T>(), N, D).c_str(), down(d_o, N * D), rounded<T>(out), tol);
-    expect(fmt("embedding %s bwd (repeated ids, atomics)", tname<T>()).c_str(), down(d_dw, V * D), dw, tol);
+    /* each row's positions added in order, as the host does: its bits */
+    expect(fmt("embedding %s bwd N=%ld D=%ld V=%ld (repeated ids, sorted): the host's bits", tname<T>(), N, D, V).c_str(),
+           down(d_dw, V * D), dw, 0.0f);
+    /* the vocabulary-parallel one: rank 1 of 2 holds rows [Vl, 2 Vl) */
+    long Vl = (V + 1) / 2;
+    vec dwv0 = rnd(Vl * D), dwv = dwv0;
+    sr_embedding_vp_bwd(dwv.data(), g.data(), idx.data(), (int)N, (int)D, (int)Vl, 1);
+    float *d_dwv = up<float>(dwv0);
+    srk_embedding_vp_bwd(d_dwv, d_g, d_i, N, D, Vl, 1);
+    expect(fmt("embedding %s vocab-parallel bwd, rank 1 of 2: the host's bits", tname<T>()).c_str(), down(d_dwv, Vl * D),
+           dwv, 0.0f);
+    dfree(d_dwv);
     std::vector<int32_t> ar((size_t)N), want((size_t)N);
     sr_arange_fwd(want.data(), (int)N);
     srk_arange_fwd(d_i, N);
@@ -1395,6 +1406,7 @@ int main(int argc, char **argv)
             test_repeat_kv<bf16>(37, 2, 24, 3);
             test_dropout<bf16>(1000, 0.1f), test_dropout<bf16>(1000, 0.0f), test_dropout<bf16>(1000, 1.0f);
             test_embedding<bf16>(53, 37, 29);
+            test_embedding<bf16>(2500, 24, 29); /* long rows of positions; the sort across chunks */
             test_shadow();
             test_slice_transpose<bf16>(), test_slice_transpose<bf16>(24); /* rows of eights: the 16-byte form */
             test_layernorm<bf16>(45, 37), test_layernorm<bf16>(16, 768), test_layernorm<bf16>(9, 1000);
@@ -1442,7 +1454,8 @@ int main(int argc, char **argv)
             test_rope<float>(2, 33, 64, 2, 10000.0f, 16.0f, 32.0f); /* llama3 scaling within 33 positions */
             test_repeat_kv<float>(37, 2, 24, 3), test_repeat_kv<float>(5, 1, 64, 4);
             test_dropout<float>(1000, 0.1f), test_dropout<float>(100, 0.0f), test_dropout<float>(100, 1.0f);
-            test_embedding<float>(53, 37, 29);
+            test_embedding<float>(53, 37, 29), test_embedding<float>(1024, 8, 5000);
+            test_embedding<float>(5000, 24, 29); /* 8192 keys: two of the steps across chunks */
             test_slice_transpose<float>(), test_slice_transpose<float>(24); /* rows of eights: the 16-byte form */
             test_layernorm<float>(45, 37), test_layernorm<float>(16, 768), test_layernorm<float>(1000, 5);
             /* the backward's row widths: in registers (300: 10 a lane, of 16) and not (1100 > 1024) */
