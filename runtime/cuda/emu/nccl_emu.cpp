@@ -117,14 +117,20 @@ ncclResult_t finish_init(ncclComm_t c)
     return ncclSuccess;
 }
 
+/* whether q (a set-up's or a split's all-gather) is over, waiting for it if block */
+static bool gathered(MPI_Request *q, bool block)
+{
+    int done = 1;
+    if (block) MPI_Wait(q, MPI_STATUS_IGNORE);
+    else MPI_Test(q, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+}
+
 /* advances a set-up in progress; true once it is over (c->err says how) */
 bool init_progress(ncclComm_t c, bool block)
 {
     if (!c->initializing) return true;
-    int done = 0;
-    if (block) MPI_Wait(&c->init_req, MPI_STATUS_IGNORE), done = 1;
-    else MPI_Test(&c->init_req, &done, MPI_STATUS_IGNORE);
-    if (!done) return false;
+    if (!gathered(&c->init_req, block)) return false;
     c->initializing = false;
     c->err = finish_init(c);
     std::vector<long long>().swap(c->all); /* the all-gather's answer is not needed after */
@@ -167,10 +173,7 @@ ncclResult_t finish_split(ncclComm_t p)
 bool split_progress(ncclComm_t p, bool block)
 {
     if (!p->splitting) return true;
-    int done = 0;
-    if (block) MPI_Wait(&p->split_req, MPI_STATUS_IGNORE), done = 1;
-    else MPI_Test(&p->split_req, &done, MPI_STATUS_IGNORE);
-    if (!done) return false;
+    if (!gathered(&p->split_req, block)) return false;
     p->splitting = false;
     ncclResult_t r = finish_split(p);
     if (r != ncclSuccess) p->err = r;
