@@ -42,7 +42,8 @@
 #      refuses two ranks on one device (its error must say to use --comm mpi),
 #      over the MPI path (--comm mpi: staged through page-locked host memory);
 #      then both in bf16, without ZeRO and with ZeRO-1 (its parameter gather
-#      in the next forward, the bf16 copy refreshed per bucket): the same losses;
+#      in the next forward, the bf16 copy refreshed per bucket): the same losses.
+#      Steps 6 to 8 on a machine with two GPUs or more: one GPU each, over NCCL;
 #   7. bf16 tensor parallelism with sequence parallelism (--tp 2: its
 #      bf16 collectives), within 2e-2 of one host rank, over the comm path
 #      step 6 found; and without it: within 2e-2; both sum the input
@@ -462,9 +463,13 @@ if want dp || want tp || want pp || want multi; then
   "$bins/tinygpt_host" $dpopts --log "$w/h1.jsonl" --threads "$(nproc)"
   losses "$w/h1.jsonl" > "$w/h1.txt"
 fi
+# the two-rank stages share one GPU where there is one (NCCL refuses that: the MPI path), else
+# take one each (local rank order)
+ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+on="on one GPU"; [ "$ngpu" -ge 2 ] && on="on two GPUs"
 how=NCCL
 if want dp; then
-stage "two ranks on one GPU (--dp 2)"
+stage "two ranks $on (--dp 2)"
 if timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/tinygpt_fp32" $dpopts --dp 2 --log "$w/dp.jsonl" \
      > "$w/dp.txt" 2>&1; then
   how="NCCL"
@@ -479,9 +484,9 @@ else
 fi
 if [ -n "$how" ]; then
   losses "$w/dp.jsonl" > "$w/dp2.txt"
-  if close "$w/h1.txt" "$w/dp2.txt" 1e-4; then ok "dp=2 on one GPU over $how matches one rank"; else bad "dp=2 over $how"; fi
+  if close "$w/h1.txt" "$w/dp2.txt" 1e-4; then ok "dp=2 $on over $how matches one rank"; else bad "dp=2 over $how"; fi
 else
-  bad "dp=2 on one GPU: neither NCCL nor the MPI path ran (see above)"
+  bad "dp=2 $on: neither NCCL nor the MPI path ran (see above)"
 fi
 fi # dp
 cflag=""; [ "$how" = "MPI path (--comm mpi)" ] && cflag="--comm mpi"
@@ -505,7 +510,7 @@ two_ranks() {
 }
 
 if want dp && [ -n "$how" ]; then
-stage "ZeRO-1 in bf16 on one GPU (--dp 2 --zero 1)"
+stage "ZeRO-1 in bf16 $on (--dp 2 --zero 1)"
 # the parameters' gather runs into the next forward, whose GEMMs read the
 # bf16 copy of each bucket refreshed after its gather: a stale copy would
 # train on last step's weights for the other rank's half (~1% in 6 steps)
@@ -520,7 +525,7 @@ fi
 fi # zero
 
 if want tp && [ -n "$how" ]; then
-stage "tensor parallelism in bf16 on one GPU (--tp 2, with and without sequence parallelism)"
+stage "tensor parallelism in bf16 $on (--tp 2, with and without sequence parallelism)"
 # the activations' all-gathers and reduce-scatters move bf16 (a bf16 sum over
 # the MPI path, ncclBfloat16 over NCCL), as do the input gradients' all-reduces
 two_ranks tp tinygpt_tp2sp_bf16 2e-2 \
@@ -546,10 +551,10 @@ done
 fi # tp
 
 if want pp; then
-stage "pipeline on one GPU (--pp 2, 1F1B, block recomputation; bf16)"
+stage "pipeline $on (--pp 2, 1F1B, block recomputation; bf16)"
 # two stages with 4 microbatches: each rank's waiting microbatches keep
 # their own slots while the recomputed blocks run in the shared scratch
-two_ranks pp tinygpt_pp2_fp32 1e-4 "pp=2 with recomputation on one GPU (${cflag:-NCCL}) matches one rank" \
+two_ranks pp tinygpt_pp2_fp32 1e-4 "pp=2 with recomputation $on (${cflag:-NCCL}) matches one rank" \
   --pp 2 --microbatches 4
 # in bf16 the boundary activations and their gradients are bf16, sent as such
 two_ranks ppb tinygpt_pp2_bf16 2e-2 "bf16 pp=2 (bf16 boundaries, ${cflag:-NCCL}) within 2e-2 of one host rank" \
@@ -557,7 +562,6 @@ two_ranks ppb tinygpt_pp2_bf16 2e-2 "bf16 pp=2 (bf16 boundaries, ${cflag:-NCCL})
 fi # pp
 
 if want multi; then
-ngpu=$(nvidia-smi -L | grep -c '^GPU ')
 stage "several GPUs: NCCL between devices, one rank each ($ngpu GPUs)"
 if [ "$ngpu" -lt 2 ]; then
   echo "   one GPU: left out (the pipeline's channels, NCCL between devices and the 8-rank layout need two or more)"
