@@ -264,7 +264,7 @@ static void cuda_h2d(void *dst, const void *src, size_t bytes)
     srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, srk_ctx.stream), "cudaMemcpyAsync");
     /* the source may be reused by the caller as soon as we return */
     srk_stream_sync("a host to device copy");
-    srk_params_written();
+    srk_params_written(dst, bytes);
 }
 
 static void cuda_d2h(void *dst, const void *src, size_t bytes)
@@ -280,7 +280,7 @@ static void cuda_copy(void *dst, const void *src, size_t bytes)
     if (!bytes || dst == src) return;
     srk_site(NULL, 0, "device copy");
     srk_check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, srk_ctx.stream), "cudaMemcpyAsync");
-    srk_params_written();
+    srk_params_written(dst, bytes);
 }
 
 static void cuda_zero(float *x, int64_t n)
@@ -308,7 +308,7 @@ static void cuda_scale(float *x, float s, int64_t n)
 {
     srk_site(NULL, 0, "scale");
     srk_scale_fwd(x, x, s, (long)n);
-    srk_params_written();
+    srk_params_written(x, sizeof(float) * (size_t)n);
 }
 
 static void cuda_add(float *y, const float *x, int64_t n)
@@ -331,7 +331,7 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, 
     srk_site(NULL, 0, "AdamW");
     SR_LAUNCH(adamw_kernel, srk_blocks(n, 256), 256, 0, srk_ctx.stream, p, g, m, v, (long)n, beta1, beta2, eps,
               step_size, bc2_sqrt, decay);
-    srk_params_written();
+    srk_params_written(p, sizeof(float) * (size_t)n);
 }
 
 static void cuda_params_arrived(float *p, int64_t n)
@@ -417,7 +417,7 @@ static sr_status comm_to_host(void *dst, const void *src, size_t bytes)
 static sr_status comm_to_device(void *dst, const void *src, size_t bytes)
 {
     sr_status st = comm_copy(dst, src, bytes, cudaMemcpyHostToDevice, "a transfer's result from MPI");
-    srk_params_written(); /* it may have been the parameters (ZeRO-1's all-gather) */
+    srk_params_written(dst, bytes); /* it may have been the parameters (ZeRO-1's all-gather) */
     return st;
 }
 

@@ -131,7 +131,13 @@ void srk_bf16_to_f32(float *out, const bf16 *x, int64_t n)
 }
 
 /* ---- the parameters' bf16 shadow ------------------------------------------------------------ */
-void srk_params_written(void) { srk_ctx.param_version++; }
+void srk_params_written(const void *p, size_t bytes)
+{
+    /* a write elsewhere (a batch's tokens, the gradients) leaves the shadow as it is: it would
+     * otherwise be converted again at every microbatch's forward */
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)srk_ctx.params, hi = lo + sizeof(float) * (size_t)srk_ctx.nparams;
+    if (!srk_ctx.params || (a < hi && a + bytes > lo)) srk_ctx.param_version++;
+}
 
 void srk_bind_params(const float *params, int64_t n, uint64_t step)
 {

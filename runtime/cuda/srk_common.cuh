@@ -152,7 +152,8 @@ void srk_dev_free(void *p);
 const bf16 *srk_bf16_view(const float *p, int64_t n, int scratch_id);
 /* the generated forward/backward tell the context where the parameters are */
 void srk_bind_params(const float *params, int64_t n, uint64_t step);
-void srk_params_written(void);
+/* device memory [p, p + bytes) was written: the shadow is stale where that is parameters */
+void srk_params_written(const void *p, size_t bytes);
 /* parameters p[0..n) were written by the comm layer, the stream ordered
  * after it (ZeRO-1's gather during the forward): their part of the shadow
  * converted again */

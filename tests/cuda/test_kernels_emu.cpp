@@ -1103,6 +1103,19 @@ static void test_shadow(void)
     shadow_is(p, "the same step's next srk_bind_params does not see such a write");
     be->params_arrived(dp + lo, k);
     shadow_is(q, "params_arrived refreshes its range, and only it");
+    /* a write elsewhere through the backend (a microbatch's tokens) leaves the shadow as it is
+     * (the parameters' change behind its back shows a conversion); one into them does not */
+    vec r = rnd(n);
+    check(cudaMemcpy(dp + lo, r.data() + lo, sizeof(float) * (size_t)k, cudaMemcpyHostToDevice) == cudaSuccess,
+          "shadow: a second write behind the backend's back");
+    float *other = (float *)be->alloc(sizeof(float) * 64);
+    be->h2d(other, r.data(), sizeof(float) * 64);
+    srk_bind_params(dp, n, 7);
+    shadow_is(q, "a copy into other memory does not make it stale");
+    be->h2d(dp + lo, r.data() + lo, sizeof(float) * (size_t)k);
+    srk_bind_params(dp, n, 7);
+    shadow_is(r, "a copy into the parameters does");
+    be->free(other);
 }
 
 /* errors name the kernel and the generated line */
