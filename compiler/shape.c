@@ -1667,12 +1667,6 @@ static Val instantiate(Elab *E, Frame *caller, Node *inst)
     Val x = eval(E, caller, inst->args.v[0]);
     if (!x.k) return verr();
     for (long long i = 0; i < n.i; i++) {
-        if (E->ir->ops.n > MAX_OPS) {
-            if (!E->too_big++)
-                sx_error(&inst->loc, "the model grows past %d ops (repeats nested too deep or too "
-                         "long?)", MAX_OPS);
-            return verr();
-        }
         E->recompute_next = recompute; /* each repetition is its own block */
         int before = E->ir->ops.n;
         Val y = call_block(E, caller, inst, blk, sx_fmt("%s.%lld", path, i), &x,
@@ -1680,9 +1674,10 @@ static Val instantiate(Elab *E, Frame *caller, Node *inst)
         E->recompute_next = 0;
         if (!y.k) return verr();
         /* every repetition adds as many ops as the first: a repeat that will cross the limit is
-         * refused now, with its numbers, not after elaborating (and timing) the ops up to it */
+         * refused after its first, with its numbers, not after elaborating (and timing) the ops up
+         * to it */
         long long per = E->ir->ops.n - before;
-        if (i == 0 && per > 0 && E->ir->ops.n + per * (n.i - 1) > MAX_OPS) {
+        if (E->ir->ops.n + per * (n.i - 1 - i) > MAX_OPS) {
             if (!E->too_big++)
                 sx_error(&inst->loc, "the model grows past %d ops: %lld repetitions of '%s' at %lld ops each "
                          "(repeats nested too deep or too long?)", MAX_OPS, n.i, blk->name, per);

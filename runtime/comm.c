@@ -957,6 +957,15 @@ static void unwatch(sr_req *r)
     r->watched = 0;
 }
 
+/* stops r for good after a timeout (NCCL: the abort lets the device's wait end), once */
+static void give_up(sr_req *r)
+{
+    if (r->given_up) return;
+    r->ops->give_up(r);
+    srcomm_unstage(r, 1);
+    r->given_up = 1;
+}
+
 /* polls r until it completes (SR_OK) or its communicator is broken or the
  * timeout since t0 passes: SR_ERR_COMM, said why, the communicator broken */
 static sr_status until_done(sr_req *r, double t0)
@@ -994,10 +1003,7 @@ static sr_status wait_from(sr_req *r, double t0)
     char desc[512], sp[48];
     unwatch(r);
     if (until_done(r, t0) != SR_OK) {
-        if (!r->given_up) {
-            r->ops->give_up(r);
-            srcomm_unstage(r, 1);
-        }
+        give_up(r);
         free(r);
         return SR_ERR_COMM;
     }
@@ -1087,11 +1093,7 @@ sr_status sr_comm_settle(sr_comm *c)
         sr_req *r = c->watched;
         sr_status st = until_done(r, r->t_wait);
         unwatch(r);
-        if (st != SR_OK && !r->given_up) { /* NCCL: the abort lets the device's wait end */
-            r->ops->give_up(r);
-            srcomm_unstage(r, 1);
-            r->given_up = 1;
-        }
+        if (st != SR_OK) give_up(r);
         if (st != SR_OK && first == SR_OK) {
             first = st;
             snprintf(msg, sizeof msg, "%s", sr_errmsg());

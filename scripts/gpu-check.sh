@@ -490,13 +490,20 @@ else
 fi
 fi # dp
 cflag=""; [ "$how" = "MPI path (--comm mpi)" ] && cflag="--comm mpi"
-# run2 TAG BIN ARG...: BIN on two ranks of the one GPU over the comm path found, its
-# losses in TAG-losses.txt; two_ranks TAG BIN TOL WHAT ARG...: and within TOL of one host rank's
+# runn TAG NP BIN ARG...: BIN on NP ranks, stopped after $lim s, its losses in TAG-losses.txt;
+# run2 TAG BIN ARG...: on two ranks over the comm path found; two_ranks TAG BIN TOL WHAT ARG...:
+# and within TOL of one host rank's
+lim=90
+runn() {
+  local tag=$1 np=$2 bin=$3
+  shift 3
+  timeout "$lim" mpirun --oversubscribe --bind-to none -np "$np" "$bins/$bin" $dpopts "$@" --log "$w/$tag.jsonl" \
+    > "$w/$tag.txt" 2>&1 && losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
+}
 run2() {
   local tag=$1 bin=$2
   shift 2
-  timeout 90 mpirun --oversubscribe --bind-to none -np 2 "$bins/$bin" $dpopts "$@" $cflag --log "$w/$tag.jsonl" \
-    > "$w/$tag.txt" 2>&1 && losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
+  runn "$tag" 2 "$bin" "$@" $cflag
 }
 two_ranks() {
   local tag=$1 bin=$2 tol=$3 what=$4
@@ -566,13 +573,12 @@ stage "several GPUs: NCCL between devices, one rank each ($ngpu GPUs)"
 if [ "$ngpu" -lt 2 ]; then
   echo "   one GPU: left out (the pipeline's channels, NCCL between devices and the 8-rank layout need two or more)"
 else
-# runn TAG NP BIN ARG...: BIN on NP ranks over NCCL (or what ARG says), its losses in TAG-losses.txt;
-# a deadlock is an error after --comm-timeout, not a hang
-runn() {
+# runm TAG NP BIN ARG...: runn with a deadlock an error after --comm-timeout, not a hang
+lim=${SHARDC_GPU_MULTI_TIMEOUT:-150}
+runm() {
   local tag=$1 np=$2 bin=$3
   shift 3
-  timeout "${SHARDC_GPU_MULTI_TIMEOUT:-150}" mpirun --oversubscribe --bind-to none -np "$np" "$bins/$bin" $dpopts \
-    --comm-timeout 60 "$@" --log "$w/$tag.jsonl" > "$w/$tag.txt" 2>&1 && losses "$w/$tag.jsonl" > "$w/$tag-losses.txt"
+  runn "$tag" "$np" "$bin" --comm-timeout 60 "$@"
 }
 # layout NP TOL BIN WHAT ARG...: over NCCL within TOL of one host rank; in fp32 (TOL 1e-4) also
 # within 1e-5 of the same program over --comm mpi (the transport is all that differs; not 0: NCCL
@@ -580,21 +586,21 @@ runn() {
 layout() {
   local np=$1 tol=$2 bin=$3 what=$4 tag=m$((++nlayout))
   shift 4
-  if ! runn "$tag" "$np" "$bin" "$@" --comm nccl; then
+  if ! runm "$tag" "$np" "$bin" "$@" --comm nccl; then
     bad "$what over NCCL: the run failed: $(grep -m1 -i error "$w/$tag.txt" | head -c 300)"
     return
   fi
   if close "$w/h1.txt" "$w/$tag-losses.txt" "$tol"; then ok "$what over NCCL within $tol of one host rank"
   else bad "$what over NCCL: losses differ from one host rank by more than $tol"; fi
   [ "$tol" = 1e-4 ] || return 0
-  if ! runn "${tag}p" "$np" "$bin" "$@" --comm mpi; then
+  if ! runm "${tag}p" "$np" "$bin" "$@" --comm mpi; then
     bad "$what over --comm mpi: the run failed: $(grep -m1 -i error "$w/${tag}p.txt" | head -c 300)"
   elif close "$w/${tag}p-losses.txt" "$w/$tag-losses.txt" 1e-5; then ok "$what: NCCL's losses are --comm mpi's (1e-5)"
   else bad "$what: NCCL's losses differ from --comm mpi's by more than 1e-5"; fi
 }
 nlayout=0
 layout 2 1e-4 tinygpt_pp2_fp32 "pp=2 1F1B (over the pipeline channels)" --pp 2 --microbatches 4
-if SR_COMM_PP_CHANNELS=0 runn m1n 2 tinygpt_pp2_fp32 --pp 2 --microbatches 4 --comm nccl &&
+if SR_COMM_PP_CHANNELS=0 runm m1n 2 tinygpt_pp2_fp32 --pp 2 --microbatches 4 --comm nccl &&
    close "$w/m1-losses.txt" "$w/m1n-losses.txt" 1e-5; then
   ok "pp=2 1F1B without the channels (SR_COMM_PP_CHANNELS=0): the same losses"
 else

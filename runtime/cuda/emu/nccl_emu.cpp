@@ -88,6 +88,22 @@ ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...)
     return r;
 }
 
+/* the MPI communicator of members (ranks of parent, in their new order), errors returned:
+ * collective over the members only */
+bool comm_of(MPI_Comm parent, const std::vector<int> &members, int tag, MPI_Comm *out)
+{
+    MPI_Group pg, g;
+    MPI_Comm_group(parent, &pg);
+    MPI_Group_incl(pg, (int)members.size(), members.data(), &g);
+    *out = MPI_COMM_NULL;
+    int rc = MPI_Comm_create_group(parent, g, tag, out);
+    MPI_Group_free(&g);
+    MPI_Group_free(&pg);
+    if (rc != MPI_SUCCESS || *out == MPI_COMM_NULL) return false;
+    MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    return true;
+}
+
 /* the set-up's second half, once the all-gather is in: the ranks with our key */
 ncclResult_t finish_init(ncclComm_t c)
 {
@@ -106,14 +122,8 @@ ncclResult_t finish_init(ncclComm_t c)
     for (int r = 0; r < c->nranks; r++)
         if (members[(size_t)r] < 0)
             return fail(c, ncclInvalidUsage, "ncclCommInitRank: rank %d of %d never joined", r, c->nranks);
-    MPI_Group wg, g;
-    MPI_Comm_group(world, &wg);
-    MPI_Group_incl(wg, c->nranks, members.data(), &g);
-    int rc = MPI_Comm_create_group(world, g, (int)(c->key[1] & 0x7fff), &c->mpi);
-    MPI_Group_free(&g);
-    MPI_Group_free(&wg);
-    if (rc != MPI_SUCCESS) return fail(c, ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group failed");
-    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+    if (!comm_of(world, members, (int)(c->key[1] & 0x7fff), &c->mpi))
+        return fail(c, ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group failed");
     return ncclSuccess;
 }
 
@@ -149,19 +159,12 @@ ncclResult_t finish_split(ncclComm_t p)
     std::sort(order.begin(), order.end());
     std::vector<int> members;
     for (const auto &o : order) members.push_back(o.second);
-    MPI_Group pg, g;
-    MPI_Comm_group(p->mpi, &pg);
-    MPI_Group_incl(pg, (int)members.size(), members.data(), &g);
-    MPI_Comm m = MPI_COMM_NULL;
+    MPI_Comm m;
     /* collective over our color's ranks only, each past the all-gather */
-    int rc = MPI_Comm_create_group(p->mpi, g, color & 0x7fff, &m);
-    MPI_Group_free(&g);
-    MPI_Group_free(&pg);
-    if (rc != MPI_SUCCESS || m == MPI_COMM_NULL)
+    if (!comm_of(p->mpi, members, color & 0x7fff, &m))
         return fail(p, ncclSystemError, "ncclCommSplit: MPI_Comm_create_group failed");
     ncclComm_t c = new ncclComm;
     c->mpi = m;
-    MPI_Comm_set_errhandler(m, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m, &c->rank);
     MPI_Comm_size(m, &c->nranks);
     c->blocking = p->split_blocking;
