@@ -16,7 +16,11 @@
 # (multi) says it is left out on the one GPU, and runs every layout on
 # eight pretend GPUs (a process each, NCCL between them emulated). (SHARDC_GPU_BUILD is a
 # path that cannot be made: refused programs fail at once instead of building.)
+# The time budget for the extras (SHARDC_GPU_BUDGET) is lifted for the runs that
+# check them (the emulator is far slower than a GPU); a last run with a budget of
+# 1 s checks that each extra is left out, said so, and that the checks still run.
 tk=$(realpath "$4") sc=$(realpath "$5") # before lib.sh enters its scratch directory
+export SHARDC_GPU_BUDGET=1000000
 source "$(dirname "$0")/lib.sh"
 mkdir -p fake bins
 cat > fake/nvidia-smi <<'SH'
@@ -205,5 +209,22 @@ rc=$?
 check "no cuDNN: one FAIL that says why and that the cudnn path is left out (got $rc)" bash -c \
   "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run3.txt) -eq 1 ] &&
    grep -q '^FAIL cuDNN attention unavailable: this runtime was built without .* the cudnn path is left out' run3.txt"
+# a budget of 1 s: every extra of the GPT-2 stage (the wmma, mma and bias-gradient variants, the
+# two pinned profiles) and the build at the end are left out, each said so; the MFU, the memory
+# check and the default's profile still run
+PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2,build \
+  SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000 \
+  bash "$src/scripts/gpu-check.sh" "$w/out7/gpu-check.log" > run7.txt 2>&1
+rc=$?
+grep "left out for time" run7.txt | sed 's/^/   | /'
+check "a 1 s budget: six extras left out for time, said so; the MFU, memory and profile still checked (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && [ \$(grep -c '^   left out for time: ' run7.txt) -eq 6 ] &&
+   grep -q '^   left out for time: GPT-2 with mma attention (SHARDC_CUDA_ATTN=mma), 14 steps (about 20 s; [0-9]* s of the 1 s budget used, 0 s kept' run7.txt &&
+   grep -q '^   left out for time: GPT-2.s profile with SHARDC_CUDA_ATTN=wmma' run7.txt &&
+   grep -q '^   left out for time: the build here and its programs. checks' run7.txt &&
+   ! grep -q ', 14 steps:\$' run7.txt && ! grep -q 'with SHARDC_CUDA_ATTN=mma:' run7.txt &&
+   grep -q 'MFU 32.5% of 989 TFLOP/s' run7.txt && grep -q '^   the device arena.s peak' run7.txt &&
+   grep -q 'nn.model:80 causal_attention' out7/gpt2-profile.txt &&
+   [ \$(grep -c '^FAIL' run7.txt) -eq 1 ] && grep -q 'done: [0-9]* passed, 1 failed, 6 left out for time' run7.txt"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
