@@ -46,6 +46,88 @@ __global__ void layernorm_fwd_kernel(TO *out, float *mean, float *rstd, const TX
     }
 }
 
+/* the forward norms through 16-byte accesses (C % 8 == 0, 16-byte aligned tensors): a warp per
+ * row, lane l the eights l, l + 32, ... of it (NV8 of them), read once into registers; RMS:
+ * rmsnorm_fwd_kernel's arithmetic (b, mean unused), else layernorm_fwd_kernel's. Each output
+ * is the scalar kernel's expression; the row sums add in another order */
+template <int NV8, bool RMS, class TO, class TX, class TW, class TB>
+__global__ void __launch_bounds__(32 * NORM_WARPS)
+    norm_fwd8_kernel(TO *__restrict__ out, float *__restrict__ mean, float *__restrict__ rstd,
+                     const TX *__restrict__ x, const TW *__restrict__ w, const TB *__restrict__ b, long N, int C,
+                     float eps)
+{
+    long row = (long)blockIdx.x * NORM_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31, c8 = C / 8;
+    if (row >= N) return; /* the whole warp leaves */
+    const TX *xr = x + row * C;
+    float xv[NV8][8], s = 0.0f;
+    SRK_UNROLL
+    for (int k = 0; k < NV8; k++) {
+        int c = lane + 32 * k;
+        SRK_UNROLL
+        for (int e = 0; e < 8; e++) xv[k][e] = 0.0f;
+        if (c >= c8) continue;
+        srk_ld8(xr + 8 * c, xv[k]);
+        SRK_UNROLL
+        for (int e = 0; e < 8; e++) s += RMS ? xv[k][e] * xv[k][e] : xv[k][e];
+    }
+    float m = 0.0f, rs;
+    if constexpr (RMS) {
+        rs = 1.0f / sqrtf(srk_warp_sum(s) / (float)C + eps);
+    } else {
+        m = srk_warp_sum(s) / (float)C;
+        float v = 0.0f;
+        SRK_UNROLL
+        for (int k = 0; k < NV8; k++) {
+            if (lane + 32 * k >= c8) continue;
+            SRK_UNROLL
+            for (int e = 0; e < 8; e++) {
+                float d = xv[k][e] - m;
+                v += d * d;
+            }
+        }
+        rs = 1.0f / sqrtf(srk_warp_sum(v) / (float)C + eps);
+    }
+    TO *orow = out + row * C;
+    SRK_UNROLL
+    for (int k = 0; k < NV8; k++) {
+        int c = lane + 32 * k;
+        if (c >= c8) continue;
+        float wv[8], bv[8], o[8];
+        srk_ld8(w + 8 * c, wv);
+        if constexpr (RMS) {
+            SRK_UNROLL
+            for (int e = 0; e < 8; e++) o[e] = xv[k][e] * rs * wv[e];
+        } else {
+            srk_ld8(b + 8 * c, bv);
+            SRK_UNROLL
+            for (int e = 0; e < 8; e++) o[e] = (xv[k][e] - m) * rs * wv[e] + bv[e];
+        }
+        srk_st8(orow + 8 * c, o);
+    }
+    if (lane == 0) {
+        if (!RMS && mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+/* norm_fwd8_kernel for C up to 1024 (4 eights a lane) where the tensors allow; 0 where not */
+template <bool RMS, class TO, class TX, class TW, class TB>
+int srk_norm_fwd8(TO *out, float *mean, float *rstd, const TX *x, const TW *w, const TB *b, long N, long C, float eps)
+{
+    if (C > 1024 || !srk_by8(C, out, x) || !srk_by8(C, w, b)) return 0;
+    unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
+    long nv8 = (C / 8 + 31) / 32; /* eights per lane */
+#define SRK_NORM_FWD8(NV8)                                                                                           \
+    SR_LAUNCH((norm_fwd8_kernel<NV8, RMS, TO, TX, TW, TB>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, out, mean, rstd, \
+              x, w, b, N, (int)C, eps)
+    if (nv8 <= 1) SRK_NORM_FWD8(1);
+    else if (nv8 <= 2) SRK_NORM_FWD8(2);
+    else if (nv8 <= 3) SRK_NORM_FWD8(3);
+    else SRK_NORM_FWD8(4);
+#undef SRK_NORM_FWD8
+    return 1;
+}
+
 /* NV > 0: a row of at most 32*NV elements is read once and kept in registers
  * (NV values per lane, loops unrolled; up to 93 registers, hence the launch
  * bound); NV = 0: any width, read twice. The sums run in the same order
@@ -207,7 +289,7 @@ template <class TO, class TX, class TW, class TB>
 void srk_layernorm_fwd(TO *out, float *mean, float *rstd, const TX *x, const TW *w, const TB *b, long N, long C,
                        float eps)
 {
-    if (N <= 0 || C <= 0) return;
+    if (N <= 0 || C <= 0 || srk_norm_fwd8<false>(out, mean, rstd, x, w, b, N, C, eps)) return;
     unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
     SR_LAUNCH((layernorm_fwd_kernel<TO, TX, TW, TB>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, out, mean, rstd, x, w,
               b, N, (int)C, eps);
@@ -329,7 +411,8 @@ __global__ void rmsnorm_bwd_dx8_kernel(TD *__restrict__ dx, const TG *__restrict
 template <class TO, class TX, class TW>
 void srk_rmsnorm_fwd(TO *out, float *rstd, const TX *x, const TW *w, long N, long C, float eps)
 {
-    if (N <= 0 || C <= 0) return;
+    if (N <= 0 || C <= 0 || srk_norm_fwd8<true>(out, (float *)NULL, rstd, x, w, (const float *)NULL, N, C, eps))
+        return;
     unsigned grid = (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS);
     SR_LAUNCH((rmsnorm_fwd_kernel<TO, TX, TW>), grid, 32 * NORM_WARPS, 0, srk_ctx.stream, out, rstd, x, w, N, (int)C,
               eps);

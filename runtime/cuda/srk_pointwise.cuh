@@ -226,6 +226,34 @@ __global__ void binary_fwd_kernel(TO *out, const TA *a, const TB *b, long n, lon
     }
 }
 
+/* binary_fwd_kernel's arithmetic, eight elements a thread through 16-byte accesses (n8 eights;
+ * nb a multiple of 8, so an eight of a never straddles b's rows): the same bits. No __restrict__:
+ * out may be a or b (an add in place) */
+template <int OP, class TO, class TA, class TB>
+__global__ void binary8_kernel(TO *out, const TA *a, const TB *b, long n8, long nb)
+{
+    int bcast = nb != 8 * n8; /* no 64-bit division for a residual add */
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        float x[8], y[8], o[8];
+        srk_ld8(a + 8 * i, x);
+        srk_ld8(b + (bcast ? 8 * i % nb : 8 * i), y);
+        SRK_UNROLL
+        for (int k = 0; k < 8; k++) o[k] = OP == EW_ADD ? x[k] + y[k] : OP == EW_SUB ? x[k] - y[k] : x[k] * y[k];
+        srk_st8(out + 8 * i, o);
+    }
+}
+template <int OP, class TO, class TA, class TB>
+void srk_binary_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
+{
+    if (n <= 0 || nb <= 0) return;
+    if (nb % 8 == 0 && srk_by8(n, out, a, b))
+        SR_LAUNCH((binary8_kernel<OP, TO, TA, TB>), srk_blocks(n / 8, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                  srk_ctx.stream, out, a, b, n / 8, nb);
+    else
+        SR_LAUNCH((binary_fwd_kernel<OP, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
+                  srk_ctx.stream, out, a, b, n, nb);
+}
+
 /* da (n) += s * dout (n) * (y ? y[i % ny] : 1); fresh: da = (da's old values are not read) */
 template <class TD, class TG, class TY>
 __global__ void axpy_bcast_kernel(TD *da, const TG *dout, const TY *y, float s, long n, long ny, int fresh)
@@ -266,9 +294,7 @@ void srk_axpy(TD *da, const TG *dout, float s, long n, int fresh = 0)
 template <class TO, class TA, class TB>
 void srk_add_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
 {
-    if (n <= 0 || nb <= 0) return;
-    SR_LAUNCH((binary_fwd_kernel<EW_ADD, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-              srk_ctx.stream, out, a, b, n, nb);
+    srk_binary_fwd<EW_ADD>(out, a, b, n, nb);
 }
 /* db (nb) += s * (the column sums of dout (n/nb, nb) [times y]); with nb == n
  * (no broadcast, a residual add) that is element-wise: no column sums.
@@ -301,9 +327,7 @@ void srk_add_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb, int fresh = 
 template <class TO, class TA, class TB>
 void srk_sub_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
 {
-    if (n <= 0 || nb <= 0) return;
-    SR_LAUNCH((binary_fwd_kernel<EW_SUB, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-              srk_ctx.stream, out, a, b, n, nb);
+    srk_binary_fwd<EW_SUB>(out, a, b, n, nb);
 }
 template <class TDA, class TDB, class TG>
 void srk_sub_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb, int fresh = 0)
@@ -314,9 +338,7 @@ void srk_sub_bwd(TDA *da, TDB *db, const TG *dout, long n, long nb, int fresh = 
 template <class TO, class TA, class TB>
 void srk_mul_fwd(TO *out, const TA *a, const TB *b, long n, long nb)
 {
-    if (n <= 0 || nb <= 0) return;
-    SR_LAUNCH((binary_fwd_kernel<EW_MUL, TO, TA, TB>), srk_blocks(n, SRK_EW_THREADS), SRK_EW_THREADS, 0,
-              srk_ctx.stream, out, a, b, n, nb);
+    srk_binary_fwd<EW_MUL>(out, a, b, n, nb);
 }
 template <class TDA, class TDB, class TG, class TA, class TB>
 void srk_mul_bwd(TDA *da, TDB *db, const TG *dout, const TA *a, const TB *b, long n, long nb, int fresh = 0)

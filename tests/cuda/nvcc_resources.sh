@@ -7,7 +7,8 @@
 #  - registers x threads per block <= 65536 (the register file of one block),
 #    registers rounded up to the allocation unit of 8; threads = 128 for the
 #    tensor-core attention kernels (srk_tc::, srk_mma::, __launch_bounds__(128)), 256
-#    for the layernorm backward (__launch_bounds__(32 * NORM_WARPS), all three forms), else
+#    for the layernorm backward (__launch_bounds__(32 * NORM_WARPS), all three forms) and the
+#    norms' 16-byte forward, else
 #    1024, the largest block a launch may use, so the rule holds for any
 #    launch the runtime makes;
 #  - static shared memory <= 48 KiB (more needs dynamic shared memory and
@@ -47,7 +48,8 @@ names = list(rows)
 dem = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
 # the kernels whose __launch_bounds__ fix their block size
 bounded = {"void srk_tc::": 128, "void srk_mma::": 128, "void layernorm_bwd_dx_kernel<": 256,
-           "void layernorm_bwd_dx8_kernel<": 256, "void layernorm_bwd_dx8_sums_kernel<": 256}
+           "void layernorm_bwd_dx8_kernel<": 256, "void layernorm_bwd_dx8_sums_kernel<": 256,
+           "void norm_fwd8_kernel<": 256}
 def block(d):
     return next((t for k, t in bounded.items() if d.startswith(k)), 1024)
 bad, most = [], 0

@@ -339,6 +339,16 @@ static void test_binary(int op, long n, long nb)
         srk_mul_bwd(d_da, d_db, d_g, d_a, d_b, n, nb);
     }
     expect(fmt("%s %s fwd n=%ld nb=%ld", names[op], tname<T>(), n, nb).c_str(), down(d_o, n), out, tol);
+    /* one float operation rounded to T: the host's bits, on the 16-byte path too (n, nb in eights) */
+    expect(fmt("%s %s fwd: the host's bits", names[op], tname<T>()).c_str(), down(d_o, n), rounded<T>(out), 0.0f);
+    /* in place, out = a: the residual stream's add */
+    T *d_a2 = up<T>(a);
+    if (op == 0) srk_add_fwd(d_a2, d_a2, d_b, n, nb);
+    else if (op == 1) srk_sub_fwd(d_a2, d_a2, d_b, n, nb);
+    else srk_mul_fwd(d_a2, d_a2, d_b, n, nb);
+    expect(fmt("%s %s fwd in place: the host's bits", names[op], tname<T>()).c_str(), down(d_a2, n), rounded<T>(out),
+           0.0f);
+    dfree(d_a2);
     expect(fmt("%s %s bwd da", names[op], tname<T>()).c_str(), down(d_da, n), da, tol);
     expect(fmt("%s %s bwd db (column sums)", names[op], tname<T>()).c_str(), down(d_db, nb), db, tol);
     no_error(names[op]);
@@ -1412,6 +1422,7 @@ int main(int argc, char **argv)
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 37 * 13, 13), test_binary<bf16>(op, 301, 301);
             /* sizes divisible by 8: the 16-byte (vectorized) accumulation */
             for (int op = 0; op < 3; op++) test_binary<bf16>(op, 40 * 24, 24), test_binary<bf16>(op, 1000, 1000);
+            test_binary<bf16>(0, 13 * 8, 13); /* n in eights, b's rows not: one element at a time */
             test_binary<bf16>(2, 5000 * 16, 16); /* multi-chunk 16-byte column sums of dout * a */
             test_scale<bf16>(1001);
             test_activations<bf16>(777), test_activations<bf16>(776); /* 776 = 8 x 97: the 16-byte form */
@@ -1457,6 +1468,7 @@ int main(int argc, char **argv)
             test_matmul_bias_bwd<float>(37, 24, 19);   /* fp32: the bias gradient apart */
             for (int op = 0; op < 3; op++) test_binary<float>(op, 37 * 13, 13), test_binary<float>(op, 301, 301);
             for (int op = 0; op < 3; op++) test_binary<float>(op, 40 * 24, 24), test_binary<float>(op, 1000, 1000);
+            test_binary<float>(1, 13 * 8, 13); /* n in eights, b's rows not: one element at a time */
             test_binary<float>(0, 70000 * 3, 3); /* many rows: multi-chunk column sums */
             test_binary<float>(0, 9001 * 24, 24); /* the same, 16-byte column sums */
             test_layernorm<float>(300, 64);       /* 5 chunks of 16-byte column sums (LN's two) */
@@ -1478,6 +1490,7 @@ int main(int argc, char **argv)
             test_layernorm<float>(200, 296); /* 3 chunks, 2 eights a lane, one pass */
             test_rmsnorm<float>(45, 37), test_rmsnorm<float>(3, 300);
             test_rmsnorm<float>(9, 296), test_rmsnorm<float>(5, 1032); /* rows of eights: the 16-byte dx */
+            test_rmsnorm<float>(9, 1024), test_rmsnorm<float>(9, 8); /* the 16-byte forward: 4 eights a lane, 1 */
             test_softmax<float>(7, 1000), test_softmax<float>(33, 17);
             test_fresh<float>();
             test_crossentropy<float>(37, 101), test_crossentropy<float>(4, 50257);
