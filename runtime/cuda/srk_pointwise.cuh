@@ -744,11 +744,16 @@ static __global__ void bitonic_chunk_kernel(srk_key *key, long k0, long k1)
         }
     for (int t = threadIdx.x; t < SRK_SORT_CHUNK; t += blockDim.x) key[base + t] = s[t];
 }
+/* positions of a row whose gradients a thread loads before adding them: a frequent token (real
+ * text: a few percent of a batch, thousands of positions) is one chain of adds, and with one load
+ * in flight at a time its latency, not bandwidth, would set the kernel's time */
+enum { SRK_EMB_BATCH = 16 };
 template <class TD, class TG>
 __global__ void emb_rows_kernel(TD *dw, const TG *dout, const srk_key *key, long N, int D)
 {
     // dw[row] (D) += dout[p] for the positions p of each row, ascending: one thread per (first key of
-    // a row, column); the other keys' threads leave at once
+    // a row, column); the other keys' threads leave at once. SRK_EMB_BATCH loads, then their adds
+    // in order: the bits of one add after another
     for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < N * D; e += (long)gridDim.x * blockDim.x) {
         long s = e / D;
         int j = (int)(e - s * D);
@@ -756,8 +761,21 @@ __global__ void emb_rows_kernel(TD *dw, const TG *dout, const srk_key *key, long
         if (k == SRK_NO_KEY || (s > 0 && key[s - 1] >> 32 == k >> 32)) continue;
         long row = (long)(k >> 32);
         float acc = srk_ld(dw[row * D + j]);
-        for (long t = s; t < N && key[t] >> 32 == k >> 32; t++)
-            acc += srk_ld(dout[(long)(key[t] & 0xffffffffull) * D + j]);
+        for (long t = s;; t += SRK_EMB_BATCH) {
+            float v[SRK_EMB_BATCH];
+            int n = 0; /* the keys are sorted: this row's are a prefix of the batch */
+            SRK_UNROLL
+            for (int u = 0; u < SRK_EMB_BATCH; u++) {
+                srk_key ku = t + u < N ? key[t + u] : SRK_NO_KEY;
+                bool mine = ku >> 32 == k >> 32;
+                v[u] = mine ? srk_ld(dout[(long)(ku & 0xffffffffull) * D + j]) : 0.0f;
+                n += mine;
+            }
+            SRK_UNROLL
+            for (int u = 0; u < SRK_EMB_BATCH; u++)
+                if (u < n) acc += v[u];
+            if (n < SRK_EMB_BATCH) break;
+        }
         dw[row * D + j] = srk_to<TD>(acc);
     }
 }

@@ -1481,6 +1481,8 @@ int main(int argc, char **argv)
             test_dropout<float>(1000, 0.1f), test_dropout<float>(100, 0.0f), test_dropout<float>(100, 1.0f);
             test_embedding<float>(53, 37, 29), test_embedding<float>(1024, 8, 5000);
             test_embedding<float>(5000, 24, 29); /* 8192 keys: two of the steps across chunks */
+            /* one row: its positions in whole batches of SRK_EMB_BATCH loads (16, 32), and not (33) */
+            test_embedding<float>(16, 8, 1), test_embedding<float>(32, 8, 1), test_embedding<float>(33, 8, 1);
             test_slice_transpose<float>(), test_slice_transpose<float>(24); /* rows of eights: the 16-byte form */
             test_layernorm<float>(45, 37), test_layernorm<float>(16, 768), test_layernorm<float>(1000, 5);
             /* the backward's row widths: in registers (300: 10 a lane, of 16) and not (1100 > 1024) */
