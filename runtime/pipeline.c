@@ -150,7 +150,7 @@ sr_status rt_pipe_init(run *r)
      * interleaved schedule's steady state (more microbatches than stages)
      * would have each send wait for a recv queued after it. A clear error
      * rather than a timeout at the first step */
-    if (kind == SR_SCHED_INTERLEAVED && pp->m > pp->p && !r->grid.pp_chan[0] && r->o.comm &&
+    if (kind == SR_SCHED_INTERLEAVED && pp->m > pp->p && !sr_grid_has_pp_chan(&r->grid) && r->o.comm &&
         !strcmp(r->o.comm, "nccl"))
         return sr_seterr(SR_ERR_USAGE, "--schedule interleaved with %d microbatches on %d pipeline stage%s would "
                          "deadlock over NCCL without the pipeline's channels (a rank's sends and receives on one "
@@ -356,7 +356,7 @@ sr_status rt_pipe_step(run *r, long k, double *loss_sum, double *t_end)
      * for drain() as any send's. Over the channels each transfer is alone on
      * its channel's stream and the compute stream waits for a recv's
      * completion event, with no host wait. */
-    int channels = r->grid.pp_chan[0] != NULL;
+    int channels = sr_grid_has_pp_chan(&r->grid);
     int grouped = 0; /* a send's group is open: this instruction is its recv */
     for (int i = 0; i < sc->n[pp->rank]; i++) {
         const sr_instr *in = &sc->ins[pp->rank][i];

@@ -175,6 +175,9 @@ typedef struct sr_grid {
     sr_comm *pp_chan[SR_PP_NCHAN];
 } sr_grid;
 
+/* whether the grid has the pipeline's channels (all four are made, or none) */
+static inline int sr_grid_has_pp_chan(const sr_grid *g) { return g->pp_chan[0] != NULL; }
+
 /* MPI_Init (thread level FUNNELED) once; reads rank/size from MPI (which also
  * works under Slurm's srun with Open MPI). SR_OK when MPI is already
  * initialized (by this or by the program); SR_ERR_STATE after MPI was
