@@ -29,7 +29,9 @@
 #      parameter's gradient within 1e-1 of the host's, with each path;
 #   5. GPT-2 124M at seq 1024 with the largest batch that fits: 30 steps,
 #      tokens/s and MFU (FLOPs per token 6N + 6*L*C*T as llm.c counts them,
-#      H200 dense bf16 peak 989 TFLOP/s; target >= 45%), the device memory it
+#      dense bf16 peak of the GPU: 989 TFLOP/s on an H200 or H100 SXM, 756 on an
+#      H100 PCIe, 835 on an H100 NVL, 312 on an A100; SHARDC_GPU_PEAK=TFLOPS for
+#      another; target >= 45%), the device memory it
 #      used against shardc plan's total at that batch (within 10%), with the attention
 #      trial's verdict at that batch (where the default, auto, does not run,
 #      one FAIL and everything again with wmma pinned); 14 steps with each attention path
@@ -132,6 +134,18 @@ nvidia-smi -L || { bad "no GPU visible (nvidia-smi -L)"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.max.sm --format=csv,noheader
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
 ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+# the dense bf16 peak that MFU is counted against, by the GPU's name (the vendor's datasheets)
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu_name" in
+  *H200*) peak=989 ;;
+  *H100*PCIe*) peak=756 ;;
+  *H100*NVL*) peak=835 ;;
+  *H100*) peak=989 ;; # SXM ("NVIDIA H100 80GB HBM3")
+  *A100*) peak=312 ;;
+  *) peak=989; echo "   $gpu_name: its bf16 peak is not known here; MFU against 989 TFLOP/s (SHARDC_GPU_PEAK=TFLOPS sets it)" ;;
+esac
+peak=${SHARDC_GPU_PEAK:-$peak}
+echo "MFU against $gpu_name's dense bf16 peak, $peak TFLOP/s"
 cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
 echo "GPU architecture sm_$cap; $(nproc) CPU cores; nvcc $(nvcc --version | grep -o 'release [0-9.]*') in $cuda_home"
 echo "$(cmake --version | head -1); $(c++ --version | head -1); make: $(command -v make || echo none); ninja: $(command -v ninja || echo none)"
@@ -334,7 +348,7 @@ fi
 # mfu JSONL BATCH [GPUS ONE]: tokens/s and MFU of the steady steps; status 0 at 45% or more.
 # Over GPUS data-parallel GPUs (BATCH each): MFU per GPU, and tokens/s per GPU against ONE's
 mfu() {
-$py - "$1" "$2" "${3:-1}" "${4:-}" <<'PY'
+$py - "$1" "$2" "${3:-1}" "${4:-}" "$peak" <<'PY'
 import json, sys
 steady_tps = lambda rows: (rows[10:] if len(rows) > 12 else rows[1:])
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
@@ -344,19 +358,20 @@ N = V * C + Tmax * C + L * (12 * C * C + 13 * C) + 2 * C   # 124,439,808 with th
 flops_tok = 6 * N + 6 * L * C * T                            # llm.c's count
 steady = steady_tps(rows)
 tps = sum(r["tokens_per_s"] for r in steady) / max(1, len(steady))
-mfu = tps * flops_tok / (G * 989e12)
+peak = float(sys.argv[5])
+mfu = tps * flops_tok / (G * peak * 1e12)
 print("   %d parameters; %.1f GFLOP/token; steps %d..%d: %.0f tokens/s, %.1f ms/step" % (
     N, flops_tok / 1e9, len(rows) - len(steady), len(rows) - 1, tps,
     sum(r["ms"] for r in steady) / max(1, len(steady))))
 print("   loss %.4f -> %.4f" % (rows[0]["loss"], rows[-1]["loss"]))
 if G == 1:
-    print("   MFU %.1f%% of 989 TFLOP/s (target 45%%)" % (100 * mfu))
+    print("   MFU %.1f%% of %g TFLOP/s (target 45%%)" % (100 * mfu, peak))
 else:
     one = [json.loads(l) for l in open(sys.argv[4]) if '"tokens_per_s"' in l] if sys.argv[4] else []
     one = steady_tps(one)
     one_tps = sum(r["tokens_per_s"] for r in one) / len(one) if one else 0
-    print("   MFU per GPU %.1f%% of 989 TFLOP/s; %.0f tokens/s per GPU, %s" % (
-        100 * mfu, tps / G, "%.1f%% of one GPU's" % (100 * tps / G / one_tps) if one_tps else "one GPU's not measured"))
+    print("   MFU per GPU %.1f%% of %g TFLOP/s; %.0f tokens/s per GPU, %s" % (
+        100 * mfu, peak, tps / G, "%.1f%% of one GPU's" % (100 * tps / G / one_tps) if one_tps else "one GPU's not measured"))
 sys.exit(0 if mfu >= 0.45 else 1)
 PY
 }

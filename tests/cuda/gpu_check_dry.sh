@@ -27,7 +27,8 @@ cat > fake/nvidia-smi <<'SH'
 #!/bin/bash
 case "$*" in
   -L) for i in $(seq 0 $((${FAKE_GPUS:-1} - 1))); do echo "GPU $i: NVIDIA H200 (stand-in for gpu_check_dry.sh)"; done ;;
-  *name,memory*) echo "NVIDIA H200, 143771 MiB, 0.0, 9.0, 1980 MHz" ;;
+  *query-gpu=name\ *) echo "${FAKE_GPU_NAME:-NVIDIA H200}" ;;
+  *name,memory*) echo "${FAKE_GPU_NAME:-NVIDIA H200}, 143771 MiB, 0.0, 9.0, 1980 MHz" ;;
   *compute_cap*) echo "9.0" ;;
   *clocks.sm*) echo "1980 MHz, 3201 MHz, 120 W, 35" ;;
 esac
@@ -226,5 +227,22 @@ check "a 1 s budget: six extras left out for time, said so; the MFU, memory and 
    grep -q 'MFU 32.5% of 989 TFLOP/s' run7.txt && grep -q '^   the device arena.s peak' run7.txt &&
    grep -q 'nn.model:80 causal_attention' out7/gpt2-profile.txt &&
    [ \$(grep -c '^FAIL' run7.txt) -eq 1 ] && grep -q 'done: [0-9]* passed, 1 failed, 6 left out for time' run7.txt"
+# MFU against the GPU's own peak: an H100 PCIe's 756 TFLOP/s (400000 tokens/s: 42.5%); a GPU the
+# script does not know: said so, and SHARDC_GPU_PEAK=500 taken (64.3%: the target met, exit 0)
+PATH=$w/fake:$PATH FAKE_GPU_NAME="NVIDIA H100 PCIe" SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild \
+  SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000 \
+  bash "$src/scripts/gpu-check.sh" "$w/out8/gpu-check.log" > run8.txt 2>&1
+rc=$?
+check "an H100 PCIe: MFU against its 756 TFLOP/s, 42.5% (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && grep -q \"^MFU against NVIDIA H100 PCIe's dense bf16 peak, 756 TFLOP/s\" run8.txt &&
+   grep -q 'MFU 42.5% of 756 TFLOP/s' run8.txt && grep -q '^FAIL GPT-2 MFU below the 45% target' run8.txt"
+PATH=$w/fake:$PATH FAKE_GPU_NAME="NVIDIA Pretend 9000" SHARDC_GPU_PEAK=500 SHARDC_GPU_PREBUILT=$w/bins \
+  SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000 \
+  bash "$src/scripts/gpu-check.sh" "$w/out9/gpu-check.log" > run9.txt 2>&1
+rc=$?
+check "a GPU not known: said so; SHARDC_GPU_PEAK=500 taken, 64.3%, the target met (got $rc)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'NVIDIA Pretend 9000: its bf16 peak is not known here' run9.txt &&
+   grep -q 'MFU against NVIDIA Pretend 9000.s dense bf16 peak, 500 TFLOP/s' run9.txt &&
+   grep -q 'MFU 64.3% of 500 TFLOP/s' run9.txt && grep -q '^ok   GPT-2 MFU >= 45%' run9.txt"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
