@@ -73,7 +73,8 @@
 #      GPU's.
 # SHARDC_GPU_BUDGET (seconds, default 450: the issue's 8 minutes on one GPU less the
 # machine's start) bounds the extras that only measure: GPT-2 with each attention
-# path pinned and with the bias gradients apart, their profiles, Nsight Compute, and
+# path pinned, with the bias gradients apart and on Zipf-distributed ids, the pinned
+# paths' profiles, Nsight Compute, and
 # (with SHARDC_GPU_PREBUILT) the build here with its programs run again. Each runs only
 # where its time, about, and that of the checks after it still fit; one left out is
 # said ("left out for time: ..."), not failed. The checks themselves always run.
