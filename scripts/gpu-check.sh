@@ -384,15 +384,27 @@ want pp && later=$((later + 15))
 want multi && [ "$ngpu" -ge 2 ] && later=$((later + 150))
 if want gpt2; then
 stage "GPT-2 124M, seq 1024: the largest batch, 30 steps"
-$py - "$w/tokens.bin" <<'PY'
-import random, struct, sys, array
-n = 8 << 20  # 8M random GPT-2 token ids: throughput does not care what they say
-random.seed(1)
-toks = array.array("H", (random.randrange(50257) for _ in range(n)))
-with open(sys.argv[1], "wb") as f:
+# token_file FILE N uniform|zipf: N GPT-2 token ids in llm.c's .bin form; uniform (throughput
+# does not care what they say), or Zipf with exponent 1 (the commonest id 8.8% of them)
+token_file() {
+$py - "$1" "$2" "$3" <<'PY'
+import array, itertools, random, struct, sys
+path, n, dist, V = sys.argv[1], int(sys.argv[2]), sys.argv[3], 50257
+if dist == "uniform":
+    random.seed(1)
+    toks = array.array("H", (random.randrange(V) for _ in range(n)))
+else:
+    random.seed(2)
+    ids = list(range(V))
+    random.shuffle(ids)  # which ids are common: any
+    cum = list(itertools.accumulate(1.0 / (r + 1) for r in range(V)))
+    toks = array.array("H", random.choices(ids, cum_weights=cum, k=n))
+with open(path, "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(toks.tobytes())
 PY
+}
+token_file "$w/tokens.bin" $((8 << 20)) uniform
 g2=$bins/gpt2_bf16
 bench="--data $w/tokens.bin --seq 1024 --eval-every 0 --lr 6e-4 --warmup 5 --quiet"
 probe() { # the largest of 128, 96, 64, ... that runs 2 steps, in B (0: none)
@@ -471,18 +483,7 @@ PY
   # the commonest GPT-2 token's share of English text) where the default's are uniform: what a
   # frequent token costs the embedding's backward (a row's positions added in order)
   if room 25 "GPT-2 on Zipf-distributed token ids"; then
-$py - "$w/zipf.bin" <<'PY'
-import array, itertools, random, struct, sys
-V, n = 50257, 2 << 20
-random.seed(2)
-ids = list(range(V))
-random.shuffle(ids)  # which ids are common: any
-cum = list(itertools.accumulate(1.0 / (r + 1) for r in range(V)))
-toks = array.array("H", random.choices(ids, cum_weights=cum, k=n))
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(toks.tobytes())
-PY
+    token_file "$w/zipf.bin" $((2 << 20)) zipf
     variant zipf "token ids Zipf-distributed (the embedding's backward under text-like repeats)" \
       "SHARDC_CUDA_ATTN=${SHARDC_CUDA_ATTN:-auto}" --data "$w/zipf.bin"
   fi

@@ -87,12 +87,18 @@ check "emulated programs for gpu-check" bash -c "
   '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_fp32 &&
   '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_bf16 &&
   '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
-PATH=$w/fake:$PATH EMU_SHARED_GPU=1 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" \
-  SHARDC_GPU_ATTN_PATHS=mma \
+# dry N VAR=VALUE...: gpu-check.sh on the stand-ins and the emulated programs with the settings
+# given; what it printed in runN.txt, its log and files in outN/, its exit status in rc
+dry() {
+  local n=$1
+  shift
+  env PATH="$w/fake:$PATH" SHARDC_GPU_PREBUILT="$w/bins" SHARDC_GPU_BUILD=/dev/null/nobuild "$@" \
+    bash "$src/scripts/gpu-check.sh" "$w/out$n/gpu-check.log" > "run$n.txt" 2>&1
+  rc=$?
+}
+dry "" EMU_SHARED_GPU=1 SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" SHARDC_GPU_ATTN_PATHS=mma \
   SHARDC_GPU_TINYGPT="--batch 4 --seq 32" SHARDC_GPU_ATTN_BENCH="1 64 128 2 1" \
-  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,tp,pp,multi TPS=400000 bash "$src/scripts/gpu-check.sh" "$w/out/gpu-check.log" \
-  > run.txt 2>&1
-rc=$?
+  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,tp,pp,multi TPS=400000
 grep -E "^(==|ok|FAIL)|MFU|tokens/s" run.txt | sed 's/^/   | /'
 # 400000 tokens/s x (6 x 124439808 + 6 x 12 x 768 x 1024) FLOPs / 989e12 = 32.5%
 check "it ran the programs given (SHARDC_GPU_PREBUILT), building nothing" \
@@ -155,26 +161,18 @@ check "one GPU: the several-GPU layouts are left out, said so, no FAIL" \
 check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '^FAIL' run.txt))" \
   bash -c "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run.txt) -eq 1 ]"
 # 600000 tokens/s: 48.7%, the target met, and the script's exit status 0
-PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=600000 \
-  SHARDC_GPU_ATTN_PATHS=mma \
-  bash "$src/scripts/gpu-check.sh" "$w/out2/gpu-check.log" > run2.txt 2>&1
-rc=$?
+dry 2 SHARDC_GPU_STAGES=gpt2 TPS=600000 SHARDC_GPU_ATTN_PATHS=mma
 check "600000 tokens/s is 48.7% MFU: the target met, exit status 0 (got $rc)" bash -c \
   "[ $rc -eq 0 ] && grep -q 'MFU 48.7% of 989 TFLOP/s' run2.txt && grep -q '^ok   GPT-2 MFU >= 45%' run2.txt"
 # 20% more memory than the plan: that check fails, and only it
-PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=600000 \
-  SHARDC_GPU_ATTN_PATHS=mma PEAK=$((total * 120 / 100)) \
-  bash "$src/scripts/gpu-check.sh" "$w/out5/gpu-check.log" > run5.txt 2>&1
-rc=$?
+dry 5 SHARDC_GPU_STAGES=gpt2 TPS=600000 SHARDC_GPU_ATTN_PATHS=mma PEAK=$((total * 120 / 100))
 check "20% more device memory than planned: its FAIL, and no other (got $rc)" bash -c \
   "[ $rc -eq 1 ] && grep -q '(+20.0% of the plan)' run5.txt &&
    grep -q \"^FAIL GPT-2: the device memory it used differs from shardc plan's by more than 10%\" run5.txt &&
    [ \$(grep -c '^FAIL' run5.txt) -eq 1 ]"
 # the default attention (auto) failing on the GPU (its trial runs paths not yet run on one):
 # one probe, not one per batch size, the why, and GPT-2 measured with wmma pinned
-PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 TPS=400000 \
-  SHARDC_GPU_ATTN_PATHS=mma GPT2_FAIL_AUTO=1 bash "$src/scripts/gpu-check.sh" "$w/out4/gpu-check.log" > run4.txt 2>&1
-rc=$?
+dry 4 SHARDC_GPU_STAGES=gpt2 TPS=400000 SHARDC_GPU_ATTN_PATHS=mma GPT2_FAIL_AUTO=1
 check "auto failing: one try of it, the FAIL, then GPT-2 with wmma pinned, its MFU (got $rc)" bash -c \
   "[ $rc -eq 1 ] && [ \$(grep -c '^   batch ' run4.txt) -eq 1 ] &&
    grep -q '^FAIL GPT-2 with the default attention (auto) did not run' run4.txt &&
@@ -185,11 +183,8 @@ check "auto failing: one try of it, the FAIL, then GPT-2 with wmma pinned, its M
 # emulated NCCL against one host rank and the same program over --comm mpi (2 steps: 8 emulated
 # ranks share two cores), and the stand-in GPT-2 at --dp 8 (90% scaling: 600000 x 0.9 tokens/s
 # per GPU is 43.9% MFU per GPU)
-PATH=$w/fake:$PATH FAKE_GPUS=8 SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2,multi \
-  TPS=600000 \
-  SHARDC_GPU_ATTN_PATHS=mma SHARDC_GPU_TINYGPT="--batch 8 --seq 32" SHARDC_GPU_DPSTEPS=2 SHARDC_GPU_MULTI_TIMEOUT=300 \
-  bash "$src/scripts/gpu-check.sh" "$w/out6/gpu-check.log" > run6.txt 2>&1
-rc=$?
+dry 6 FAKE_GPUS=8 SHARDC_GPU_STAGES=gpt2,multi TPS=600000 SHARDC_GPU_ATTN_PATHS=mma \
+  SHARDC_GPU_TINYGPT="--batch 8 --seq 32" SHARDC_GPU_DPSTEPS=2 SHARDC_GPU_MULTI_TIMEOUT=300
 grep -E "^(==|ok|FAIL)" run6.txt | sed 's/^/   | /'
 for l in "pp=2 1F1B (over the pipeline channels)" "pp=2 interleaved (2 virtual stages), 4 microbatches" \
   "dp=2 x pp=2 interleaved, 4 microbatches" "tp=2 x pp=2 with sequence parallelism" "dp=2 x tp=2 x pp=2, ZeRO-1 (8 ranks)"; do
@@ -208,19 +203,14 @@ check "8 GPUs: 12 runs, 12 comparisons of 2 losses, no FAIL, exit status 0 (got 
   "[ $rc -eq 0 ] && [ \$(grep -c '^   steps 2/2' run6.txt) -eq 12 ] && ! grep -q '^FAIL' run6.txt"
 # the default attention paths (mma cudnn) where cuDNN cannot run (the emulator's runtime
 # has none): the probe fails, says why, and leaves cudnn out; no other stage
-PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=none \
-  bash "$src/scripts/gpu-check.sh" "$w/out3/gpu-check.log" > run3.txt 2>&1
-rc=$?
+dry 3 SHARDC_GPU_STAGES=none
 check "no cuDNN: one FAIL that says why and that the cudnn path is left out (got $rc)" bash -c \
   "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run3.txt) -eq 1 ] &&
    grep -q '^FAIL cuDNN attention unavailable: this runtime was built without .* the cudnn path is left out' run3.txt"
 # a budget of 1 s: every extra of the GPT-2 stage (the wmma, mma, bias-gradient and Zipf variants,
 # the two pinned profiles) and the build at the end are left out, each said so; the MFU, the memory
 # check and the default's profile still run
-PATH=$w/fake:$PATH SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2,build \
-  SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000 \
-  bash "$src/scripts/gpu-check.sh" "$w/out7/gpu-check.log" > run7.txt 2>&1
-rc=$?
+dry 7 SHARDC_GPU_STAGES=gpt2,build SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000
 grep "left out for time" run7.txt | sed 's/^/   | /'
 check "a 1 s budget: seven extras left out for time, said so; the MFU, memory and profile still checked (got $rc)" bash -c \
   "[ $rc -eq 1 ] && [ \$(grep -c '^   left out for time: ' run7.txt) -eq 7 ] &&
@@ -233,17 +223,12 @@ check "a 1 s budget: seven extras left out for time, said so; the MFU, memory an
    [ \$(grep -c '^FAIL' run7.txt) -eq 1 ] && grep -q 'done: [0-9]* passed, 1 failed, 7 left out for time' run7.txt"
 # MFU against the GPU's own peak: an H100 PCIe's 756 TFLOP/s (400000 tokens/s: 42.5%); a GPU the
 # script does not know: said so, and SHARDC_GPU_PEAK=500 taken (64.3%: the target met, exit 0)
-PATH=$w/fake:$PATH FAKE_GPU_NAME="NVIDIA H100 PCIe" SHARDC_GPU_PREBUILT=$w/bins SHARDC_GPU_BUILD=/dev/null/nobuild \
-  SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000 \
-  bash "$src/scripts/gpu-check.sh" "$w/out8/gpu-check.log" > run8.txt 2>&1
-rc=$?
+dry 8 FAKE_GPU_NAME="NVIDIA H100 PCIe" SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000
 check "an H100 PCIe: MFU against its 756 TFLOP/s, 42.5% (got $rc)" bash -c \
   "[ $rc -eq 1 ] && grep -q \"^MFU against NVIDIA H100 PCIe's dense bf16 peak, 756 TFLOP/s\" run8.txt &&
    grep -q 'MFU 42.5% of 756 TFLOP/s' run8.txt && grep -q '^FAIL GPT-2 MFU below the 45% target' run8.txt"
-PATH=$w/fake:$PATH FAKE_GPU_NAME="NVIDIA Pretend 9000" SHARDC_GPU_PEAK=500 SHARDC_GPU_PREBUILT=$w/bins \
-  SHARDC_GPU_BUILD=/dev/null/nobuild SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000 \
-  bash "$src/scripts/gpu-check.sh" "$w/out9/gpu-check.log" > run9.txt 2>&1
-rc=$?
+dry 9 FAKE_GPU_NAME="NVIDIA Pretend 9000" SHARDC_GPU_PEAK=500 SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 \
+  SHARDC_GPU_ATTN_PATHS=mma TPS=400000
 check "a GPU not known: said so; SHARDC_GPU_PEAK=500 taken, 64.3%, the target met (got $rc)" bash -c \
   "[ $rc -eq 0 ] && grep -q 'NVIDIA Pretend 9000: its bf16 peak is not known here' run9.txt &&
    grep -q 'MFU against NVIDIA Pretend 9000.s dense bf16 peak, 500 TFLOP/s' run9.txt &&

@@ -322,20 +322,23 @@ static void test_binary(int op, long n, long nb)
     vec out((size_t)n), da = da0, db = db0;
     T *d_a = up<T>(a), *d_o = up<T>(vec((size_t)n)), *d_g = up<T>(g), *d_da = up<T>(da0);
     float *d_b = up<float>(b), *d_db = up<float>(db0);
+    auto fwd = [&](T *o, const T *x) { /* the device's forward, o = x op b */
+        if (op == 0) srk_add_fwd(o, x, d_b, n, nb);
+        else if (op == 1) srk_sub_fwd(o, x, d_b, n, nb);
+        else srk_mul_fwd(o, x, d_b, n, nb);
+    };
+    fwd(d_o, d_a);
     if (op == 0) {
         sr_add_fwd(out.data(), a.data(), b.data(), n, nb);
         sr_add_bwd(da.data(), db.data(), g.data(), n, nb);
-        srk_add_fwd(d_o, d_a, d_b, n, nb);
         srk_add_bwd(d_da, d_db, d_g, n, nb);
     } else if (op == 1) {
         sr_sub_fwd(out.data(), a.data(), b.data(), n, nb);
         sr_sub_bwd(da.data(), db.data(), g.data(), n, nb);
-        srk_sub_fwd(d_o, d_a, d_b, n, nb);
         srk_sub_bwd(d_da, d_db, d_g, n, nb);
     } else {
         sr_mul_fwd(out.data(), a.data(), b.data(), n, nb);
         sr_mul_bwd(da.data(), db.data(), g.data(), a.data(), b.data(), n, nb);
-        srk_mul_fwd(d_o, d_a, d_b, n, nb);
         srk_mul_bwd(d_da, d_db, d_g, d_a, d_b, n, nb);
     }
     expect(fmt("%s %s fwd n=%ld nb=%ld", names[op], tname<T>(), n, nb).c_str(), down(d_o, n), out, tol);
@@ -343,9 +346,7 @@ static void test_binary(int op, long n, long nb)
     expect(fmt("%s %s fwd: the host's bits", names[op], tname<T>()).c_str(), down(d_o, n), rounded<T>(out), 0.0f);
     /* in place, out = a: the residual stream's add */
     T *d_a2 = up<T>(a);
-    if (op == 0) srk_add_fwd(d_a2, d_a2, d_b, n, nb);
-    else if (op == 1) srk_sub_fwd(d_a2, d_a2, d_b, n, nb);
-    else srk_mul_fwd(d_a2, d_a2, d_b, n, nb);
+    fwd(d_a2, d_a2);
     expect(fmt("%s %s fwd in place: the host's bits", names[op], tname<T>()).c_str(), down(d_a2, n), rounded<T>(out),
            0.0f);
     dfree(d_a2);
