@@ -9,7 +9,9 @@
  *
  * Blocks of 4 warps: 64 query rows (forward, dq) or 64 key rows (dk, dv),
  * 16 per warp; tiles of 64 keys (or queries) in shared memory, rows padded
- * by 8 elements (16-byte rows for ldmatrix, no bank conflicts). Head sizes
+ * by 8 elements (16-byte rows for ldmatrix, no bank conflicts); the tiles a
+ * block streams (K, V; or Q, dO, lse, delta) arrive by cp.async into two
+ * buffers, the next tile in flight while this one is multiplied. Head sizes
  * 32 and 64; 128 would need more registers than a thread has and stays
  * on the wmma kernels. Exponentials in base 2 (scores pre-scaled by
  * log2 e); lse is kept in base e, as the other paths keep it.
@@ -42,8 +44,10 @@ template <int HD>
 struct Lay {
     static constexpr int LDH = HD + 8; /* bf16 tile rows: srk_tc::load_tile's layout */
     static constexpr size_t tile = (size_t)TILE * LDH * sizeof(bf16);
-    static constexpr size_t fwd = 3 * tile;                                 /* Q, K, V */
-    static constexpr size_t bwd = 4 * tile + 2 * TILE * sizeof(float);      /* 4 tiles, lse, delta */
+    /* the streamed tiles twice (cp.async fills one while the other is multiplied) */
+    static constexpr size_t fwd = 5 * tile;                                     /* Q, 2 x (K, V) */
+    static constexpr size_t bwd_q = 6 * tile;                                   /* Q, dO, 2 x (K, V) */
+    static constexpr size_t bwd_kv = 6 * tile + 4 * TILE * sizeof(float);       /* K, V, 2 x (Q, dO, lse, delta) */
 };
 
 /* two floats as a bf16 pair: lo in the low half (the lower column index) */
@@ -144,6 +148,70 @@ __device__ __forceinline__ void ldsm(uint32_t *r, const bf16 *p)
 #endif
 }
 
+/* cp.async (sm_80): global to shared memory without a trip through
+ * registers, so the next tile's loads are in flight while this tile is
+ * multiplied. A thread's copies since its last commit form a group;
+ * wait<N> returns once all but its N newest groups have landed (its own
+ * copies only: a __syncthreads after the wait publishes everyone's). The
+ * emulator queues the copies and lands them at the wait, the latest a GPU
+ * may, so a read before the wait shows in the CPU tests. */
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void *dst, const void *src)
+{
+#ifdef SR_CUDA_EMULATION
+    emu::cp_async(dst, src, BYTES);
+#else
+    static_assert(BYTES == 4 || BYTES == 16, "cp.async.ca of 4 bytes or .cg of 16");
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    if (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit(void)
+{
+#ifdef SR_CUDA_EMULATION
+    emu::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait(void)
+{
+#ifdef SR_CUDA_EMULATION
+    emu::cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/* srk_tc::load_tile's tile (rows r0.. of src, zero past T) with the copies
+ * in flight: 16-byte cp.async where the rows allow (vec), else plain
+ * element copies through registers (landed when the call returns); rows
+ * past T are zeroed by plain stores. The caller commits and waits. */
+template <int HD>
+__device__ __forceinline__ void load_tile_async(bf16 *dst, const bf16 *src, int r0, int T, int C, int vec)
+{
+    constexpr int LDH = Lay<HD>::LDH;
+    if (!vec) {
+        srk_tc::load_tile<HD>(dst, src, r0, T, C, vec);
+        return;
+    }
+    for (int e = threadIdx.x; e < TILE * HD / 8; e += THREADS) {
+        int r = e / (HD / 8), c8 = e - r * (HD / 8);
+        bf16 *d = dst + r * LDH + c8 * 8;
+        if (r0 + r < T) {
+            cp_async<16>(d, src + (size_t)(r0 + r) * C + c8 * 8);
+        } else {
+            uint4 z;
+            z.x = z.y = z.z = z.w = 0u;
+            *(uint4 *)d = z;
+        }
+    }
+}
+
 /* The two ways this file feeds ldmatrix.x4 from a row-major tile X (ld LDH):
  *  a_at: the A fragment of the 16x16 block at X (rows 0..15, columns 0..15);
  *        with TRANS it is also the B fragments of two n8 tiles (columns
@@ -229,25 +297,35 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
     // grid (ceil(T/64), NH, B), the last query tiles (the most keys) first; warp w owns rows r0 + 16w .. +15
     constexpr int LDH = Lay<HD>::LDH;
     SR_EXTERN_SHARED(char, smc);
-    bf16 *Qs = (bf16 *)smc, *Ks = Qs + TILE * LDH, *Vs = Ks + TILE * LDH; // (64, LDH) each
+    bf16 *Qs = (bf16 *)smc, *KV = Qs + TILE * LDH; // (64, LDH) each: Q, then K and V of buffer 0, of buffer 1
     int b = blockIdx.z, h = blockIdx.y, r0 = (gridDim.x - 1 - blockIdx.x) * TILE;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int qw = r0 + 16 * w; /* this lane's rows: qw + g, qw + g + 8 */
     size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     float sl2 = scale * LOG2E;
-    srk_tc::load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
+    int kend = min(T, r0 + TILE);
+    load_tile_async<HD>(Qs, q + bi, r0, T, LQ, vec);
+    load_tile_async<HD>(KV, k + bi, 0, T, LQ, vec);
+    load_tile_async<HD>(KV + TILE * LDH, v + bi, 0, T, LQ, vec);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qa[HD / 16][4];
     load_rows<HD>(qa, Qs + 16 * w * LDH);
     float o[HD / 8][4], s[8][4];
     for (int j = 0; j < HD / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* base-2 running max, this lane's part of the sum */
-    int kend = min(T, r0 + TILE);
-    for (int c0 = 0; c0 < kend; c0 += TILE) {
+    for (int c0 = 0, it = 0; c0 < kend; c0 += TILE, it++) {
+        /* this tile landed (every thread's copies), and nobody reads the other buffer any more */
+        cp_async_wait<0>();
         __syncthreads();
-        srk_tc::load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
-        srk_tc::load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
-        __syncthreads();
+        const bf16 *Ks = KV + (it & 1) * 2 * TILE * LDH, *Vs = Ks + TILE * LDH;
+        if (c0 + TILE < kend) { /* the next tile's copies fly while this one is multiplied */
+            bf16 *Kn = KV + (~it & 1) * 2 * TILE * LDH;
+            load_tile_async<HD>(Kn, k + bi, c0 + TILE, T, LQ, vec);
+            load_tile_async<HD>(Kn + TILE * LDH, v + bi, c0 + TILE, T, LQ, vec);
+            cp_async_commit();
+        }
         if (c0 > qw + 15) continue; /* all in this warp's future */
         rows_times_tile<HD>(s, qa, Ks);
         for (int hr = 0; hr < 2; hr++) {
@@ -310,16 +388,35 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
     // grid (ceil(T/64), NH, B); warp w owns keys c0 + 16w .. +15 and the queries i >= them (fresh: bit 1 dk, 2 dv)
     constexpr int LDH = Lay<HD>::LDH;
     SR_EXTERN_SHARED(char, smc);
-    bf16 *Ks = (bf16 *)smc, *Vs = Ks + TILE * LDH, *Qs = Vs + TILE * LDH, *Gs = Qs + TILE * LDH;
-    float *ls = (float *)(Gs + TILE * LDH), *dls = ls + TILE; /* lse (base 2) and delta of the query tile */
+    /* K, V; then Q and dO of buffer 0, of buffer 1; then lse and delta of buffer 0, of buffer 1 */
+    bf16 *Ks = (bf16 *)smc, *Vs = Ks + TILE * LDH, *QG = Vs + TILE * LDH;
+    float *LD = (float *)(QG + 4 * TILE * LDH);
     int b = blockIdx.z, h = blockIdx.y, c0 = blockIdx.x * TILE;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int kw = c0 + 16 * w; /* this lane's keys: kw + g, kw + g + 8 */
     size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *del_bh = delta + ((size_t)b * NH + h) * T;
     float sl2 = scale * LOG2E;
-    srk_tc::load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
-    srk_tc::load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
+    /* the query tile at r0 (Q, dO, lse, delta) into buffer i: in flight until the next wait */
+    auto fetch = [&](int r0, int i) {
+        bf16 *Qn = QG + i * 2 * TILE * LDH;
+        float *ln = LD + i * 2 * TILE;
+        load_tile_async<HD>(Qn, q + bi, r0, T, LQ, vec);
+        load_tile_async<HD>(Qn + TILE * LDH, dout + base, r0, T, C, vec);
+        for (int r = threadIdx.x; r < TILE; r += THREADS) {
+            if (r0 + r < T) {
+                cp_async<4>(&ln[r], &lse_bh[r0 + r]);
+                cp_async<4>(&ln[TILE + r], &del_bh[r0 + r]);
+            } else {
+                ln[r] = ln[TILE + r] = 0.0f;
+            }
+        }
+        cp_async_commit();
+    };
+    load_tile_async<HD>(Ks, k + bi, c0, T, LQ, vec);
+    load_tile_async<HD>(Vs, v + bi, c0, T, LQ, vec);
+    fetch(c0, 0);
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t ka[HD / 16][4], va[HD / 16][4];
     load_rows<HD>(ka, Ks + 16 * w * LDH);
@@ -327,21 +424,20 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
     float dka[HD / 8][4], dva[HD / 8][4], st[8][4], dpt[8][4];
     for (int j = 0; j < HD / 8; j++)
         for (int e = 0; e < 4; e++) dka[j][e] = dva[j][e] = 0.0f;
-    for (int r0 = c0; r0 < T; r0 += TILE) {
+    for (int r0 = c0, it = 0; r0 < T; r0 += TILE, it++) {
+        /* this tile landed (every thread's copies), and nobody reads the other buffer any more */
+        cp_async_wait<0>();
         __syncthreads();
-        srk_tc::load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
-        srk_tc::load_tile<HD>(Gs, dout + base, r0, T, C, vec);
-        for (int r = threadIdx.x; r < TILE; r += THREADS) {
-            ls[r] = r0 + r < T ? lse_bh[r0 + r] * LOG2E : 0.0f;
-            dls[r] = r0 + r < T ? del_bh[r0 + r] : 0.0f;
-        }
-        __syncthreads();
+        const bf16 *Qs = QG + (it & 1) * 2 * TILE * LDH, *Gs = Qs + TILE * LDH;
+        const float *ls = LD + (it & 1) * 2 * TILE, *dls = ls + TILE; /* lse (base e) and delta */
+        if (r0 + TILE < T) fetch(r0 + TILE, ~it & 1);
         rows_times_tile<HD>(st, ka, Qs);  /* S^T (16 keys, 64 queries) */
         rows_times_tile<HD>(dpt, va, Gs); /* dP^T = V dO^T */
         for (int j = 0; j < 8; j++)
             for (int e = 0; e < 4; e++) {
                 int key = kw + g + 8 * (e >> 1), c = 8 * j + 2 * t + (e & 1), i = r0 + c;
-                float p = i < T && key <= i ? exp2f(st[j][e] * sl2 - ls[c]) : 0.0f;
+                float l2 = ls[c] * LOG2E;
+                float p = i < T && key <= i ? exp2f(st[j][e] * sl2 - l2) : 0.0f;
                 st[j][e] = p;                                 /* P^T */
                 dpt[j][e] = p * (dpt[j][e] - dls[c]) * scale; /* dS^T */
             }
@@ -366,14 +462,19 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     // (fresh: bit 0 dq)
     constexpr int LDH = Lay<HD>::LDH;
     SR_EXTERN_SHARED(char, smc);
-    bf16 *Qs = (bf16 *)smc, *Gs = Qs + TILE * LDH, *Ks = Gs + TILE * LDH, *Vs = Ks + TILE * LDH;
+    bf16 *Qs = (bf16 *)smc, *Gs = Qs + TILE * LDH, *KV = Gs + TILE * LDH; // then K and V of buffer 0, of buffer 1
     int b = blockIdx.z, h = blockIdx.y, r0 = (gridDim.x - 1 - blockIdx.x) * TILE;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int qw = r0 + 16 * w;
     size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     float sl2 = scale * LOG2E;
-    srk_tc::load_tile<HD>(Qs, q + bi, r0, T, LQ, vec);
-    srk_tc::load_tile<HD>(Gs, dout + base, r0, T, C, vec);
+    int kend = min(T, r0 + TILE);
+    load_tile_async<HD>(Qs, q + bi, r0, T, LQ, vec);
+    load_tile_async<HD>(Gs, dout + base, r0, T, C, vec);
+    load_tile_async<HD>(KV, k + bi, 0, T, LQ, vec);
+    load_tile_async<HD>(KV + TILE * LDH, v + bi, 0, T, LQ, vec);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qa[HD / 16][4], ga[HD / 16][4];
     load_rows<HD>(qa, Qs + 16 * w * LDH);
@@ -386,12 +487,17 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     }
     float dqa[HD / 8][4], s[8][4], dp[8][4];
     for (int j = 0; j < HD / 8; j++) dqa[j][0] = dqa[j][1] = dqa[j][2] = dqa[j][3] = 0.0f;
-    int kend = min(T, r0 + TILE);
-    for (int c0 = 0; c0 < kend; c0 += TILE) {
+    for (int c0 = 0, it = 0; c0 < kend; c0 += TILE, it++) {
+        /* this tile landed (every thread's copies), and nobody reads the other buffer any more */
+        cp_async_wait<0>();
         __syncthreads();
-        srk_tc::load_tile<HD>(Ks, k + bi, c0, T, LQ, vec);
-        srk_tc::load_tile<HD>(Vs, v + bi, c0, T, LQ, vec);
-        __syncthreads();
+        const bf16 *Ks = KV + (it & 1) * 2 * TILE * LDH, *Vs = Ks + TILE * LDH;
+        if (c0 + TILE < kend) {
+            bf16 *Kn = KV + (~it & 1) * 2 * TILE * LDH;
+            load_tile_async<HD>(Kn, k + bi, c0 + TILE, T, LQ, vec);
+            load_tile_async<HD>(Kn + TILE * LDH, v + bi, c0 + TILE, T, LQ, vec);
+            cp_async_commit();
+        }
         if (c0 > qw + 15) continue;
         rows_times_tile<HD>(s, qa, Ks);  /* S (16 queries, 64 keys) */
         rows_times_tile<HD>(dp, ga, Vs); /* dP = dO V^T */
@@ -428,14 +534,15 @@ static void launch_bwd(TDQ *dq, TDK *dk, TDV *dv, const bf16 *g, const bf16 *q, 
                        int fresh)
 {
     int vec = srk_tc::tiles_vec(C, LQ, q, k, v, g);
-    size_t smem = Lay<HD>::bwd;
     dim3 grid = srk_tc::tile_grid(B, T, NH);
     if (dk || dv) {
+        size_t smem = Lay<HD>::bwd_kv;
         SRK_SMEM_AT_LEAST((bwd_kv_kernel<HD, TDK, TDV>), smem);
         SR_LAUNCH((bwd_kv_kernel<HD, TDK, TDV>), grid, THREADS, smem, srk_ctx.stream, dk, dv, g, q, k, v, lse, delta, T,
                   C, LQ, NH, scale, vec, fresh);
     }
     if (dq) {
+        size_t smem = Lay<HD>::bwd_q;
         SRK_SMEM_AT_LEAST((bwd_q_kernel<HD, TDQ>), smem);
         SR_LAUNCH((bwd_q_kernel<HD, TDQ>), grid, THREADS, smem, srk_ctx.stream, dq, g, q, k, v, lse, delta, T, C, LQ,
                   NH, scale, vec, fresh);

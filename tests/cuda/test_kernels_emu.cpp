@@ -1199,6 +1199,27 @@ static __global__ void early_exit_kernel(float *x)
     __syncthreads();
     x[threadIdx.x] = s[(threadIdx.x + 1) % 20];
 }
+/* cp.async: two groups a thread (4 bytes, then 16), read before, between and after the waits */
+static __global__ void cp_async_kernel(int *out, const int *src)
+{
+    __shared__ int a[32];
+    __shared__ int4 b4[32]; /* 16-byte aligned */
+    int *b = (int *)b4;
+    int t = threadIdx.x;
+    a[t] = -1;
+    for (int i = 0; i < 4; i++) b[4 * t + i] = -1;
+    srk_mma::cp_async<4>(&a[t], &src[t]);
+    srk_mma::cp_async_commit();
+    srk_mma::cp_async<16>(&b[4 * t], &src[32 + 4 * t]);
+    srk_mma::cp_async_commit();
+    out[4 * t] = a[t]; /* nothing waited for: the emulator has landed nothing */
+    srk_mma::cp_async_wait<1>();
+    out[4 * t + 1] = a[t];     /* the older group landed */
+    out[4 * t + 2] = b[4 * t]; /* the newest may still fly: not landed here */
+    srk_mma::cp_async_wait<0>();
+    out[4 * t + 3] = b[4 * t + 3];
+}
+
 /* reads a neighbour's shared slot with (sync 1) or without (sync 0) a barrier
  * between the write and the read; block b also reads what block b-1 wrote */
 static __global__ void neighbour_kernel(float *out, float *chain, int sync, int gen)
@@ -1293,6 +1314,18 @@ static void test_emulator(void)
           "emulator: dynamic shared memory after cudaFuncSetAttribute (%g)", d[0]);
     emu::launch("deadlock_kernel", deadlock_kernel, dim3(1), dim3(32), 0, 0, d);
     check(cudaGetLastError() == cudaErrorLaunchFailure, "emulator: a barrier not reached by every thread is a deadlock");
+    {
+        alignas(16) int src[32 * 5], got[32 * 4];
+        for (int i = 0; i < 32 * 5; i++) src[i] = 100 + i;
+        emu::launch("cp_async_kernel", cp_async_kernel, dim3(1), dim3(32), 0, 0, got, src);
+        bool as_late = cudaGetLastError() == cudaSuccess;
+        for (int t = 0; t < 32; t++)
+            as_late &= got[4 * t] == -1 && got[4 * t + 1] == 100 + t && got[4 * t + 2] == -1 &&
+                       got[4 * t + 3] == 100 + 32 + 4 * t + 3;
+        check(as_late, "emulator: cp.async lands at the wait that covers it, no sooner (wait<1> leaves the newest "
+                       "group in flight): a read before the wait sees the old value (thread 0: %d %d %d %d)",
+              got[0], got[1], got[2], got[3]);
+    }
     emu::launch("early_exit_kernel", early_exit_kernel, dim3(1), dim3(32), 0, 0, d);
     check(cudaGetLastError() == cudaSuccess && d[0] == 1.0f && d[19] == 1.0f,
           "emulator: threads that exited count as arrived at __syncthreads");
@@ -1455,6 +1488,7 @@ int main(int argc, char **argv)
                 test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 70, 128, 2);
                 test_attention<bf16>(2, 19, 64, 1), test_attention<bf16>(2, 65, 64, 2);
                 test_attention<bf16>(1, 130, 256, 2), test_attention<bf16>(1, 150, 96, 3);
+                test_attention<bf16>(1, 250, 128, 2); /* hd 64, 4 tiles: mma's two buffers each refilled */
                 test_attention_qkv<bf16>(2, 19, 24, 3), test_attention_qkv<bf16>(2, 37, 64, 2);
                 test_attention_qkv<bf16>(1, 70, 128, 2), test_attention_qkv<bf16>(1, 130, 256, 2);
             }

@@ -308,6 +308,50 @@ unsigned warp_ballot(int pred)
     return m;
 }
 
+/* ---- cp.async: copies queued per thread, landed at the wait --------------------- */
+struct AsyncCopy {
+    void *dst;
+    const void *src;
+    int bytes;
+};
+struct AsyncQueue {
+    std::vector<AsyncCopy> open;                /* issued since the last commit */
+    std::deque<std::vector<AsyncCopy>> groups;  /* committed, oldest first */
+};
+static thread_local std::vector<AsyncQueue> async_q; /* per thread of the block running on this OS thread */
+
+static void land(std::vector<AsyncCopy> &g)
+{
+    for (const AsyncCopy &c : g) memcpy(c.dst, c.src, (size_t)c.bytes);
+    g.clear();
+}
+
+void cp_async(void *dst, const void *src, int bytes)
+{
+    if ((bytes != 4 && bytes != 8 && bytes != 16) || ((uintptr_t)dst | (uintptr_t)src) % (uintptr_t)bytes) {
+        fprintf(stderr, "cuda_emu: kernel %s: cp.async of %d bytes from %p to %p (4, 8 or 16 bytes, both aligned "
+                        "to the size)\n", cur_block ? cur_block->name : "?", bytes, src, dst);
+        abort(); /* the GPU faults on a misaligned cp.async */
+    }
+    async_q[(size_t)self()->lin].open.push_back(AsyncCopy{dst, src, bytes});
+}
+
+void cp_async_commit()
+{
+    AsyncQueue &q = async_q[(size_t)self()->lin];
+    q.groups.push_back(std::move(q.open));
+    q.open.clear();
+}
+
+void cp_async_wait(int n)
+{
+    AsyncQueue &q = async_q[(size_t)self()->lin];
+    while ((int)q.groups.size() > (n > 0 ? n : 0)) {
+        land(q.groups.front());
+        q.groups.pop_front();
+    }
+}
+
 static void fiber_main()
 {
 #ifdef EMU_ASAN
@@ -316,6 +360,12 @@ static void fiber_main()
     Thread *t = cur_thread;
     Block *b = cur_block;
     b->fn(b->arg);
+    {
+        AsyncQueue &q = async_q[(size_t)t->lin];
+        for (auto &g : q.groups) land(g);
+        land(q.open);
+        q.groups.clear();
+    }
     t->state = DONE;
     b->ndone++;
     int w = t->lin / 32;
@@ -435,6 +485,8 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
         }
     }
     p.th.assign((size_t)b.n, Thread());
+    async_q.resize((size_t)b.n);
+    for (int i = 0; i < b.n; i++) async_q[(size_t)i].open.clear(), async_q[(size_t)i].groups.clear();
     b.th = &p.th;
     b.ndone = 0;
     b.bar_arrived = 0;

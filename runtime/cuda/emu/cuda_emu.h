@@ -196,6 +196,17 @@ enum { EMU_GATHER_MAX = 8 };
 void warp_gather(uint32_t *all, const uint32_t *mine, int n);
 /* bit i: lane i of the warp is live and passed pred != 0 */
 unsigned warp_ballot(int pred);
+/* cp.async (srk_cp_async, sm_80): the calling thread's copy of `bytes`
+ * from global memory to shared memory, queued; commit closes the thread's
+ * open group; wait(n) lands every group but the n newest (the copies run
+ * then, in order). A GPU may land a copy at any time up to the wait, so
+ * the emulator lands it as late as allowed: a kernel that reads its shared
+ * memory before waiting (or without the barrier after other threads'
+ * waits) reads what was there before, which the tests see. Copies still
+ * queued when the thread ends land then. */
+void cp_async(void *dst, const void *src, int bytes);
+void cp_async_commit();
+void cp_async_wait(int n);
 unsigned warp_active_mask();
 int lane_id();
 
