@@ -600,8 +600,8 @@ int cg_cuda(Program *P, FILE *f, const char *source_path, int precision_bf16)
     int npartial = cg_emit_tp_partial_grads(ir, f);
     fprintf(f, "\nstatic sr_stage stages[%d];\nstatic sr_program program;\n\n", ir->nstages);
     fprintf(f, "int main(int argc, char **argv)\n{\n");
-    fprintf(f, "    if (srk_configure(%d)) return 2; /* %s; a bad SHARDC_CUDA_* setting is printed */\n", g.bf16,
-            g.bf16 ? "bf16 compute" : "fp32");
+    fprintf(f, "    if (srk_configure(%d, %d)) return 2; /* %s, tp; a bad SHARDC_CUDA_* setting is printed */\n",
+            g.bf16, P->layout.tp, g.bf16 ? "bf16 compute" : "fp32");
     for (int st = 0; st < ir->nstages; st++) {
         const IrStage *sg = &ir->stages[st];
         int multi = ir->nstages > 1;

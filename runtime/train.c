@@ -361,7 +361,8 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
                "each kernel: errors name it); SHARDC_CUDA_ARENA_MB=N (the device arena's size);\n"
                "SHARDC_CUDA_BGRAD=0 (bias gradients apart from the weight GEMMs); SHARDC_CUDA_TP_OVERLAP=0 (a\n"
                "column-parallel input gradient's all-reduce or reduce-scatter after its weight gradient,\n"
-               "not during it); SHARDC_CUDNN_LIB=FILE.\n");
+               "not during it); SHARDC_CUDA_GEMM=heuristic|tune (tune: each GEMM's cuBLASLt candidates\n"
+               "timed at its first call, the fastest kept; not with --tp); SHARDC_CUDNN_LIB=FILE.\n");
     printf("Exit status: 0 ok, 1 error, 2 usage error.\n");
 }
 

@@ -36,7 +36,8 @@
 #      trial's verdict at that batch (where the default, auto, does not run,
 #      one FAIL and everything again with wmma pinned); 14 steps with each attention path
 #      pinned, and with the bias gradients summed apart
-#      (SHARDC_CUDA_BGRAD=0): its MFU, losses as the default's; and on token ids
+#      (SHARDC_CUDA_BGRAD=0), and with each GEMM's cuBLASLt candidates timed
+#      (SHARDC_CUDA_GEMM=tune: what it changed): its MFU, losses as the default's; and on token ids
 #      as skewed as text's (Zipf; the default's are uniform): its MFU; 4 steps under
 #      SHARDC_CUDA_PROFILE=1: where the device time goes, by .model line (and
 #      the attention's on each path pinned);
@@ -479,6 +480,10 @@ PY
   }
   for a in wmma $attn_alt; do variant "$a" "$a attention" "SHARDC_CUDA_ATTN=$a"; done
   variant nobgrad "bias gradients apart" SHARDC_CUDA_BGRAD=0
+  # each GEMM's cuBLASLt candidates timed at its first call, the fastest kept (off by default
+  # until measured here): what the heuristic's first choice leaves
+  variant gemmtune "the GEMMs tuned" SHARDC_CUDA_GEMM=tune
+  [ -f "$w/gemmtune.txt" ] && grep -m1 "GEMMs (SHARDC_CUDA_GEMM=tune)" "$w/gemmtune.txt" | sed 's/^/   /'
   # token ids as skewed as text's (Zipf, exponent 1: the commonest id 8.8% of a batch, about twice
   # the commonest GPT-2 token's share of English text) where the default's are uniform: what a
   # frequent token costs the embedding's backward (a row's positions added in order)

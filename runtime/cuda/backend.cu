@@ -494,7 +494,23 @@ static const sr_comm_device cuda_comm_device = {
 };
 
 /* designated initializers (C++20): fields added to sr_backend stay zero */
-static const char *cuda_note(void) { return srk_ctx.attn_note; }
+/* the attention trials' verdicts, and what SHARDC_CUDA_GEMM=tune changed */
+static const char *cuda_note(void)
+{
+    static char note[sizeof srk_ctx.attn_note + 320];
+    if (!srk_ctx.gemm_tune) return srk_ctx.attn_note;
+#ifdef SR_CUDA_EMULATION
+    snprintf(note, sizeof note, "%s%sGEMMs (SHARDC_CUDA_GEMM=tune): nothing to tune on the emulator (its GEMM is the "
+             "host BLAS, one algorithm)", srk_ctx.attn_note, srk_ctx.attn_note[0] ? "\n" : "");
+#else
+    snprintf(note, sizeof note,
+             "%s%sGEMMs (SHARDC_CUDA_GEMM=tune): %ld problems timed on their first call, %ld on another algorithm "
+             "than cuBLASLt's first (%.3f ms a call faster in all)%s",
+             srk_ctx.attn_note, srk_ctx.attn_note[0] ? "\n" : "", srk_ctx.gemm_tuned, srk_ctx.gemm_changed,
+             srk_ctx.gemm_saved_ms, srk_ctx.gemm_untried ? "; some not timed (no room for a trial's output)" : "");
+#endif
+    return note;
+}
 
 extern "C" const sr_backend sr_backend_cuda = {
     .name = "cuda",

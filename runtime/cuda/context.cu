@@ -59,9 +59,10 @@ int srk_check_cuda(cudaError_t e, const char *what)
     return 0;
 }
 
-int srk_configure(int use_bf16)
+int srk_configure(int use_bf16, int tp)
 {
     srk_ctx.bf16 = use_bf16 != 0;
+    srk_ctx.tp = tp;
     const char *s = getenv("SHARDC_CUDA_SYNC");
     srk_ctx.sync_each = s && *s && strcmp(s, "0") != 0;
     s = getenv("SHARDC_CUDA_PROFILE");
@@ -75,6 +76,17 @@ int srk_configure(int use_bf16)
     if (s && *s && strcmp(s, "0") != 0 && strcmp(s, "1") != 0)
         srk_fail("SHARDC_CUDA_TP_OVERLAP=%s: expected 1 (the default: a column-parallel input gradient's all-reduce "
                  "or reduce-scatter during the weight gradient's GEMM) or 0", s);
+    s = getenv("SHARDC_CUDA_GEMM");
+    srk_ctx.gemm_tune = s && !strcmp(s, "tune");
+    srk_ctx.gemm_tuned = srk_ctx.gemm_changed = srk_ctx.gemm_untried = 0, srk_ctx.gemm_saved_ms = 0.0;
+    if (s && *s && strcmp(s, "tune") != 0 && strcmp(s, "heuristic") != 0)
+        srk_fail("SHARDC_CUDA_GEMM=%s: expected heuristic (the default: cuBLASLt's first algorithm for each GEMM) "
+                 "or tune (its candidates timed at each GEMM's first call, the fastest kept)", s);
+    else if (srk_ctx.gemm_tune && tp > 1)
+        /* ranks that compute the same result (a row-parallel bias's gradient) must add in the same order */
+        srk_fail("SHARDC_CUDA_GEMM=tune: not with tensor parallelism (this program is built for tp=%d): its ranks "
+                 "compute replicated parameters' gradients, which must come from the same algorithm on every "
+                 "rank, and each rank's timings may pick another; use heuristic", tp);
     s = getenv("SHARDC_CUDA_ATTN");
     srk_ctx.attn_mode = SRK_ATTN_AUTO;
     srk_ctx.attn_picks = 0, srk_ctx.attn_note[0] = 0;

@@ -6,7 +6,14 @@
  * A is our B) epilogues, a 32 MiB workspace, the operands' actual
  * alignment given to the heuristic, and a small cache of descriptors and
  * heuristic results per problem so the steady state does no heuristic
- * queries.
+ * queries. SHARDC_CUDA_GEMM=tune (off by default until a GPU has measured
+ * it): the heuristic's first 8 candidates for a problem are timed at its
+ * first call on the call's own operands, the output going to a buffer of
+ * its own (or, with beta 0 and an output that overlaps no input, to the
+ * output itself, which the call then writes again), and the fastest is
+ * kept where it beats the first by more than 3% (srk_tune_pick), as XLA
+ * and PyTorch's TunableOp do; the note after the first step says what it
+ * changed.
  *
  * Emulation: the host BLAS (cblas_sgemm) on float copies of the operands;
  * bf16 operands are rounded exactly as the GPU sees them, the epilogue runs
@@ -59,7 +66,11 @@ static const void *as_compute(const void *p, int dt, long n, int scratch_id, int
 #ifdef __CUDACC__
 
 static cublasLtHandle_t lt;
-enum { LT_WS_BYTES = 32 << 20, LT_CACHE = 64 };
+enum { LT_WS_BYTES = 32 << 20, LT_CACHE = 64, LT_TUNE_ALGOS = 8 };
+static const int LT_TUNE_RUNS = 3; /* timed runs of each candidate, after one untimed */
+/* the most a trial's own output may take (the LM head's logits, 13 GB at GPT-2's batch 128,
+ * are tried in place or not at all) */
+static const size_t LT_TUNE_MAX_OUT = (size_t)1 << 30;
 
 typedef struct lt_plan {
     int used;
@@ -67,6 +78,8 @@ typedef struct lt_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t cand[LT_TUNE_ALGOS]; /* SHARDC_CUDA_GEMM=tune: the heuristic's candidates, */
+    int ncand;                                /* until the first call has timed them (then 0) */
     int none; /* no algorithm for this DGELU or BGRAD problem: the caller runs it apart */
     uint64_t stamp;
 } lt_plan;
@@ -161,9 +174,10 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof align_a);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c);
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulHeuristicResult_t h[LT_TUNE_ALGOS];
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found);
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref,
+                                                      srk_ctx.gemm_tune ? LT_TUNE_ALGOS : 1, h, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     (void)ws;
     if ((s != CUBLAS_STATUS_SUCCESS || found == 0) && srk_epi_optional(epi)) {
@@ -180,10 +194,66 @@ static lt_plan *get_plan(long *key, int nkey, int ta, int tb, long M, long N, lo
         free_plan(p);
         return NULL;
     }
-    p->algo = h.algo;
+    p->algo = h[0].algo;
+    if (srk_ctx.gemm_tune && found > 1) {
+        p->ncand = found;
+        for (int i = 0; i < found; i++) p->cand[i] = h[i].algo;
+    }
     p->used = 1;
     p->stamp = ++plan_clock;
     return p;
+}
+
+/* [p, p + n) and [q, q + m) share a byte */
+static int overlaps(const void *p, size_t n, const void *q, size_t m)
+{
+    return p && q && (const char *)p < (const char *)q + m && (const char *)q < (const char *)p + n;
+}
+
+/* SHARDC_CUDA_GEMM=tune: times p's candidates on this call's operands (its output, c_bytes at C,
+ * written to a buffer of its own, or to C itself where in_place: beta 0 and no input overlapping
+ * it) and keeps the fastest (srk_tune_pick); the call then runs as usual */
+static void lt_tune(lt_plan *p, const float *alpha, const void *a, const void *b, const float *beta, void *C,
+                    size_t c_bytes, int in_place, void *ws)
+{
+    int n = p->ncand;
+    p->ncand = 0;
+    void *D = in_place ? C : c_bytes <= LT_TUNE_MAX_OUT ? srk_dev_alloc(c_bytes) : NULL;
+    if (!D) {
+        srk_ctx.gemm_untried++;
+        return;
+    }
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms[LT_TUNE_ALGOS];
+    for (int i = 0; i < n; i++) ms[i] = -1.0f;
+    if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        for (int i = 0; i < n; i++) {
+            /* a candidate the library refuses at run time is left out, not an error */
+            auto run = [&]() {
+                return cublasLtMatmul(lt, p->desc, alpha, b, p->a, a, p->b, beta, C, p->c, D, p->c, &p->cand[i], ws,
+                                      LT_WS_BYTES, srk_ctx.stream) == CUBLAS_STATUS_SUCCESS;
+            };
+            if (!run()) continue; /* the first run of each: not timed */
+            int ok = 1;
+            cudaEventRecord(e0, srk_ctx.stream);
+            for (int r = 0; r < LT_TUNE_RUNS && ok; r++) ok = run();
+            cudaEventRecord(e1, srk_ctx.stream);
+            float t = 0.0f;
+            if (ok && cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&t, e0, e1) == cudaSuccess)
+                ms[i] = t / LT_TUNE_RUNS;
+        }
+    }
+    cudaGetLastError(); /* a refused candidate's launch error is not the program's */
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    int best = srk_tune_pick(ms, n, 0.03f);
+    p->algo = p->cand[best];
+    srk_ctx.gemm_tuned++;
+    if (best) srk_ctx.gemm_changed++, srk_ctx.gemm_saved_ms += ms[0] > 0.0f ? ms[0] - ms[best] : 0.0;
+    if (D != C) {
+        srk_stream_sync("a GEMM's trial"); /* its buffer is free once the trial's runs are done */
+        srk_dev_free(D);
+    }
 }
 
 int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A, int adt, long lda, const void *B,
@@ -227,6 +297,17 @@ int srk_gemm(int ta, int tb, long M, long N, long K, float alpha, const void *A,
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (srk_epi_aux(epi))
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
+    if (p->ncand > 1) {
+        size_t es = cdt == SRK_BF16 ? 2 : 4, c_bytes = ((size_t)(M - 1) * ldc + N) * es;
+        size_t a_bytes = (size_t)((ta ? K : M) * lda) * (a_dt == SRK_BF16 ? 2 : 4);
+        size_t b_bytes = (size_t)((tb ? N : K) * ldb) * (b_dt == SRK_BF16 ? 2 : 4);
+        /* what the epilogue reads: the bias (N), GELU's input (DGELU: laid out as C) */
+        size_t bias_bytes = srk_epi_bias(epi) ? (size_t)N * (bias_dt == SRK_BF16 ? 2 : 4) : 0;
+        size_t pre_bytes = epi == SRK_EPI_DGELU ? c_bytes : 0;
+        int in_place = beta == 0.0f && !overlaps(C, c_bytes, a, a_bytes) && !overlaps(C, c_bytes, b, b_bytes) &&
+                       !overlaps(C, c_bytes, bias, bias_bytes) && !overlaps(C, c_bytes, pre, pre_bytes);
+        lt_tune(p, &alpha, a, b, &beta, C, c_bytes, in_place, ws);
+    }
     lt_ok(cublasLtMatmul(lt, p->desc, &alpha, b, p->a, a, p->b, &beta, C, p->c, C, p->c, &p->algo, ws, LT_WS_BYTES,
                          srk_ctx.stream),
           "matmul");

@@ -99,6 +99,13 @@ typedef struct srk_context {
     } rs_pending;
     int no_bgrad;            /* SHARDC_CUDA_BGRAD=0: bias gradients by their own column sums, not in the
                               * weight gradient's GEMM (srk_wgrad; for comparisons) */
+    int gemm_tune;           /* SHARDC_CUDA_GEMM=tune: each GEMM problem's cuBLASLt candidates timed at its
+                              * first call, the fastest kept (gemm.cu); 0: the heuristic's first */
+    int tp;                  /* the program's tensor-parallel size (srk_configure) */
+    long gemm_tuned;         /* problems tuned, of those another algorithm than the heuristic's first, */
+    long gemm_changed;       /* and those left untried (no room for a trial output) */
+    long gemm_untried;
+    double gemm_saved_ms;    /* the changed problems' summed gain per call, ms */
     long attn_tc_launches;   /* tensor-core attention kernels launched (tests) */
     long attn_mma_launches;  /* of those, the mma.sync ones */
     long attn_cudnn_calls;   /* attention forwards and backwards run by cuDNN */
@@ -158,9 +165,22 @@ void srk_params_written(const void *p, size_t bytes);
  * after it (ZeRO-1's gather during the forward): their part of the shadow
  * converted again */
 void srk_params_arrived(const float *p, int64_t n);
-/* program set-up (generated main): precision, and the SHARDC_CUDA_* settings;
- * nonzero (the error printed) when one of those is bad */
-int srk_configure(int use_bf16);
+/* program set-up (generated main): precision, tensor-parallel size, and the
+ * SHARDC_CUDA_* settings; nonzero (the error printed) when one of those is bad */
+int srk_configure(int use_bf16, int tp);
+
+/* SHARDC_CUDA_GEMM=tune's choice among n candidates timed ms[0..n) (ms < 0: the candidate
+ * failed; 0 is the heuristic's first): the fastest, where it beats candidate 0 by more than
+ * `margin` (a fraction), so that timing noise does not trade the heuristic's pick for an equal
+ * one; 0 when nothing does (or nothing ran) */
+static inline int srk_tune_pick(const float *ms, int n, float margin)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (ms[i] > 0.0f && (best < 0 || ms[i] < ms[best])) best = i;
+    if (best <= 0) return 0;
+    return ms[0] > 0.0f && ms[best] >= ms[0] * (1.0f - margin) ? 0 : best;
+}
 /* a device scalar to the host / from the host */
 float srk_get_scalar(const float *dev);
 void srk_set_scalar(float *dev, float v);

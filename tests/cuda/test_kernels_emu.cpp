@@ -1131,6 +1131,44 @@ static void test_shadow(void)
 
 /* errors name the kernel and the generated line */
 static __global__ void too_big_kernel(float *x) { x[threadIdx.x] = 0.0f; }
+/* SHARDC_CUDA_GEMM: the choice rule, the settings refused, and matmuls under tune (on a GPU their
+ * first calls time cuBLASLt's candidates; the results must be the same within the tolerance) */
+static void test_gemm_tune(void)
+{
+    const float a[] = {1.0f, 0.9f, 0.99f}, b[] = {1.0f, 0.98f}, c[] = {-1.0f, 2.0f, 1.5f}, d[] = {-1.0f, -1.0f},
+                e[] = {1.0f, -1.0f, 0.5f}, f[] = {0.0f, 0.5f};
+    int pa = srk_tune_pick(a, 3, 0.03f), pb = srk_tune_pick(b, 2, 0.03f), pc = srk_tune_pick(c, 3, 0.03f);
+    int pd = srk_tune_pick(d, 2, 0.03f), pe = srk_tune_pick(e, 3, 0.03f), pf = srk_tune_pick(f, 2, 0.03f);
+    check(pa == 1 && pb == 0 && pc == 2 && pd == 0 && pe == 2 && pf == 1,
+          "GEMM tuning's choice: 10%% faster than the first taken, 2%% not, failed candidates skipped, nothing "
+          "timed keeps the first (got %d %d %d %d %d %d)", pa, pb, pc, pd, pe, pf);
+    setenv("SHARDC_CUDA_GEMM", "fast", 1);
+    srk_ctx.failed = 0;
+    srk_configure(1, 1);
+    check(srk_ctx.failed && strstr(srk_ctx.err, "SHARDC_CUDA_GEMM=fast: expected heuristic"),
+          "SHARDC_CUDA_GEMM=fast is refused, naming the values: %s", srk_ctx.err);
+    setenv("SHARDC_CUDA_GEMM", "tune", 1);
+    srk_ctx.failed = 0;
+    srk_configure(1, 2);
+    check(srk_ctx.failed && strstr(srk_ctx.err, "not with tensor parallelism (this program is built for tp=2)"),
+          "SHARDC_CUDA_GEMM=tune is refused at tp=2 (replicated gradients need one algorithm on every rank): %s",
+          srk_ctx.err);
+    srk_ctx.failed = 0;
+    srk_configure(1, 1);
+    check(!srk_ctx.failed && srk_ctx.gemm_tune, "SHARDC_CUDA_GEMM=tune at tp=1 is taken");
+    /* shapes no earlier test used: their plans are made (and, on a GPU, tuned) here */
+    test_matmul<bf16>(41, 29, 67, false), test_matmul<bf16>(96, 64, 136, true);
+    test_matmul_epilogues<bf16>(41, 32, 72);
+    test_matmul_gelu_bwd<bf16>(43, 40, 24);
+    test_matmul_bias_bwd<bf16>(43, 40, 24);
+    const char *note = sr_backend_cuda.note();
+    check(note && strstr(note, "GEMMs (SHARDC_CUDA_GEMM=tune): "), "the note after the first step says what "
+          "tuning did: %s (%ld problems tuned, %ld changed)", note ? note : "(none)", srk_ctx.gemm_tuned,
+          srk_ctx.gemm_changed);
+    unsetenv("SHARDC_CUDA_GEMM");
+    srk_configure(1, 1);
+}
+
 static void test_error_report(void)
 {
     float *d = NULL;
@@ -1351,7 +1389,7 @@ static double now_ms(void)
 }
 static int bench_attention(long B, long T, long C, long NH, int iters)
 {
-    srk_configure(1);
+    srk_configure(1, 1);
     if (srk_ctx.failed || B <= 0 || T <= 0 || NH <= 0 || C % NH || iters <= 0) {
         printf("bench-attention: B T C NH ITERS, positive, C a multiple of NH\n");
         return 2;
@@ -1409,14 +1447,14 @@ static int bench_attention(long B, long T, long C, long NH, int iters)
 
 int main(int argc, char **argv)
 {
-    srk_configure(0);
+    srk_configure(0, 1);
     sr_status st = sr_backend_cuda.init(0);
     if (st != SR_OK) {
         printf("FAIL backend init: %s\n0 passed, 1 failed\n", sr_errmsg());
         return 1;
     }
     if (argc == 2 && !strcmp(argv[1], "--cudnn-probe")) { /* gpu-check: can the cuDNN attention run here */
-        srk_configure(1);
+        srk_configure(1, 1);
         const char *why;
         bool ok = cudnn_usable(&why);
         char err[512];
@@ -1445,7 +1483,7 @@ int main(int argc, char **argv)
     test_error_report();
     test_backend();
     for (int bf = 0; bf < 2; bf++) {
-        srk_configure(bf);
+        srk_configure(bf, 1);
         if (bf) {
             test_matmul<bf16>(37, 19, 23, false), test_matmul<bf16>(64, 96, 48, false);
             test_matmul<bf16>(37, 19, 23, true), test_matmul<bf16>(33, 64, 101, true);
@@ -1495,6 +1533,7 @@ int main(int argc, char **argv)
             srk_ctx.attn_mode = env_mode;
             test_cudnn_unavailable();
             test_attention_auto();
+            test_gemm_tune();
         } else {
             test_matmul<float>(37, 19, 23, false), test_matmul<float>(64, 96, 48, false);
             test_matmul<float>(37, 19, 23, true), test_matmul<float>(33, 64, 101, true);

@@ -306,6 +306,17 @@ check "SHARDC_CUDA_TP_OVERLAP=on: exit 2, one line (got $rc: $(head -c 200 badov
 SHARDC_CUDA_ATTN=flash ./tgb_cuda $opts --steps 1 2> badattn.txt; rc=$?
 check "SHARDC_CUDA_ATTN=flash: exit 2, one line naming the choices (got $rc: $(head -c 200 badattn.txt))" bash -c \
   "[ $rc -eq 2 ] && [ \$(wc -l < badattn.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_ATTN=flash: expected auto (the default: the fastest path that agrees with simt), wmma, mma, cudnn or simt' badattn.txt"
+SHARDC_CUDA_GEMM=fast ./tgb_cuda $opts --steps 1 2> badgemm.txt; rc=$?
+check "SHARDC_CUDA_GEMM=fast: exit 2, one line naming the choices (got $rc: $(head -c 200 badgemm.txt))" bash -c \
+  "[ $rc -eq 2 ] && [ \$(wc -l < badgemm.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_GEMM=fast: expected heuristic (the default' badgemm.txt"
+# tune: trains, and says after the first step what it did (on the emulator: nothing to tune); a
+# tensor-parallel program refuses it at start-up (replicated gradients need one algorithm)
+SHARDC_CUDA_GEMM=tune ./tgb_cuda ${opts% --quiet} --steps 2 > tune.out 2>&1; rc=$?  # the note is not --quiet
+check "SHARDC_CUDA_GEMM=tune: trains, the note after the first step says the emulator has nothing to tune (got $rc)" \
+  bash -c "[ $rc -eq 0 ] && grep -q 'GEMMs (SHARDC_CUDA_GEMM=tune): nothing to tune on the emulator' tune.out"
+SHARDC_CUDA_GEMM=tune ./tg2_cuda $opts --tp 2 --steps 1 2> tunetp.txt; rc=$?
+check "SHARDC_CUDA_GEMM=tune at tp=2: exit 2, one line saying why (got $rc: $(head -c 200 tunetp.txt))" bash -c \
+  "[ $rc -eq 2 ] && [ \$(wc -l < tunetp.txt) -eq 1 ] && grep -q 'SHARDC_CUDA_GEMM=tune: not with tensor parallelism (this program is built for tp=2)' tunetp.txt"
 
 # SHARDC_CUDA_ATTN=cudnn where cuDNN cannot run (the emulator's runtime never has it): the first
 # attention stops the step with why, naming the .model site and the generated line, not a NaN loss
