@@ -287,6 +287,56 @@ __device__ __forceinline__ void flush(TD *grad, size_t base, int row0, int T, in
     }
 }
 
+/* The causal mask per element costs compares and selects next to each exponential; in the tiles
+ * below the diagonal (at T = 1024, 120 of the 136 a head's blocks see) every key comes before every row,
+ * so the helpers below take FULL = true there and leave the mask out (the same values: the mask
+ * keeps them all). */
+
+/* a lane's scores s (16 rows from i0 by 8 n8 tiles of keys from c0) scaled to base 2, -inf where
+ * the key is after the row or past T */
+template <bool FULL>
+__device__ __forceinline__ void scores_masked(float (*s)[4], int c0, int i0, int T, float sl2)
+{
+    int t = threadIdx.x & 3;
+    for (int hr = 0; hr < 2; hr++)
+        for (int j = 0; j < 8; j++)
+            for (int e = 0; e < 2; e++) {
+                int key = c0 + 8 * j + 2 * t + e, i = i0 + 8 * hr;
+                s[j][2 * hr + e] = FULL || (key <= i && key < T) ? s[j][2 * hr + e] * sl2 : -INFINITY;
+            }
+}
+
+/* dS = P (dP - delta) scale for the dq kernel's rows i0, i0 + 8 (lse2: lse in base 2) and keys from c0 */
+template <bool FULL>
+__device__ __forceinline__ void ds_rows(float (*dp)[4], const float (*s)[4], int c0, int i0, int T, float sl2,
+                                        const float *lse2, const float *delta, float scale)
+{
+    int t = threadIdx.x & 3;
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) {
+            int hr = e >> 1, i = i0 + 8 * hr, key = c0 + 8 * j + 2 * t + (e & 1);
+            float p = FULL || (i < T && key <= i) ? exp2f(s[j][e] * sl2 - lse2[hr]) : 0.0f;
+            dp[j][e] = p * (dp[j][e] - delta[hr]) * scale;
+        }
+}
+
+/* P^T in st and dS^T in dpt for the dk/dv kernel's keys k0, k0 + 8 and queries from r0 (ls: lse in
+ * base e, dls: delta, by query column) */
+template <bool FULL>
+__device__ __forceinline__ void pt_dst(float (*st)[4], float (*dpt)[4], int k0, int r0, int T, float sl2,
+                                       const float *ls, const float *dls, float scale)
+{
+    int t = threadIdx.x & 3;
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) {
+            int key = k0 + 8 * (e >> 1), c = 8 * j + 2 * t + (e & 1), i = r0 + c;
+            float l2 = ls[c] * LOG2E;
+            float p = FULL || (i < T && key <= i) ? exp2f(st[j][e] * sl2 - l2) : 0.0f;
+            st[j][e] = p;                                 /* P^T */
+            dpt[j][e] = p * (dpt[j][e] - dls[c]) * scale; /* dS^T */
+        }
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 template <int HD, class TO>
 __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, float *lse, const bf16 *q, const bf16 *k,
@@ -328,16 +378,12 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
         }
         if (c0 > qw + 15) continue; /* all in this warp's future */
         rows_times_tile<HD>(s, qa, Ks);
+        if (c0 + TILE - 1 <= qw && qw + 15 < T) scores_masked<true>(s, c0, qw + g, T, sl2);
+        else scores_masked<false>(s, c0, qw + g, T, sl2);
         for (int hr = 0; hr < 2; hr++) {
-            int i = qw + g + 8 * hr;
             float mx = -INFINITY;
             for (int j = 0; j < 8; j++)
-                for (int e = 0; e < 2; e++) {
-                    int key = c0 + 8 * j + 2 * t + e;
-                    float x = key <= i && key < T ? s[j][2 * hr + e] * sl2 : -INFINITY;
-                    s[j][2 * hr + e] = x;
-                    mx = fmaxf(mx, x);
-                }
+                for (int e = 0; e < 2; e++) mx = fmaxf(mx, s[j][2 * hr + e]);
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); /* the 4 lanes of a row */
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             float mnew = fmaxf(m[hr], mx);
@@ -392,7 +438,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
     bf16 *Ks = (bf16 *)smc, *Vs = Ks + TILE * LDH, *QG = Vs + TILE * LDH;
     float *LD = (float *)(QG + 4 * TILE * LDH);
     int b = blockIdx.z, h = blockIdx.y, c0 = blockIdx.x * TILE;
-    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     int kw = c0 + 16 * w; /* this lane's keys: kw + g, kw + g + 8 */
     size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     const float *lse_bh = lse + ((size_t)b * NH + h) * T, *del_bh = delta + ((size_t)b * NH + h) * T;
@@ -433,14 +479,8 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
         if (r0 + TILE < T) fetch(r0 + TILE, ~it & 1);
         rows_times_tile<HD>(st, ka, Qs);  /* S^T (16 keys, 64 queries) */
         rows_times_tile<HD>(dpt, va, Gs); /* dP^T = V dO^T */
-        for (int j = 0; j < 8; j++)
-            for (int e = 0; e < 4; e++) {
-                int key = kw + g + 8 * (e >> 1), c = 8 * j + 2 * t + (e & 1), i = r0 + c;
-                float l2 = ls[c] * LOG2E;
-                float p = i < T && key <= i ? exp2f(st[j][e] * sl2 - l2) : 0.0f;
-                st[j][e] = p;                                 /* P^T */
-                dpt[j][e] = p * (dpt[j][e] - dls[c]) * scale; /* dS^T */
-            }
+        if (kw + 15 <= r0 && r0 + TILE <= T) pt_dst<true>(st, dpt, kw + g, r0, T, sl2, ls, dls, scale);
+        else pt_dst<false>(st, dpt, kw + g, r0, T, sl2, ls, dls, scale);
         probs_times_tile<HD>(dva, st, Gs);  /* dV += P^T dO */
         probs_times_tile<HD>(dka, dpt, Qs); /* dK += dS^T Q */
     }
@@ -464,7 +504,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     SR_EXTERN_SHARED(char, smc);
     bf16 *Qs = (bf16 *)smc, *Gs = Qs + TILE * LDH, *KV = Gs + TILE * LDH; // then K and V of buffer 0, of buffer 1
     int b = blockIdx.z, h = blockIdx.y, r0 = (gridDim.x - 1 - blockIdx.x) * TILE;
-    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     int qw = r0 + 16 * w;
     size_t base = (size_t)b * T * C + (size_t)h * HD, bi = (size_t)b * T * LQ + (size_t)h * HD;
     float sl2 = scale * LOG2E;
@@ -501,12 +541,8 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
         if (c0 > qw + 15) continue;
         rows_times_tile<HD>(s, qa, Ks);  /* S (16 queries, 64 keys) */
         rows_times_tile<HD>(dp, ga, Vs); /* dP = dO V^T */
-        for (int j = 0; j < 8; j++)
-            for (int e = 0; e < 4; e++) {
-                int hr = e >> 1, i = qw + g + 8 * hr, key = c0 + 8 * j + 2 * t + (e & 1);
-                float p = i < T && key <= i ? exp2f(s[j][e] * sl2 - lrow[hr]) : 0.0f;
-                dp[j][e] = p * (dp[j][e] - drow[hr]) * scale; /* dS */
-            }
+        if (c0 + TILE - 1 <= qw && qw + 15 < T) ds_rows<true>(dp, s, c0, qw + g, T, sl2, lrow, drow, scale);
+        else ds_rows<false>(dp, s, c0, qw + g, T, sl2, lrow, drow, scale); /* dS */
         probs_times_tile<HD>(dqa, dp, Ks); /* dQ += dS K */
     }
     flush<HD>(dq, bi, qw, T, LQ, dqa, fresh & 1);
