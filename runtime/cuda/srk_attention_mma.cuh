@@ -212,6 +212,17 @@ __device__ __forceinline__ void load_tile_async(bf16 *dst, const bf16 *src, int 
     }
 }
 
+/* the key tile at c0 (K, then V, (64, LDH) each) into buffer i of KV: in flight until committed and waited */
+template <int HD>
+__device__ __forceinline__ void load_kv_async(bf16 *KV, int i, const bf16 *k, const bf16 *v, int c0, int T, int LQ,
+                                              int vec)
+{
+    constexpr int LDH = Lay<HD>::LDH;
+    bf16 *Kn = KV + i * 2 * TILE * LDH;
+    load_tile_async<HD>(Kn, k, c0, T, LQ, vec);
+    load_tile_async<HD>(Kn + TILE * LDH, v, c0, T, LQ, vec);
+}
+
 /* The two ways this file feeds ldmatrix.x4 from a row-major tile X (ld LDH):
  *  a_at: the A fragment of the 16x16 block at X (rows 0..15, columns 0..15);
  *        with TRANS it is also the B fragments of two n8 tiles (columns
@@ -355,8 +366,7 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
     float sl2 = scale * LOG2E;
     int kend = min(T, r0 + TILE);
     load_tile_async<HD>(Qs, q + bi, r0, T, LQ, vec);
-    load_tile_async<HD>(KV, k + bi, 0, T, LQ, vec);
-    load_tile_async<HD>(KV + TILE * LDH, v + bi, 0, T, LQ, vec);
+    load_kv_async<HD>(KV, 0, k + bi, v + bi, 0, T, LQ, vec);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -371,9 +381,7 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
         __syncthreads();
         const bf16 *Ks = KV + (it & 1) * 2 * TILE * LDH, *Vs = Ks + TILE * LDH;
         if (c0 + TILE < kend) { /* the next tile's copies fly while this one is multiplied */
-            bf16 *Kn = KV + (~it & 1) * 2 * TILE * LDH;
-            load_tile_async<HD>(Kn, k + bi, c0 + TILE, T, LQ, vec);
-            load_tile_async<HD>(Kn + TILE * LDH, v + bi, c0 + TILE, T, LQ, vec);
+            load_kv_async<HD>(KV, ~it & 1, k + bi, v + bi, c0 + TILE, T, LQ, vec);
             cp_async_commit();
         }
         if (c0 > qw + 15) continue; /* all in this warp's future */
@@ -511,8 +519,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
     int kend = min(T, r0 + TILE);
     load_tile_async<HD>(Qs, q + bi, r0, T, LQ, vec);
     load_tile_async<HD>(Gs, dout + base, r0, T, C, vec);
-    load_tile_async<HD>(KV, k + bi, 0, T, LQ, vec);
-    load_tile_async<HD>(KV + TILE * LDH, v + bi, 0, T, LQ, vec);
+    load_kv_async<HD>(KV, 0, k + bi, v + bi, 0, T, LQ, vec);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -533,9 +540,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
         __syncthreads();
         const bf16 *Ks = KV + (it & 1) * 2 * TILE * LDH, *Vs = Ks + TILE * LDH;
         if (c0 + TILE < kend) {
-            bf16 *Kn = KV + (~it & 1) * 2 * TILE * LDH;
-            load_tile_async<HD>(Kn, k + bi, c0 + TILE, T, LQ, vec);
-            load_tile_async<HD>(Kn + TILE * LDH, v + bi, c0 + TILE, T, LQ, vec);
+            load_kv_async<HD>(KV, ~it & 1, k + bi, v + bi, c0 + TILE, T, LQ, vec);
             cp_async_commit();
         }
         if (c0 > qw + 15) continue;
