@@ -223,29 +223,16 @@ static void lt_tune(lt_plan *p, const float *alpha, const void *a, const void *b
         srk_ctx.gemm_untried++;
         return;
     }
-    cudaEvent_t e0 = NULL, e1 = NULL;
     float ms[LT_TUNE_ALGOS];
-    for (int i = 0; i < n; i++) ms[i] = -1.0f;
-    if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
-        for (int i = 0; i < n; i++) {
-            /* a candidate the library refuses at run time is left out, not an error */
-            auto run = [&]() {
-                return cublasLtMatmul(lt, p->desc, alpha, b, p->a, a, p->b, beta, C, p->c, D, p->c, &p->cand[i], ws,
-                                      LT_WS_BYTES, srk_ctx.stream) == CUBLAS_STATUS_SUCCESS;
-            };
-            if (!run()) continue; /* the first run of each: not timed */
-            int ok = 1;
-            cudaEventRecord(e0, srk_ctx.stream);
-            for (int r = 0; r < LT_TUNE_RUNS && ok; r++) ok = run();
-            cudaEventRecord(e1, srk_ctx.stream);
-            float t = 0.0f;
-            if (ok && cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&t, e0, e1) == cudaSuccess)
-                ms[i] = t / LT_TUNE_RUNS;
-        }
+    for (int i = 0; i < n; i++) {
+        /* a candidate the library refuses at run time is left out, not an error */
+        auto run = [&]() {
+            return cublasLtMatmul(lt, p->desc, alpha, b, p->a, a, p->b, beta, C, p->c, D, p->c, &p->cand[i], ws,
+                                  LT_WS_BYTES, srk_ctx.stream) == CUBLAS_STATUS_SUCCESS;
+        };
+        ms[i] = run() ? (float)srk_time_ms(run, LT_TUNE_RUNS, NULL) : -1.0f; /* the first run: not timed */
     }
     cudaGetLastError(); /* a refused candidate's launch error is not the program's */
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
     int best = srk_tune_pick(ms, n, 0.03f);
     p->algo = p->cand[best];
     srk_ctx.gemm_tuned++;

@@ -144,18 +144,12 @@ static void result(const Bufs<TX> &b, Result &r)
 template <class TX>
 static double time_it(const Bufs<TX> &b, int reps)
 {
-    cudaEvent_t e0, e1;
-    if (!srk_check_cuda(cudaEventCreate(&e0), "the attention trial's events")) return -1.0;
-    if (!srk_check_cuda(cudaEventCreate(&e1), "the attention trial's events")) return cudaEventDestroy(e0), -1.0;
-    float ms = -1.0f;
-    cudaEventRecord(e0, srk_ctx.stream);
-    for (int i = 0; i < reps; i++) run_once(b);
-    cudaEventRecord(e1, srk_ctx.stream);
-    if (srk_check_cuda(cudaEventSynchronize(e1), "the attention trial") && !srk_ctx.failed)
-        cudaEventElapsedTime(&ms, e0, e1);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return ms < 0.0f ? -1.0 : (double)ms / reps;
+    return srk_time_ms(
+        [&]() {
+            run_once(b);
+            return true; /* a failure shows in srk_ctx.failed, checked after the runs */
+        },
+        reps, "the attention trial");
 }
 
 /* why cuDNN cannot take this layout, or NULL */

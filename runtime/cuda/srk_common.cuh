@@ -169,6 +169,28 @@ void srk_params_arrived(const float *p, int64_t n);
  * SHARDC_CUDA_* settings; nonzero (the error printed) when one of those is bad */
 int srk_configure(int use_bf16, int tp);
 
+/* milliseconds per call of run (a callable that queues work on srk_ctx.stream and returns false
+ * when it could not), over reps calls between two events; -1 when a call or the timing failed.
+ * what: the timing's failures are the program's errors, so named; NULL: not errors (a candidate
+ * the library refuses) */
+template <class F>
+static inline double srk_time_ms(F run, int reps, const char *what)
+{
+    cudaEvent_t e0, e1;
+    auto fine = [&](cudaError_t e) { return what ? srk_check_cuda(e, what) != 0 : e == cudaSuccess; };
+    if (!fine(cudaEventCreate(&e0))) return -1.0;
+    if (!fine(cudaEventCreate(&e1))) return cudaEventDestroy(e0), -1.0;
+    bool ok = true;
+    cudaEventRecord(e0, srk_ctx.stream);
+    for (int i = 0; i < reps && ok; i++) ok = run();
+    cudaEventRecord(e1, srk_ctx.stream);
+    float ms = -1.0f;
+    if (ok && fine(cudaEventSynchronize(e1)) && !(what && srk_ctx.failed)) cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms < 0.0f ? -1.0 : (double)ms / reps;
+}
+
 /* SHARDC_CUDA_GEMM=tune's choice among n candidates timed ms[0..n) (ms < 0: the candidate
  * failed; 0 is the heuristic's first): the fastest, where it beats candidate 0 by more than
  * `margin` (a fraction), so that timing noise does not trade the heuristic's pick for an equal
