@@ -129,6 +129,20 @@ static void expect(const char *what, const vec &got, const vec &want, float tol)
                wi >= 0 ? want[(size_t)wi] : 0.0f, worst, tol);
 }
 
+/* ||g - w|| / ||w|| <= tol: an error in many elements at once (a mis-scaled tile, a wrong
+ * rescaling) that the elementwise bound, which allows each element tol (|w| + max|w|), lets by */
+static void expect_l2(const char *what, const vec &got, const vec &want, float tol)
+{
+    double d = 0.0, w2 = 0.0;
+    bool ok = got.size() == want.size();
+    for (size_t i = 0; ok && i < got.size(); i++) {
+        double e = (double)got[i] - want[i];
+        d += e * e, w2 += (double)want[i] * want[i];
+    }
+    double r = ok ? sqrt(d / (w2 + 1e-300)) : INFINITY;
+    check(ok && r <= tol, "%s, over the tensor (relative L2 error %.2g, at most %.1g)", what, r, tol);
+}
+
 static std::string fmt(const char *f, ...)
 {
     char b[256];
@@ -729,12 +743,15 @@ static const char *attn_path_since(long tc0, long mma0, long cd0)
     }
 }
 
+/* sharp > 1 widens q's range: scores of spread ~0.33 sharp (hd 64), so that a row's weights sit on
+ * a few keys and its running maximum moves from tile to tile, as in a trained model (at sharp 1
+ * the weights are near uniform, and an error in the rescaling or in one score is averaged away) */
 template <class T>
-static void test_attention(long B, long T_, long C, long NH)
+static void test_attention(long B, long T_, long C, long NH, float sharp = 1.0f)
 {
     float tol = tol_for<T>(2e-5f);
     long n = B * T_ * C;
-    vec q = rounded<T>(rnd(n)), k = rounded<T>(rnd(n)), v = rounded<T>(rnd(n)), g = rounded<T>(rnd(n));
+    vec q = rounded<T>(rnd(n, -sharp, sharp)), k = rounded<T>(rnd(n)), v = rounded<T>(rnd(n)), g = rounded<T>(rnd(n));
     vec dq0 = rounded<T>(rnd(n)), dk0 = rounded<T>(rnd(n)), dv0 = rounded<T>(rnd(n));
     vec out((size_t)n), att((size_t)(B * NH * T_ * T_)), dq = dq0, dk = dk0, dv = dv0;
     sr_attention_fwd(out.data(), att.data(), q.data(), k.data(), v.data(), (int)B, (int)T_, (int)C, (int)NH);
@@ -756,7 +773,9 @@ static void test_attention(long B, long T_, long C, long NH)
     check((srk_ctx.attn_tc_launches > tc0) == want_tc && (srk_ctx.attn_mma_launches > mma0) == want_mma &&
               (srk_ctx.attn_cudnn_calls > cd0) == want_cudnn,
           "attention %s hd %ld runs on %s", tname<T>(), hd, path);
-    expect(fmt("attention %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld, %s)", tname<T>(), B, T_, C, NH, C / NH, path).c_str(),
+    expect(fmt("attention %s fwd B=%ld T=%ld C=%ld NH=%ld (hd %ld, %s%s)", tname<T>(), B, T_, C, NH, C / NH, path,
+               sharp > 1.0f ? fmt(", q x%g: sharp scores", sharp).c_str() : "")
+               .c_str(),
            down(d_o, n), out, tol);
     srk_attention_bwd(d_dq, d_dk, d_dv, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH);
     expect(fmt("attention %s bwd dq", tname<T>()).c_str(), down(d_dq, n), dq, tol);
@@ -779,6 +798,11 @@ static void test_attention(long B, long T_, long C, long NH)
     expect(fmt("attention %s bwd, fresh: dq", tname<T>()).c_str(), down(d_dq3, n), dq3, tol);
     expect(fmt("attention %s bwd, fresh: dk", tname<T>()).c_str(), down(d_dk3, n), dk3, tol);
     expect(fmt("attention %s bwd, fresh: dv", tname<T>()).c_str(), down(d_dv3, n), dv3, tol);
+    float l2 = srk_dt<T>::value == SRK_BF16 ? 6e-3f : 1e-5f; /* measured here: 3.1e-3, 4.6e-7 */
+    expect_l2(fmt("attention %s fwd", tname<T>()).c_str(), down(d_o, n), out, l2);
+    expect_l2(fmt("attention %s bwd dq", tname<T>()).c_str(), down(d_dq3, n), dq3, l2);
+    expect_l2(fmt("attention %s bwd dk", tname<T>()).c_str(), down(d_dk3, n), dk3, l2);
+    expect_l2(fmt("attention %s bwd dv", tname<T>()).c_str(), down(d_dv3, n), dv3, l2);
     /* fresh 5: dq and dv overwritten, dk accumulates (each gradient reads its own bit) */
     T *d_dq5 = up<T>(nan_n), *d_dk5 = up<T>(dk0), *d_dv5 = up<T>(nan_n);
     srk_attention_bwd(d_dq5, d_dk5, d_dv5, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH, 5);
@@ -821,6 +845,9 @@ static void test_attention_qkv(long B, long T_, long C, long NH)
     srk_attention_qkv_bwd(d_dx1, d_g, d_x, d_aux, B, T_, C, NH, 1);
     expect(fmt("attention q|k|v packed %s bwd, fresh: d(qkv) overwritten", tname<T>()).c_str(), down(d_dx1, n3), dx1,
            tol);
+    float l2 = srk_dt<T>::value == SRK_BF16 ? 6e-3f : 1e-5f; /* as test_attention's */
+    expect_l2(fmt("attention q|k|v packed %s fwd", tname<T>()).c_str(), down(d_o, n), out, l2);
+    expect_l2(fmt("attention q|k|v packed %s bwd d(qkv)", tname<T>()).c_str(), down(d_dx1, n3), dx1, l2);
     no_error("attention q|k|v packed");
     for (const void *p : {(const void *)d_x, (const void *)d_g, (const void *)d_o, (const void *)d_dx,
                           (const void *)d_dx1, (const void *)d_aux})
@@ -1527,6 +1554,8 @@ int main(int argc, char **argv)
                 test_attention<bf16>(2, 19, 64, 1), test_attention<bf16>(2, 65, 64, 2);
                 test_attention<bf16>(1, 130, 256, 2), test_attention<bf16>(1, 150, 96, 3);
                 test_attention<bf16>(1, 250, 128, 2); /* hd 64, 4 tiles: mma's two buffers each refilled */
+                test_attention<bf16>(1, 250, 128, 2, 6.0f), test_attention<bf16>(2, 70, 64, 2, 6.0f);
+                test_attention<bf16>(1, 130, 256, 2, 6.0f);
                 test_attention_qkv<bf16>(2, 19, 24, 3), test_attention_qkv<bf16>(2, 37, 64, 2);
                 test_attention_qkv<bf16>(1, 70, 128, 2), test_attention_qkv<bf16>(1, 130, 256, 2);
             }
@@ -1574,6 +1603,7 @@ int main(int argc, char **argv)
             test_crossentropy<float>(37, 101, 0, true), test_crossentropy<float>(6, 130, 100, true);
             test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 70, 128, 2);
             test_attention<float>(2, 5, 10, 2), test_attention<float>(1, 130, 64, 1);
+            test_attention<float>(1, 130, 64, 1, 6.0f), test_attention<float>(2, 37, 24, 3, 6.0f);
             test_attention_qkv<float>(2, 37, 24, 3), test_attention_qkv<float>(1, 70, 128, 2);
             check(srk_ctx.attn_picks == 0 && !srk_ctx.attn_note[0], "fp32 attention: no trial under %s (%d)",
                   srk_pick::name(srk_ctx.attn_mode), srk_ctx.attn_picks);
