@@ -1,21 +1,24 @@
 /* cuda_emu.cpp: the engine of the CUDA emulator (see cuda_emu.h).
  *
  * A block runs on one OS thread as cooperative fibers, one per CUDA thread.
- * The scheduler resumes runnable fibers in thread order; a fiber runs until it
- * finishes or waits at a barrier (block or warp). The last thread to arrive
+ * The scheduler resumes runnable fibers in thread order, warp by warp (a
+ * warp's lanes again as soon as its barrier releases them); a fiber runs until
+ * it finishes or waits at a barrier (block or warp). The last thread to arrive
  * releases the barrier and goes on without switching. Finished threads count
  * as arrived, as exited threads do on the hardware. A full pass with nobody
  * runnable while threads still wait is a deadlock.
  *
- * Context switches: on x86-64 a 20-instruction switch of the callee-saved
- * registers (no signal-mask syscall, unlike swapcontext), elsewhere ucontext.
+ * Context switches: on x86-64 a 16-instruction switch of the callee-saved
+ * general registers (no signal-mask syscall, unlike swapcontext; not the
+ * floating-point control words, see emu_switch), elsewhere ucontext.
  * Blocks of one launch spread over OpenMP threads when built with -fopenmp
  * (EMU_THREADS caps it; 1 = serial).
  *
  * Hazards a GPU would hide or show only sometimes are made to show here:
  *  - EMU_SCHEDULE=forward|reverse|shuffle[:SEED] sets the order in which the
  *    runnable threads of a block are resumed and the blocks of a grid are run
- *    (default forward). A kernel whose result changes with the order reads
+ *    (default forward: warp by warp, see above; reverse and shuffle: over the
+ *    whole block at each pass). A kernel whose result changes with the order reads
  *    shared or global memory that another thread or block writes without a
  *    barrier in between (a race); the kernel tests run under each order.
  *  - device and page-locked allocations and each block's dynamic shared
@@ -29,6 +32,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -67,9 +71,13 @@ struct Block {
     int warp_size[NWARPS]; /* lanes of each warp */
     int warp_done[NWARPS];
     int warp_arrived[NWARPS];
-    uint64_t xchg[NWARPS][32];
-    uint32_t gather[NWARPS][32][EMU_GATHER_MAX];
-    int32_t vote[NWARPS][32];
+    unsigned warp_live[NWARPS]; /* bit i: lane i has not finished */
+    /* the exchanges' slots, two of each: a lane's k-th exchange (Thread::xphase) uses set k & 1, so
+     * one warp barrier suffices: set k & 1 is written again only at exchange k + 2, which no lane
+     * starts before every live lane has reached exchange k + 1's barrier, after its reads of k */
+    uint64_t xchg[2][NWARPS][32];
+    uint32_t gather[2][NWARPS][32][EMU_GATHER_MAX];
+    int32_t vote[2][NWARPS][32];
     body_fn fn;
     void *arg;
     char *smem;
@@ -101,17 +109,18 @@ void *dynamic_smem() { return cur_block ? cur_block->smem : nullptr; }
 /* ---- context switch -------------------------------------------------------- */
 #if defined(__x86_64__)
 extern "C" void emu_switch(void **save_sp, void *to_sp);
-/* saves rbp rbx r12-r15, mxcsr and the x87 control word on the current
- * stack, stores rsp in *save_sp, loads to_sp and restores the same */
+/* saves rbp rbx r12-r15 on the current stack, stores rsp in *save_sp,
+ * loads to_sp and restores the same. Not mxcsr and the x87 control word,
+ * which the ABI also has a callee keep: every fiber runs on the OS thread
+ * that started it, nothing in a kernel changes them (no fesetround), and
+ * loading them (ldmxcsr, fldcw) was most of a switch's time */
 asm(".text\n"
     ".globl emu_switch\n"
     ".type emu_switch,@function\n"
     "emu_switch:\n"
     "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
-    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
     "  ret\n"
     ".size emu_switch, .-emu_switch\n");
@@ -182,19 +191,12 @@ static void to_scheduler(Thread *t, bool finished)
 static void init_fiber(Thread *t)
 {
 #if defined(__x86_64__)
-    /* from the top: [pad][entry return address][6 callee-saved][mxcsr|fcw] */
+    /* from the top: [pad][entry return address][6 callee-saved] */
     uintptr_t top = ((uintptr_t)(t->stack + t->stack_size)) & ~(uintptr_t)15;
     uint64_t *sp = (uint64_t *)top;
     *--sp = 0;                              /* fake return address of the entry */
     *--sp = (uint64_t)(uintptr_t)&emu_fiber_entry;
     for (int i = 0; i < 6; i++) *--sp = 0;  /* rbp rbx r12..r15 */
-    --sp;
-    uint32_t csr;
-    uint16_t cw;
-    asm volatile("stmxcsr %0" : "=m"(csr));
-    asm volatile("fnstcw %0" : "=m"(cw));
-    std::memcpy(sp, &csr, 4);
-    std::memcpy((char *)sp + 4, &cw, 2);
     t->sp = sp;
 #else
     ucontext_t *uc = (ucontext_t *)t->ctx;
@@ -251,27 +253,17 @@ void sync_warp()
 
 int lane_id() { return self()->lin & 31; }
 
-unsigned warp_active_mask()
-{
-    Block *b = cur_block;
-    int w = self()->lin / 32;
-    unsigned m = 0;
-    for (int i = 0; i < b->warp_size[w]; i++)
-        if ((*b->th)[w * 32 + i].state != DONE) m |= 1u << i;
-    return m;
-}
+unsigned warp_active_mask() { return cur_block->warp_live[self()->lin / 32]; }
 
 uint64_t warp_exchange(uint64_t mine, int src)
 {
     Block *b = cur_block;
     Thread *t = self();
-    int w = t->lin / 32, lane = t->lin & 31;
-    unsigned live = warp_active_mask();
-    b->xchg[w][lane] = mine;
+    int w = t->lin / 32, lane = t->lin & 31, ph = t->xphase++ & 1;
+    unsigned live = b->warp_live[w];
+    b->xchg[ph][w][lane] = mine;
     sync_warp(); /* everybody's value is in */
-    uint64_t r = (src >= 0 && src < 32 && (live >> src & 1u)) ? b->xchg[w][src] : mine;
-    sync_warp(); /* everybody has read before the slots are reused */
-    return r;
+    return (src >= 0 && src < 32 && (live >> src & 1u)) ? b->xchg[ph][w][src] : mine;
 }
 
 void warp_gather(uint32_t *all, const uint32_t *mine, int n)
@@ -282,29 +274,27 @@ void warp_gather(uint32_t *all, const uint32_t *mine, int n)
     }
     Block *b = cur_block;
     Thread *t = self();
-    int w = t->lin / 32, lane = t->lin & 31;
-    unsigned live = warp_active_mask();
-    memcpy(b->gather[w][lane], mine, sizeof(uint32_t) * (size_t)n);
+    int w = t->lin / 32, lane = t->lin & 31, ph = t->xphase++ & 1;
+    unsigned live = b->warp_live[w];
+    memcpy(b->gather[ph][w][lane], mine, sizeof(uint32_t) * (size_t)n);
     sync_warp(); /* everybody's words are in */
     for (int i = 0; i < 32; i++) {
-        if (live >> i & 1u) memcpy(all + i * n, b->gather[w][i], sizeof(uint32_t) * (size_t)n);
+        if (live >> i & 1u) memcpy(all + i * n, b->gather[ph][w][i], sizeof(uint32_t) * (size_t)n);
         else memset(all + i * n, 0, sizeof(uint32_t) * (size_t)n);
     }
-    sync_warp(); /* everybody has read before the slots are reused */
 }
 
 unsigned warp_ballot(int pred)
 {
     Block *b = cur_block;
     Thread *t = self();
-    int w = t->lin / 32, lane = t->lin & 31;
-    unsigned live = warp_active_mask();
-    b->vote[w][lane] = pred != 0;
+    int w = t->lin / 32, lane = t->lin & 31, ph = t->xphase++ & 1;
+    unsigned live = b->warp_live[w];
+    b->vote[ph][w][lane] = pred != 0;
     sync_warp();
     unsigned m = 0;
     for (int i = 0; i < b->warp_size[w]; i++)
-        if ((live >> i & 1u) && b->vote[w][i]) m |= 1u << i;
-    sync_warp();
+        if ((live >> i & 1u) && b->vote[ph][w][i]) m |= 1u << i;
     return m;
 }
 
@@ -362,14 +352,17 @@ static void fiber_main()
     b->fn(b->arg);
     {
         AsyncQueue &q = async_q[(size_t)t->lin];
-        for (auto &g : q.groups) land(g);
-        land(q.open);
-        q.groups.clear();
+        if (!q.groups.empty()) {
+            for (auto &g : q.groups) land(g);
+            q.groups.clear();
+        }
+        if (!q.open.empty()) land(q.open);
     }
     t->state = DONE;
     b->ndone++;
     int w = t->lin / 32;
     b->warp_done[w]++;
+    b->warp_live[w] &= ~(1u << (t->lin & 31));
     /* a finished thread counts as arrived at the barriers others wait on */
     if (b->bar_arrived > 0 && b->bar_arrived + b->ndone >= b->n) release_block(b);
     if (b->warp_arrived[w] > 0 && b->warp_arrived[w] + b->warp_done[w] >= b->warp_size[w]) release_warp(b, w);
@@ -451,6 +444,7 @@ struct Pool {
     std::vector<void *> ctxs;
     std::vector<char> smem;
     std::vector<int> order; /* resume order of the threads, when not forward */
+    std::unique_ptr<Block> blk; /* the block being run (~90 KiB: on the heap, not an OpenMP thread's stack) */
     size_t stack_size = 0;
     ~Pool()
     {
@@ -486,7 +480,11 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
     }
     p.th.assign((size_t)b.n, Thread());
     async_q.resize((size_t)b.n);
-    for (int i = 0; i < b.n; i++) async_q[(size_t)i].open.clear(), async_q[(size_t)i].groups.clear();
+    for (int i = 0; i < b.n; i++) { /* left by an abandoned (deadlocked) block; most kernels never queue */
+        AsyncQueue &q = async_q[(size_t)i];
+        if (!q.open.empty()) q.open.clear();
+        if (!q.groups.empty()) q.groups.clear();
+    }
     b.th = &p.th;
     b.ndone = 0;
     b.bar_arrived = 0;
@@ -494,6 +492,7 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
     int nw = (b.n + 31) / 32;
     for (int w = 0; w < nw; w++) {
         b.warp_size[w] = b.n - w * 32 < 32 ? b.n - w * 32 : 32;
+        b.warp_live[w] = b.warp_size[w] == 32 ? 0xffffffffu : (1u << b.warp_size[w]) - 1u;
         b.warp_done[w] = 0;
         b.warp_arrived[w] = 0;
     }
@@ -527,12 +526,29 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
     uint64_t bkey = ((uint64_t)bidx.z * gdim.y + bidx.y) * gdim.x + bidx.x;
     while (b.ndone < b.n) {
         bool progress = false;
-        if (!forward) order_indices(ix, b.n, bkey * 1000003u + pass++);
-        for (int k = 0; k < b.n; k++) {
-            Thread &t = p.th[(size_t)(forward ? k : ix[(size_t)k])];
-            if (t.state == RUNNABLE) {
-                to_fiber(&t);
-                progress = true;
+        if (forward) {
+            /* warp by warp: a warp's lanes run again as soon as its barrier releases them, until they
+             * wait at the block's barrier or finish (32 fibers' stacks stay in cache: a warp's
+             * shuffles no longer cycle through every fiber of the block) */
+            for (int lo = 0; lo < b.n; lo += 32) {
+                int hi = lo + 32 < b.n ? lo + 32 : b.n;
+                for (bool ran = true; ran;) {
+                    ran = false;
+                    for (int k = lo; k < hi; k++)
+                        if (p.th[(size_t)k].state == RUNNABLE) {
+                            to_fiber(&p.th[(size_t)k]);
+                            ran = progress = true;
+                        }
+                }
+            }
+        } else {
+            order_indices(ix, b.n, bkey * 1000003u + pass++);
+            for (int k = 0; k < b.n; k++) {
+                Thread &t = p.th[(size_t)ix[(size_t)k]];
+                if (t.state == RUNNABLE) {
+                    to_fiber(&t);
+                    progress = true;
+                }
             }
         }
         if (!progress) {
@@ -606,7 +622,8 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
 #endif
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(| : fail) if (threads > 1)
     for (long bi = 0; bi < nblocks; bi++) {
-        Block b;
+        if (!pool.blk) pool.blk.reset(new Block());
+        Block &b = *pool.blk;
         b.name = name;
         b.n = (int)nt;
         b.fn = fn;

@@ -114,6 +114,7 @@ struct Thread {
     uint3 idx;         /* threadIdx */
     int lin;           /* linear index in the block */
     int state;         /* RUNNABLE, WAIT_BLOCK, WAIT_WARP, DONE */
+    unsigned xphase;   /* warp exchanges so far (which of the two slot sets the next one uses) */
     char *stack;
     size_t stack_size;
     void *asan_fake;
@@ -189,8 +190,8 @@ void sync_warp();
  * (its own when src is not a live lane of the warp) */
 uint64_t warp_exchange(uint64_t mine, int src);
 /* every lane puts n <= EMU_GATHER_MAX words; all[32 * n] gets every lane's
- * (lane i's at all + i * n; zeros for lanes that are not live). Two warp
- * barriers, where n shuffles would take 2n: the emulation of mma.sync's and
+ * (lane i's at all + i * n; zeros for lanes that are not live). One warp
+ * barrier, where n shuffles would take n: the emulation of mma.sync's and
  * ldmatrix's fragment exchanges (srk_attention_mma.cuh) */
 enum { EMU_GATHER_MAX = 8 };
 void warp_gather(uint32_t *all, const uint32_t *mine, int n);
