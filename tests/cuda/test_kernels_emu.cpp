@@ -14,7 +14,9 @@
  *   gets the same bf16-rounded activations but full-precision weights, so
  *   a K-term dot product differs by a few 2^-9 relative. The tensor-core
  *   attention also rounds the probabilities to bf16 before P @ V. Measured
- *   in emulation: at most 3e-3.
+ *   in emulation: at most 3e-3. And over a tensor of 64 values or more, a
+ *   relative L2 error of at most 6e-3 (measured: 3.1e-3), which a few
+ *   percent off in many values fails (see expect).
  * Backward kernels are checked to accumulate (gradients start non-zero) and
  * to skip NULL gradients. Emulator-only checks (warp functions, barriers,
  * deadlock detection, launch limits) run only in the emulated build.
@@ -103,7 +105,12 @@ static float tol_for(float fp32_tol)
     return srk_dt<T>::value == SRK_BF16 ? 1e-2f : fp32_tol;
 }
 
-/* elementwise |g - w| <= tol (|w| + max|w|) */
+/* elementwise |g - w| <= tol (|w| + max|w|); and at bf16's tolerance (1e-2) over 64 values or
+ * more, the relative L2 error ||g - w|| / ||w|| <= 6e-3 (measured here: at most 3.1e-3, the
+ * attention's gradients): a systematic error of a few percent in many values (a mis-scaled tile,
+ * a wrong rescaling) passes the elementwise bound, which lets each value be 1e-2 of the largest off */
+enum { L2_MIN_N = 64 };
+static const double BF16_L2_TOL = 6e-3;
 static void expect(const char *what, const vec &got, const vec &want, float tol)
 {
     double mx = 0.0, worst = 0.0;
@@ -123,24 +130,25 @@ static void expect(const char *what, const vec &got, const vec &want, float tol)
         }
     }
     bool ok = finite && worst <= tol;
-    if (ok) check(true, "%s (max rel err %.2g)", what, worst);
+    double l2 = 0.0;
+    if (ok && tol >= 1e-2f && got.size() >= L2_MIN_N) {
+        double d = 0.0, w2 = 0.0;
+        for (size_t i = 0; i < got.size(); i++) {
+            double e = (double)got[i] - want[i];
+            d += e * e, w2 += (double)want[i] * want[i];
+        }
+        l2 = w2 > 0.0 ? sqrt(d / w2) : (d > 0.0 ? INFINITY : 0.0);
+        if (l2 > BF16_L2_TOL) {
+            check(false, "%s: relative L2 error %.3g over the %zu values > %.1g (max rel err %.2g within %.1g)", what, l2,
+                  got.size(), BF16_L2_TOL, worst, tol);
+            return;
+        }
+    }
+    if (ok && l2 > 0.0) check(true, "%s (max rel err %.2g, L2 %.2g)", what, worst, l2);
+    else if (ok) check(true, "%s (max rel err %.2g)", what, worst);
     else if (got.size() != want.size()) check(false, "%s: %zu values, want %zu", what, got.size(), want.size());
     else check(false, "%s: at %ld got %.9g want %.9g (rel err %.3g > %.1g)", what, wi, wi >= 0 ? got[(size_t)wi] : 0.0f,
                wi >= 0 ? want[(size_t)wi] : 0.0f, worst, tol);
-}
-
-/* ||g - w|| / ||w|| <= tol: an error in many elements at once (a mis-scaled tile, a wrong
- * rescaling) that the elementwise bound, which allows each element tol (|w| + max|w|), lets by */
-static void expect_l2(const char *what, const vec &got, const vec &want, float tol)
-{
-    double d = 0.0, w2 = 0.0;
-    bool ok = got.size() == want.size();
-    for (size_t i = 0; ok && i < got.size(); i++) {
-        double e = (double)got[i] - want[i];
-        d += e * e, w2 += (double)want[i] * want[i];
-    }
-    double r = ok ? sqrt(d / (w2 + 1e-300)) : INFINITY;
-    check(ok && r <= tol, "%s, over the tensor (relative L2 error %.2g, at most %.1g)", what, r, tol);
 }
 
 static std::string fmt(const char *f, ...)
@@ -798,11 +806,6 @@ static void test_attention(long B, long T_, long C, long NH, float sharp = 1.0f)
     expect(fmt("attention %s bwd, fresh: dq", tname<T>()).c_str(), down(d_dq3, n), dq3, tol);
     expect(fmt("attention %s bwd, fresh: dk", tname<T>()).c_str(), down(d_dk3, n), dk3, tol);
     expect(fmt("attention %s bwd, fresh: dv", tname<T>()).c_str(), down(d_dv3, n), dv3, tol);
-    float l2 = srk_dt<T>::value == SRK_BF16 ? 6e-3f : 1e-5f; /* measured here: 3.1e-3, 4.6e-7 */
-    expect_l2(fmt("attention %s fwd", tname<T>()).c_str(), down(d_o, n), out, l2);
-    expect_l2(fmt("attention %s bwd dq", tname<T>()).c_str(), down(d_dq3, n), dq3, l2);
-    expect_l2(fmt("attention %s bwd dk", tname<T>()).c_str(), down(d_dk3, n), dk3, l2);
-    expect_l2(fmt("attention %s bwd dv", tname<T>()).c_str(), down(d_dv3, n), dv3, l2);
     /* fresh 5: dq and dv overwritten, dk accumulates (each gradient reads its own bit) */
     T *d_dq5 = up<T>(nan_n), *d_dk5 = up<T>(dk0), *d_dv5 = up<T>(nan_n);
     srk_attention_bwd(d_dq5, d_dk5, d_dv5, d_g, d_q, d_k, d_v, d_aux, B, T_, C, NH, 5);
@@ -845,9 +848,6 @@ static void test_attention_qkv(long B, long T_, long C, long NH)
     srk_attention_qkv_bwd(d_dx1, d_g, d_x, d_aux, B, T_, C, NH, 1);
     expect(fmt("attention q|k|v packed %s bwd, fresh: d(qkv) overwritten", tname<T>()).c_str(), down(d_dx1, n3), dx1,
            tol);
-    float l2 = srk_dt<T>::value == SRK_BF16 ? 6e-3f : 1e-5f; /* as test_attention's */
-    expect_l2(fmt("attention q|k|v packed %s fwd", tname<T>()).c_str(), down(d_o, n), out, l2);
-    expect_l2(fmt("attention q|k|v packed %s bwd d(qkv)", tname<T>()).c_str(), down(d_dx1, n3), dx1, l2);
     no_error("attention q|k|v packed");
     for (const void *p : {(const void *)d_x, (const void *)d_g, (const void *)d_o, (const void *)d_dx,
                           (const void *)d_dx1, (const void *)d_aux})
