@@ -19,10 +19,10 @@ usage_err() { [ "$3" -eq 2 ] && [ "$(grep -c 'error:' "$1")" -eq 1 ] && grep -qF
 mpi() { mpirun --oversubscribe -np 2 "$@"; }
 opts="--data text.txt --batch 8 --seq 32 --lr 1e-3 --warmup 2 --steps 4 --quiet"
 
-check "builds: tinygpt for the host and emulated CUDA, plain, --tp 2 and --pp 2" bash -c "
-  '$shardc' build '$m' -o tg_host && '$gen' '$m' --cuda tg.cu --build tg_cuda --emulate &&
-  '$shardc' build '$m' --tp 2 -o tp_host && '$gen' '$m' --tp 2 --cuda tp.cu --build tp_cuda --emulate &&
-  '$shardc' build '$m' --pp 2 -o pp_host && '$gen' '$m' --pp 2 --cuda pp.cu --build pp_cuda --emulate"
+check "builds: tinygpt for the host and emulated CUDA, plain, --tp 2 and --pp 2" builds \
+  "'$shardc' build '$m' -o tg_host" "'$gen' '$m' --cuda tg.cu --build tg_cuda --emulate" \
+  "'$shardc' build '$m' --tp 2 -o tp_host" "'$gen' '$m' --tp 2 --cuda tp.cu --build tp_cuda --emulate" \
+  "'$shardc' build '$m' --pp 2 -o pp_host" "'$gen' '$m' --pp 2 --cuda pp.cu --build pp_cuda --emulate"
 
 # ---- the MPI path trains as the host binary does --------------------------------------
 ./tg_host $opts --log h1.jsonl

@@ -77,18 +77,16 @@ plan_total() {
 }
 total=$(plan_total)
 export PEAK=$((total * 105 / 100))
-check "emulated programs for gpu-check" bash -c "
-  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate -o bins/tinygpt_fp32 &&
-  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate -o bins/tinygpt_bf16 &&
-  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --recompute block -o bins/tinygpt_pp2_fp32 &&
-  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --sequence-parallel -o bins/tinygpt_tp2sp_bf16 &&
-  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 -o bins/tinygpt_tp2_bf16 &&
-  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --pp 2 -o bins/tinygpt_pp2_bf16 &&
-  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --pp 2 --virtual-stages 2 --schedule interleaved \
-    -o bins/tinygpt_pp2v_fp32 &&
-  '$shardc' build '$m' --backend cuda --precision fp32 --cuda-emulate --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_fp32 &&
-  '$shardc' build '$m' --backend cuda --precision bf16 --cuda-emulate --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_bf16 &&
-  '$shardc' build '$m' -o bins/tinygpt_host" > /dev/null
+e="'$shardc' build '$m' --backend cuda --cuda-emulate"
+check "emulated programs for gpu-check" builds \
+  "$e --precision fp32 -o bins/tinygpt_fp32" "$e --precision bf16 -o bins/tinygpt_bf16" \
+  "$e --precision fp32 --pp 2 --recompute block -o bins/tinygpt_pp2_fp32" \
+  "$e --precision bf16 --tp 2 --sequence-parallel -o bins/tinygpt_tp2sp_bf16" \
+  "$e --precision bf16 --tp 2 -o bins/tinygpt_tp2_bf16" "$e --precision bf16 --pp 2 -o bins/tinygpt_pp2_bf16" \
+  "$e --precision fp32 --pp 2 --virtual-stages 2 --schedule interleaved -o bins/tinygpt_pp2v_fp32" \
+  "$e --precision fp32 --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_fp32" \
+  "$e --precision bf16 --tp 2 --pp 2 --sequence-parallel -o bins/tinygpt_3d_bf16" \
+  "'$shardc' build '$m' -o bins/tinygpt_host"
 # dry N VAR=VALUE...: gpu-check.sh on the stand-ins and the emulated programs with the settings
 # given; what it printed in runN.txt, its log and files in outN/, its exit status in rc
 dry() {

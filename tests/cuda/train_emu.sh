@@ -25,9 +25,25 @@ opts="--data text.txt --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet"
 # trial's times, which on the emulator say nothing; auto is checked at its own lines below
 export SHARDC_CUDA_ATTN=wmma
 
-check "emulated CUDA build of tinygpt (fp32)" "$gen" "$m" --cuda tg.cu --build tg_cuda --emulate
-check "emulated CUDA build of tinygpt (bf16)" "$gen" "$m" --bf16 --cuda tgb.cu --build tgb_cuda --emulate
-check "host build of tinygpt" "$shardc" build "$m" -o tg_host
+lm="$src/tests/e2e/llama.model"
+# the programs below, built first, as many at once as there are cores (g++ compiles of seconds each)
+check "builds: tinygpt and a LLaMA-style model, host and emulated CUDA (fp32, bf16, tp=2, a padded vocabulary, sequence parallelism, tp=2 x pp=2, pp=2 1f1b and zb-h1, recomputation)" builds \
+  "'$gen' '$m' --cuda tg.cu --build tg_cuda --emulate" "'$gen' '$m' --bf16 --cuda tgb.cu --build tgb_cuda --emulate" \
+  "'$shardc' build '$m' -o tg_host" \
+  "'$gen' '$m' --tp 2 --cuda tg2.cu --build tg2_cuda --emulate" "'$shardc' build '$m' --tp 2 -o tg2_host" \
+  "'$gen' '$m' --bf16 --tp 2 --cuda tg2b.cu --build tg2b_cuda --emulate" \
+  "'$gen' '$m' --tp 2 --set make_vocab_size_divisible_by=384 --cuda vp.cu --build vp_cuda --emulate" \
+  "'$gen' '$m' --tp 2 --sequence-parallel --cuda sp.cu --build sp_cuda --emulate" \
+  "'$shardc' build '$m' --tp 2 --sequence-parallel -o sp_host" \
+  "'$gen' '$m' --tp 2 --pp 2 --sequence-parallel --cuda sp3.cu --build sp3_cuda --emulate" \
+  "'$shardc' build '$m' --tp 2 --pp 2 --sequence-parallel -o sp3_host" \
+  "'$shardc' build '$m' --pp 2 -o pp_host" \
+  "'$gen' '$m' --pp 2 --schedule 1f1b --cuda pp-1f1b.cu --build pp_cuda_1f1b --emulate" \
+  "'$gen' '$m' --pp 2 --schedule zb-h1 --cuda pp-zb-h1.cu --build pp_cuda_zb-h1 --emulate" \
+  "'$gen' '$lm' --cuda ll.cu --build ll_cuda --emulate" "'$gen' '$lm' --bf16 --cuda llb.cu --build llb_cuda --emulate" \
+  "'$shardc' build '$lm' -o ll_host" "'$gen' '$lm' --tp 2 --cuda ll2.cu --build ll2_cuda --emulate" \
+  "'$gen' '$m' --recompute --cuda rc.cu --build rc_cuda --emulate" \
+  "'$gen' '$m' --bf16 --recompute --cuda rcb.cu --build rcb_cuda --emulate"
 
 ./tg_host $opts --steps 6 --dropout 0.1 --log host.jsonl
 ./tg_cuda $opts --steps 6 --dropout 0.1 --log cuda.jsonl --save ck --save-every 3
@@ -103,7 +119,6 @@ if peak is None or abs(peak / r['memory']['total'] - 1) > 0.05:
     good = False
 sys.exit(0 if good else 1)
 PY
-  "$gen" "$m" --tp 2 --cuda tg2.cu --build tg2_cuda --emulate && "$shardc" build "$m" --tp 2 -o tg2_host
   check "tp=2: the vocab-parallel embedding's sites name the op the .model wrote (embedding, not \$embedding_vp)" \
     bash -c "grep -q 'SRK_AT(\"nn.model:70 embedding\"' tg2.cu && grep -q 'SRK_AT(\"nn.model:70 d embedding\"' tg2.cu && ! grep -q 'SRK_AT(\"[^\"]*\\\$embedding_vp' tg2.cu"
   mpirun --oversubscribe -np 2 ./tg2_host $opts --tp 2 --steps 4 --log h2.jsonl
@@ -112,13 +127,10 @@ PY
   check "tp=2 over NCCL: 4 steps match the host binary's tp=2 to 1e-5" close h2.txt c2.txt 1e-5
   # a padded vocabulary (256 + 128 padding columns; rank 1's 192 columns hold 64 classes): the
   # vocab-parallel loss kernels leave the padding out, as the unpadded host run
-  "$gen" "$m" --tp 2 --set make_vocab_size_divisible_by=384 --cuda vp.cu --build vp_cuda --emulate
   mpirun --oversubscribe -np 2 ./vp_cuda $opts --tp 2 --steps 4 --log cv.jsonl
   losses cv.jsonl > cv.txt
   check "tp=2 with the vocabulary padded to 384 over NCCL: 4 steps match the unpadded host run to 1e-5" \
     close h2.txt cv.txt 1e-5
-  "$gen" "$m" --tp 2 --sequence-parallel --cuda sp.cu --build sp_cuda --emulate &&
-    "$shardc" build "$m" --tp 2 --sequence-parallel -o sp_host
   # 2 microbatches: the gradients of the parameters used on sequence shards
   # (LayerNorms, row-parallel biases) are summed over the tensor group once
   # per step by the runtime, not in every backward (which would count the
@@ -139,27 +151,20 @@ PY
   check "tp=2 with sequence parallelism and SHARDC_CUDA_TP_OVERLAP=0 (reduce-scatter after the weight gradient): the same losses exactly" \
     cmp -s cs.txt cso.txt
   # a stage boundary carries each tensor rank's part of the sequence
-  "$gen" "$m" --tp 2 --pp 2 --sequence-parallel --cuda sp3.cu --build sp3_cuda --emulate &&
-    "$shardc" build "$m" --tp 2 --pp 2 --sequence-parallel -o sp3_host > /dev/null
   mpirun --oversubscribe --bind-to none -np 4 ./sp3_host $opts --tp 2 --pp 2 --microbatches 2 --steps 3 --log hs3.jsonl
   mpirun --oversubscribe --bind-to none -np 4 ./sp3_cuda $opts --tp 2 --pp 2 --microbatches 2 --steps 3 --log cs3.jsonl
   losses hs3.jsonl > hs3.txt; losses cs3.jsonl > cs3.txt
   check "tp=2 x pp=2 with sequence parallelism (1f1b, 2 microbatches): 3 steps match the host binary to 1e-5" \
     close hs3.txt cs3.txt 1e-5
-  "$shardc" build "$m" --pp 2 -o pp_host
   mpirun --oversubscribe -np 2 ./pp_host $opts --pp 2 --microbatches 2 --steps 4 --log hp.jsonl
   for sch in 1f1b zb-h1; do
-    # zb-h1's memory plan keeps what its weight-gradient passes read: built for it
-    "$gen" "$m" --pp 2 --schedule $sch --cuda pp-$sch.cu --build pp_cuda_$sch --emulate
+    # zb-h1's memory plan keeps what its weight-gradient passes read: built for it (pp_cuda_$sch)
     mpirun --oversubscribe -np 2 ./pp_cuda_$sch $opts --pp 2 --microbatches 2 --schedule $sch --steps 4 --log cp-$sch.jsonl
     losses hp.jsonl > hp.txt; losses cp-$sch.jsonl > cp.txt
     check "pp=2 ($sch) over NCCL: 4 steps match the host binary's pp=2 to 1e-5" close hp.txt cp.txt 1e-5
   done
 fi
 # LLaMA-style blocks: rotary embeddings on q and k (srk_rope_*), RMSNorm, SwiGLU
-lm="$src/tests/e2e/llama.model"
-"$gen" "$lm" --cuda ll.cu --build ll_cuda --emulate && "$gen" "$lm" --bf16 --cuda llb.cu --build llb_cuda --emulate &&
-  "$shardc" build "$lm" -o ll_host
 ./ll_host $opts --steps 5 --log hl.jsonl
 ./ll_cuda $opts --steps 5 --log cl.jsonl
 ./llb_cuda $opts --steps 5 --log cbl.jsonl
@@ -167,7 +172,6 @@ losses hl.jsonl > hl.txt; losses cl.jsonl > cl.txt; losses cbl.jsonl > cbl.txt
 check "LLaMA-style model with RoPE, fp32: 5 steps match the host binary to 1e-5" close hl.txt cl.txt 1e-5
 check "LLaMA-style model with RoPE, bf16: 5 steps within 2e-2 of the host binary" close hl.txt cbl.txt 2e-2
 if command -v mpirun >/dev/null; then
-  "$gen" "$lm" --tp 2 --cuda ll2.cu --build ll2_cuda --emulate
   mpirun --oversubscribe -np 2 ./ll2_cuda $opts --tp 2 --steps 5 --log cl2.jsonl
   losses cl2.jsonl > cl2.txt
   check "LLaMA-style model with RoPE at tp=2 over NCCL (a rank rotates its heads): the host's one-rank losses" \
@@ -189,13 +193,11 @@ emu_vs_host l3 llama3 "Llama 3.2-style model (llama3 rope scaling, tied head)" \
   --set rope_scaling.original_max_position_embeddings=16
 # Qwen2-style: biases on the [out, in] q, k and v projections (matmul_t + bias)
 emu_vs_host q2 qwen2 "Qwen2-style model (q/k/v biases, tied head)"
-"$gen" "$m" --recompute --cuda rc.cu --build rc_cuda --emulate
 ./rc_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rc.jsonl
 losses rc.jsonl > rc.txt
 check "recomputation (--recompute block, dropout 0.1): 6 steps match the host binary to 1e-5" close h.txt rc.txt 1e-5
 # bf16 fuses each MLP's d matmul and d gelu (cuBLASLt's DGELU epilogue; srk_matmul_gelu_bwd):
 # with recomputation the GELU's input it reads is the recomputed one; at tp=2 h is a column shard
-"$gen" "$m" --bf16 --recompute --cuda rcb.cu --build rcb_cuda --emulate
 check "bf16 builds fuse d matmul with d gelu (4 layers)" test "$(grep -c 'srk_matmul_gelu_bwd(' rcb.cu)" = 4
 ./rcb_cuda $opts --steps 6 --dropout 0.1 --recompute block --log rcb.jsonl
 losses rcb.jsonl > rcb.txt
@@ -219,7 +221,6 @@ PY
 }
 check "bf16 sampling (greedy, 40 tokens): as the host binary's" same_text s_host.txt s_bf16.txt
 if command -v mpirun >/dev/null; then
-  "$gen" "$m" --bf16 --tp 2 --cuda tg2b.cu --build tg2b_cuda --emulate
   mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 --steps 4 --log c2b.jsonl --comm-stats c2b.stats
   losses c2b.jsonl > c2b.txt
   check "bf16 at tp=2 over NCCL: 4 steps within 2e-2 of the host binary's tp=2" close h2.txt c2b.txt 2e-2
