@@ -303,6 +303,12 @@ __device__ __forceinline__ void flush(TD *grad, size_t base, int row0, int T, in
  * so the helpers below take FULL = true there and leave the mask out (the same values: the mask
  * keeps them all). */
 
+/* keys up to last_key against rows first_row..last_row: every key before every row, all rows < T */
+__device__ __forceinline__ bool tile_full(int last_key, int first_row, int last_row, int T)
+{
+    return last_key <= first_row && last_row < T;
+}
+
 /* a lane's scores s (16 rows from i0 by 8 n8 tiles of keys from c0) scaled to base 2, -inf where
  * the key is after the row or past T */
 template <bool FULL>
@@ -386,7 +392,7 @@ __global__ void __launch_bounds__(THREADS) fwd_kernel(TO *out, TO *out_copy, flo
         }
         if (c0 > qw + 15) continue; /* all in this warp's future */
         rows_times_tile<HD>(s, qa, Ks);
-        if (c0 + TILE - 1 <= qw && qw + 15 < T) scores_masked<true>(s, c0, qw + g, T, sl2);
+        if (tile_full(c0 + TILE - 1, qw, qw + 15, T)) scores_masked<true>(s, c0, qw + g, T, sl2);
         else scores_masked<false>(s, c0, qw + g, T, sl2);
         for (int hr = 0; hr < 2; hr++) {
             float mx = -INFINITY;
@@ -487,7 +493,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_kernel(TDK *dk, TDV *dv, const
         if (r0 + TILE < T) fetch(r0 + TILE, ~it & 1);
         rows_times_tile<HD>(st, ka, Qs);  /* S^T (16 keys, 64 queries) */
         rows_times_tile<HD>(dpt, va, Gs); /* dP^T = V dO^T */
-        if (kw + 15 <= r0 && r0 + TILE <= T) pt_dst<true>(st, dpt, kw + g, r0, T, sl2, ls, dls, scale);
+        if (tile_full(kw + 15, r0, r0 + TILE - 1, T)) pt_dst<true>(st, dpt, kw + g, r0, T, sl2, ls, dls, scale);
         else pt_dst<false>(st, dpt, kw + g, r0, T, sl2, ls, dls, scale);
         probs_times_tile<HD>(dva, st, Gs);  /* dV += P^T dO */
         probs_times_tile<HD>(dka, dpt, Qs); /* dK += dS^T Q */
@@ -546,7 +552,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_kernel(TDQ *dq, const bf16 *dou
         if (c0 > qw + 15) continue;
         rows_times_tile<HD>(s, qa, Ks);  /* S (16 queries, 64 keys) */
         rows_times_tile<HD>(dp, ga, Vs); /* dP = dO V^T */
-        if (c0 + TILE - 1 <= qw && qw + 15 < T) ds_rows<true>(dp, s, c0, qw + g, T, sl2, lrow, drow, scale);
+        if (tile_full(c0 + TILE - 1, qw, qw + 15, T)) ds_rows<true>(dp, s, c0, qw + g, T, sl2, lrow, drow, scale);
         else ds_rows<false>(dp, s, c0, qw + g, T, sl2, lrow, drow, scale); /* dS */
         probs_times_tile<HD>(dqa, dp, Ks); /* dQ += dS K */
     }
