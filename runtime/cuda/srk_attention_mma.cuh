@@ -63,17 +63,21 @@ __device__ __forceinline__ float bf16_bits(uint32_t x) { return __uint_as_float(
 #if SRK_MMA_SHUFFLES
 /* The words lanes pass each other in the emulated mma and ldmatrix:
  * from(i, lane) is lane's mine[i], asked for by every lane in the same
- * order. The emulator gathers them all at once (two warp barriers);
- * SRK_MMA_PORTABLE under nvcc shuffles one word per call. */
+ * order. The emulator gathers them all at once (one warp barrier, at
+ * which it checks that all 32 lanes make the same call: `what` at the
+ * caller's line); SRK_MMA_PORTABLE under nvcc shuffles one word per call. */
 struct Lanes {
 #ifdef SR_CUDA_EMULATION
     uint32_t all[32 * emu::EMU_GATHER_MAX];
     int n;
-    Lanes(const uint32_t *mine, int n_) : n(n_) { emu::warp_gather(all, mine, n_); }
+    Lanes(const uint32_t *mine, int n_, const char *what, EMU_HERE) : n(n_)
+    {
+        emu::warp_gather(all, mine, n_, emu::Site{what, emu_file, emu_line, 0xffffffffu, true});
+    }
     uint32_t from(int i, int lane) const { return all[lane * n + i]; }
 #else
     const uint32_t *mine;
-    __device__ Lanes(const uint32_t *m, int) : mine(m) {}
+    __device__ Lanes(const uint32_t *m, int, const char *) : mine(m) {}
     __device__ uint32_t from(int i, int lane) const { return __shfl_sync(0xffffffffu, mine[i], lane); }
 #endif
 };
@@ -89,7 +93,7 @@ __device__ __forceinline__ void mma(float *d, const uint32_t *a, uint32_t b0, ui
 #if SRK_MMA_SHUFFLES
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
-    Lanes x(mine, 6);
+    Lanes x(mine, 6, "mma.sync");
     for (int src = 0; src < 4; src++) {
         /* lane 4g+src holds columns 2src, 2src+1, 2src+8, 2src+9 of rows g and g+8 of A;
          * lane 4n+src the same rows (k) of column n of B */
@@ -125,7 +129,7 @@ __device__ __forceinline__ void ldsm(uint32_t *r, const bf16 *p)
     if ((uintptr_t)p & 15) __trap(); /* ldmatrix's rows are 16-byte aligned (.aligned): fail where the GPU would */
     uint64_t pw = (uint64_t)(uintptr_t)p;
     const uint32_t mine[2] = {(uint32_t)pw, (uint32_t)(pw >> 32)};
-    Lanes x(mine, 2);
+    Lanes x(mine, 2, "ldmatrix");
     auto row = [&](int src) { return (const bf16 *)(uintptr_t)((uint64_t)x.from(1, src) << 32 | x.from(0, src)); };
     for (int i = 0; i < 4; i++) {
         if (!TRANS) {

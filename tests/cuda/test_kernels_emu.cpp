@@ -1255,6 +1255,42 @@ static __global__ void deadlock_kernel(float *x)
     else __syncwarp();
     x[threadIdx.x] = 1.0f;
 }
+/* warp calls CUDA leaves undefined (the emulator's "Warp calls" check); mode:
+ * 0 the two halves of each warp at different shuffles under a full mask (divergent),
+ * 1 the same halves with masks of their own half (legal: each mask names only its half),
+ * 2 a lane whose mask leaves itself out, 3 two different __syncthreads,
+ * 4 lanes 16..31 exited, then a full-mask xor 16 and an __all_sync over those left
+ * (legal; the shuffle reads lanes that exited: undefined, the poison),
+ * 5 an mma.sync with lanes 16..31 exited (it needs the whole warp) */
+static __global__ void warp_rules_kernel(float *x, int mode)
+{
+    int t = threadIdx.x, lane = t & 31;
+    float v = (float)t;
+    if (mode == 0) {
+        if (lane < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+        else v = __shfl_down_sync(0xffffffffu, v, 1);
+    } else if (mode == 1) {
+        if (lane < 16) v = __shfl_xor_sync(0x0000ffffu, v, 1);
+        else v = __shfl_xor_sync(0xffff0000u, v, 1);
+    } else if (mode == 2) {
+        v = __shfl_xor_sync(lane == 5 ? 0xffffffdfu : 0xffffffffu, v, 1);
+    } else if (mode == 3) {
+        if (t < 32) __syncthreads();
+        else __syncthreads();
+    } else if (mode == 4) {
+        if (lane >= 16) return;
+        float far = __shfl_xor_sync(0xffffffffu, v, 16);
+        v = __shfl_xor_sync(0xffffffffu, v, 1) + (__all_sync(0xffffffffu, lane < 16) ? 1000.0f : 0.0f);
+        x[64 + t] = far;
+    } else if (mode == 5) {
+        if (lane >= 16) return;
+        float d[4] = {0, 0, 0, 0};
+        uint32_t a[4] = {0, 0, 0, 0};
+        srk_mma::mma(d, a, 0u, 0u);
+        v = d[0];
+    }
+    x[t] = v;
+}
 static __global__ void early_exit_kernel(float *x)
 {
     // threads that return count as arrived at later barriers
@@ -1390,6 +1426,39 @@ static void test_emulator(void)
         check(as_late, "emulator: cp.async lands at the wait that covers it, no sooner (wait<1> leaves the newest "
                        "group in flight): a read before the wait sees the old value (thread 0: %d %d %d %d)",
               got[0], got[1], got[2], got[3]);
+    }
+    {
+        /* each wrong call fails the launch and names what it saw */
+        const char *expect_said[6] = {"diverges: lane 0 calls __shfl_xor_sync at test_kernels_emu.cpp", nullptr,
+                               "lane 5 calls __shfl_xor_sync at test_kernels_emu.cpp",
+                               "wait at different __syncthreads", nullptr,
+                               "mma.sync at srk_attention_mma.cuh"};
+        float w[128];
+        for (int mode = 0; mode < 6; mode++) {
+            for (int i = 0; i < 128; i++) w[i] = -1.0f;
+            cudaGetLastError();
+            emu::launch("warp_rules_kernel", warp_rules_kernel, dim3(1), dim3(64), 0, 0, w, mode);
+            cudaError_t e = cudaGetLastError();
+            std::string said = e == cudaSuccess ? std::string() : emu::last_error_detail();
+            if (expect_said[mode]) {
+                check(e == cudaErrorLaunchFailure && said.find(expect_said[mode]) != std::string::npos,
+                      "emulator: a wrong warp or block call fails the launch (mode %d: '%s')", mode, said.c_str());
+            } else if (mode == 1) {
+                bool legal = e == cudaSuccess;
+                for (int t = 0; t < 64; t++) legal &= w[t] == (float)(t ^ 1);
+                check(legal, "emulator: each half of a warp shuffling under a mask of its own half is legal (%s)",
+                      said.c_str());
+            } else {
+                bool legal = e == cudaSuccess;
+                for (int t = 0; t < 64; t++) {
+                    bool left = (t & 31) < 16;
+                    legal &= left ? w[t] == (float)(t ^ 1) + 1000.0f && isnan(w[64 + t]) : w[t] == -1.0f;
+                }
+                check(legal, "emulator: lanes that exited are left out of a full mask; a shuffle from one reads the "
+                          "poison (NaN), __all_sync is over the lanes left (lane 0: %g, %g; %s)",
+                      w[0], w[64], said.c_str());
+            }
+        }
     }
     emu::launch("early_exit_kernel", early_exit_kernel, dim3(1), dim3(32), 0, 0, d);
     check(cudaGetLastError() == cudaSuccess && d[0] == 1.0f && d[19] == 1.0f,

@@ -21,6 +21,13 @@
  *    whole block at each pass). A kernel whose result changes with the order reads
  *    shared or global memory that another thread or block writes without a
  *    barrier in between (a race); the kernel tests run under each order.
+ *  - warp calls: every lane that a warp operation's mask names (and that has
+ *    not exited) must make the same call, same operation at the same source
+ *    line with the same mask, and a lane must be in its own mask; mma.sync,
+ *    ldmatrix and wmma need all 32 lanes; every thread at a __syncthreads
+ *    must be at the same one. A GPU gives undefined results or hangs; here
+ *    the launch fails with both calls named (see "Warp calls" below). A
+ *    shuffle from a lane that did not take part returns all bits set (NaN).
  *  - device and page-locked allocations and each block's dynamic shared
  *    memory start filled with 0xff bytes (NaN as fp32 and bf16), since the GPU
  *    does not clear them either: a kernel or program that reads memory nobody
@@ -29,6 +36,7 @@
 #include "cuda_emu.h"
 
 #include <algorithm>
+#include <cstdarg>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -80,8 +88,10 @@ struct Block {
     int32_t vote[2][NWARPS][32];
     body_fn fn;
     void *arg;
+    unsigned rel_live[NWARPS]; /* the lanes that took part in the warp's last released barrier */
     char *smem;
     int deadlock;
+    char fault[480]; /* the first wrong warp or block call, "" if none */
 };
 
 thread_local uint3 tls_block_idx;
@@ -208,9 +218,101 @@ static void init_fiber(Thread *t)
 #endif
 }
 
+static bool schedule_poisons(); /* EMU_POISON is not 0 */
+
+/* ---- Warp calls -------------------------------------------------------------------
+ * A barrier is released when every thread (of the block, or of the warp) that has
+ * not exited waits at one; the calls they wait at are checked then. CUDA's rules
+ * (the programming guide's warp intrinsics): each calling lane is in its mask, and
+ * every non-exited lane the mask names executes the same intrinsic with the same
+ * mask; __syncthreads is reached by all threads or none. The emulator merges any
+ * warp barriers into one, so a kernel breaking a rule often still gives the right
+ * numbers here; on a GPU it gives undefined values or hangs. Lanes whose masks do
+ * not name each other may be at different calls. A call is identified by its name
+ * and source line: two lanes in one helper (a warp sum) called from two places
+ * look alike, a limit of the check. */
+static bool same_call(const Site &a, const Site &b)
+{
+    return a.line == b.line && a.mask == b.mask && (a.what == b.what || !strcmp(a.what, b.what)) &&
+           (a.file == b.file || !strcmp(a.file, b.file));
+}
+
+static const char *short_file(const char *f)
+{
+    const char *s = strrchr(f, '/');
+    return s ? s + 1 : f;
+}
+
+static void fault(Block *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fault(Block *b, const char *fmt, ...)
+{
+    if (b->fault[0]) return; /* the first is enough */
+    int n = snprintf(b->fault, sizeof b->fault, "block (%u,%u,%u): ", tls_block_idx.x, tls_block_idx.y,
+                     tls_block_idx.z);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->fault + n, sizeof b->fault - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static void check_warp_calls(Block *b, int w)
+{
+    int lo = w * 32, hi = lo + b->warp_size[w];
+    std::vector<Thread> &th = *b->th;
+    const Site *first = nullptr;
+    bool same = true;
+    for (int i = lo; i < hi; i++) {
+        if (th[(size_t)i].state != WAIT_WARP) continue;
+        const Site &s = th[(size_t)i].at;
+        if (!(s.mask >> (i - lo) & 1u))
+            fault(b, "warp %d lane %d calls %s at %s:%d with mask 0x%08x, which leaves the lane itself out", w, i - lo,
+                  s.what, short_file(s.file), s.line, s.mask);
+        if (!first) first = &s;
+        else if (same && !same_call(s, *first)) same = false;
+    }
+    if (!first) return;
+    if (first->whole && b->rel_live[w] != 0xffffffffu)
+        fault(b, "warp %d: %s at %s:%d needs all 32 lanes of the warp, and only lanes 0x%08x take part (the others "
+                 "exited or do not exist)", w, first->what, short_file(first->file), first->line, b->rel_live[w]);
+    if (same) return;
+    /* a lane's mask names another that waits at another call */
+    for (int i = lo; i < hi; i++) {
+        if (th[(size_t)i].state != WAIT_WARP) continue;
+        const Site &s = th[(size_t)i].at;
+        for (int k = lo; k < hi; k++) {
+            const Site &o = th[(size_t)k].at;
+            if (k == i || th[(size_t)k].state != WAIT_WARP || !(s.mask >> (k - lo) & 1u) || same_call(s, o)) continue;
+            fault(b, "warp %d diverges: lane %d calls %s at %s:%d (mask 0x%08x) while lane %d, which that mask names, "
+                     "calls %s at %s:%d (mask 0x%08x); every lane a warp operation's mask names must make the same "
+                     "call", w, i - lo, s.what, short_file(s.file), s.line, s.mask, k - lo, o.what,
+                  short_file(o.file), o.line, o.mask);
+            return;
+        }
+    }
+}
+
+static void check_block_calls(Block *b)
+{
+    const Site *first = nullptr;
+    int first_t = 0;
+    for (auto &t : *b->th) {
+        if (t.state != WAIT_BLOCK) continue;
+        if (!first) {
+            first = &t.at;
+            first_t = t.lin;
+        } else if (t.at.line != first->line || (t.at.file != first->file && strcmp(t.at.file, first->file))) {
+            fault(b, "threads %d and %d wait at different __syncthreads (%s:%d and %s:%d); every thread of the "
+                     "block that has not exited must reach the same one", first_t, t.lin, short_file(first->file),
+                  first->line, short_file(t.at.file), t.at.line);
+            return;
+        }
+    }
+}
+
 /* ---- barriers ---------------------------------------------------------------- */
 static void release_block(Block *b)
 {
+    check_block_calls(b);
     b->bar_arrived = 0;
     for (auto &t : *b->th)
         if (t.state == WAIT_BLOCK) t.state = RUNNABLE;
@@ -218,36 +320,40 @@ static void release_block(Block *b)
 
 static void release_warp(Block *b, int w)
 {
+    b->rel_live[w] = b->warp_live[w];
+    check_warp_calls(b, w);
     b->warp_arrived[w] = 0;
     int lo = w * 32, hi = lo + b->warp_size[w];
     for (int i = lo; i < hi; i++)
         if ((*b->th)[i].state == WAIT_WARP) (*b->th)[i].state = RUNNABLE;
 }
 
-void sync_block()
+void sync_block(const char *file, int line)
 {
     Block *b = cur_block;
     Thread *t = self();
+    t->at = Site{"__syncthreads", file, line, 0u, false};
+    t->state = WAIT_BLOCK; /* the release (below, or by the last to arrive) makes it runnable */
     b->bar_arrived++;
     if (b->bar_arrived + b->ndone >= b->n) {
         release_block(b);
         return;
     }
-    t->state = WAIT_BLOCK;
     to_scheduler(t, false);
 }
 
-void sync_warp()
+void sync_warp(const Site &s)
 {
     Block *b = cur_block;
     Thread *t = self();
     int w = t->lin / 32;
+    t->at = s;
+    t->state = WAIT_WARP;
     b->warp_arrived[w]++;
     if (b->warp_arrived[w] + b->warp_done[w] >= b->warp_size[w]) {
         release_warp(b, w);
         return;
     }
-    t->state = WAIT_WARP;
     to_scheduler(t, false);
 }
 
@@ -255,18 +361,20 @@ int lane_id() { return self()->lin & 31; }
 
 unsigned warp_active_mask() { return cur_block->warp_live[self()->lin / 32]; }
 
-uint64_t warp_exchange(uint64_t mine, int src)
+uint64_t warp_exchange(uint64_t mine, int src, const Site &s)
 {
     Block *b = cur_block;
     Thread *t = self();
     int w = t->lin / 32, lane = t->lin & 31, ph = t->xphase++ & 1;
-    unsigned live = b->warp_live[w];
     b->xchg[ph][w][lane] = mine;
-    sync_warp(); /* everybody's value is in */
-    return (src >= 0 && src < 32 && (live >> src & 1u)) ? b->xchg[ph][w][src] : mine;
+    sync_warp(s); /* everybody's value is in */
+    if (src < 0 || src >= 32) return mine;
+    /* rel_live is this barrier's until this lane waits at the next one */
+    if ((b->rel_live[w] & s.mask) >> src & 1u) return b->xchg[ph][w][src];
+    return schedule_poisons() ? ~(uint64_t)0 : mine;
 }
 
-void warp_gather(uint32_t *all, const uint32_t *mine, int n)
+void warp_gather(uint32_t *all, const uint32_t *mine, int n, const Site &s)
 {
     if (n < 0 || n > EMU_GATHER_MAX) {
         fprintf(stderr, "emu: warp_gather of %d words (at most %d)\n", n, (int)EMU_GATHER_MAX);
@@ -275,23 +383,24 @@ void warp_gather(uint32_t *all, const uint32_t *mine, int n)
     Block *b = cur_block;
     Thread *t = self();
     int w = t->lin / 32, lane = t->lin & 31, ph = t->xphase++ & 1;
-    unsigned live = b->warp_live[w];
     memcpy(b->gather[ph][w][lane], mine, sizeof(uint32_t) * (size_t)n);
-    sync_warp(); /* everybody's words are in */
+    sync_warp(s); /* everybody's words are in */
+    unsigned live = b->rel_live[w];
     for (int i = 0; i < 32; i++) {
         if (live >> i & 1u) memcpy(all + i * n, b->gather[ph][w][i], sizeof(uint32_t) * (size_t)n);
         else memset(all + i * n, 0, sizeof(uint32_t) * (size_t)n);
     }
 }
 
-unsigned warp_ballot(int pred)
+unsigned warp_ballot(int pred, const Site &s, unsigned *took)
 {
     Block *b = cur_block;
     Thread *t = self();
     int w = t->lin / 32, lane = t->lin & 31, ph = t->xphase++ & 1;
-    unsigned live = b->warp_live[w];
     b->vote[ph][w][lane] = pred != 0;
-    sync_warp();
+    sync_warp(s);
+    unsigned live = b->rel_live[w];
+    if (took) *took = live;
     unsigned m = 0;
     for (int i = 0; i < b->warp_size[w]; i++)
         if ((live >> i & 1u) && b->vote[ph][w][i]) m |= 1u << i;
@@ -404,6 +513,7 @@ static Schedule &schedule()
     }();
     return s;
 }
+static bool schedule_poisons() { return schedule().poison; }
 bool set_schedule(const char *order)
 {
     return parse_order(order, schedule());
@@ -489,6 +599,7 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
     b.ndone = 0;
     b.bar_arrived = 0;
     b.deadlock = 0;
+    b.fault[0] = 0;
     int nw = (b.n + 31) / 32;
     for (int w = 0; w < nw; w++) {
         b.warp_size[w] = b.n - w * 32 < 32 ? b.n - w * 32 : 32;
@@ -563,13 +674,22 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
 /* ---- errors, attributes, launches ---------------------------------------------- */
 static std::mutex mu;
 static cudaError_t last_error = cudaSuccess;
+static std::string last_detail;
 static std::map<const void *, int> max_dyn_smem;
 
 void set_last_error(cudaError_t e, const char *detail)
 {
     std::lock_guard<std::mutex> g(mu);
     if (last_error == cudaSuccess) last_error = e;
-    if (detail) fprintf(stderr, "cuda_emu: %s\n", detail);
+    if (detail) {
+        fprintf(stderr, "cuda_emu: %s\n", detail);
+        last_detail = detail;
+    }
+}
+std::string last_error_detail()
+{
+    std::lock_guard<std::mutex> g(mu);
+    return last_detail;
 }
 
 cudaError_t check_launch(const char *name, const void *kernel, dim3 grid, dim3 blk, size_t smem)
@@ -609,7 +729,8 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
     long nblocks = (long)grid.x * grid.y * grid.z;
     std::vector<int> border;
     if (schedule().order != ORDER_FORWARD && nblocks <= (1L << 24)) order_indices(border, (int)nblocks, 0x5eed);
-    int fail = 0;
+    int fail = 0; /* bit 0: a block deadlocked; bit 1: a wrong warp or block call (fault_msg) */
+    std::string fault_msg;
     int threads = 1;
 #ifdef _OPENMP
     static int cap = [] {
@@ -639,16 +760,26 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
             /* the fibers still waiting are abandoned: their stacks are reused */
             fail = 1;
         }
+        if (b.fault[0]) {
+            fail |= 2;
+#pragma omp critical(emu_fault)
+            if (fault_msg.empty()) fault_msg = b.fault;
+            b.fault[0] = 0;
+        }
     }
-    if (fail) {
+    if (fail & 2) {
+        std::string m = std::string("kernel ") + name + ": " + fault_msg +
+                         " (on a GPU: undefined results or a hang)";
+        set_last_error(cudaErrorLaunchFailure, m.c_str());
+    }
+    if (fail & 1) {
         snprintf(msg, sizeof msg,
                  "kernel %s: deadlock: some threads of a block wait at __syncthreads or a warp operation that "
                  "the others never reach",
                  name);
         set_last_error(cudaErrorLaunchFailure, msg);
-        return cudaErrorLaunchFailure;
     }
-    return cudaSuccess;
+    return fail ? cudaErrorLaunchFailure : cudaSuccess;
 }
 
 } /* namespace emu */

@@ -1,7 +1,7 @@
 /* cuda_emu.h: the CUDA execution model on the CPU, for testing kernels
  * without a GPU (what nvcc's old -deviceemu did).
  *
- * The same .cu kernel sources compile as C++17 against this header:
+ * The same .cu kernel sources compile as C++20 against this header:
  *  - every thread of a block is a cooperative fiber with its own small stack,
  *    so __syncthreads() and the warp functions (__shfl*_sync, __ballot_sync,
  *    __all_sync, __any_sync, __syncwarp) block the calling fiber until the
@@ -24,7 +24,9 @@
  * does (threads per block, grid limits, dynamic shared memory above 48 KiB
  * without cudaFuncSetAttribute) and reports errors through cudaGetLastError.
  * A block whose threads do not all reach a barrier is a deadlock, reported
- * with the kernel's name (on a GPU it would hang or corrupt silently).
+ * with the kernel's name (on a GPU it would hang or corrupt silently); lanes
+ * of a warp at different warp operations, or threads at different
+ * __syncthreads, fail the launch too (cuda_emu.cpp, "Warp calls").
  */
 #ifndef SR_CUDA_EMU_H
 #define SR_CUDA_EMU_H
@@ -108,6 +110,20 @@ struct cudaDeviceProp {
 /* ---- the emulator's engine (cuda_emu.cpp) ----------------------------------- */
 namespace emu {
 
+/* a barrier or warp operation as a thread calls it: its name, where in the kernel's source
+ * (the caller's file and line, through EMU_HERE), and for a warp operation its mask (whole:
+ * the operation needs all 32 lanes of the warp, as mma.sync and wmma do). At each barrier's
+ * release the emulator checks the calls against each other (cuda_emu.cpp, "Warp calls") */
+struct Site {
+    const char *what;
+    const char *file;
+    int line;
+    unsigned mask;
+    bool whole;
+};
+/* the caller's position as trailing default arguments of an emulated intrinsic */
+#define EMU_HERE const char *emu_file = __builtin_FILE(), int emu_line = __builtin_LINE()
+
 struct Thread {
     void *sp;          /* saved stack pointer (or ucontext) while switched out */
     void *ctx;         /* ucontext_t on hosts without the fast switch */
@@ -115,6 +131,7 @@ struct Thread {
     int lin;           /* linear index in the block */
     int state;         /* RUNNABLE, WAIT_BLOCK, WAIT_WARP, DONE */
     unsigned xphase;   /* warp exchanges so far (which of the two slot sets the next one uses) */
+    Site at;           /* the barrier or warp operation it waits at (or last waited at) */
     char *stack;
     size_t stack_size;
     void *asan_fake;
@@ -183,20 +200,22 @@ extern thread_local uint3 tls_block_idx;
 extern thread_local dim3 tls_block_dim;
 extern thread_local dim3 tls_grid_dim;
 
-/* barriers over the block and over the calling thread's warp */
-void sync_block();
-void sync_warp();
+/* barriers over the block and over the calling thread's warp, called at s */
+void sync_block(const char *file, int line);
+void sync_warp(const Site &s);
 /* warp exchange: every lane of the warp puts 8 bytes, then reads lane `src`'s
- * (its own when src is not a live lane of the warp) */
-uint64_t warp_exchange(uint64_t mine, int src);
+ * (all bits set, the poison, when lane src did not take part or s.mask leaves
+ * it out: a GPU returns an undefined value; its own when src is out of 0..31) */
+uint64_t warp_exchange(uint64_t mine, int src, const Site &s);
 /* every lane puts n <= EMU_GATHER_MAX words; all[32 * n] gets every lane's
  * (lane i's at all + i * n; zeros for lanes that are not live). One warp
  * barrier, where n shuffles would take n: the emulation of mma.sync's and
  * ldmatrix's fragment exchanges (srk_attention_mma.cuh) */
 enum { EMU_GATHER_MAX = 8 };
-void warp_gather(uint32_t *all, const uint32_t *mine, int n);
-/* bit i: lane i of the warp is live and passed pred != 0 */
-unsigned warp_ballot(int pred);
+void warp_gather(uint32_t *all, const uint32_t *mine, int n, const Site &s);
+/* bit i: lane i of the warp took part and passed pred != 0; *took (if not null): the lanes
+ * that took part (those that had not exited) */
+unsigned warp_ballot(int pred, const Site &s, unsigned *took = nullptr);
 /* cp.async (srk_cp_async, sm_80): the calling thread's copy of `bytes`
  * from global memory to shared memory, queued; commit closes the thread's
  * open group; wait(n) lands every group but the n newest (the copies run
@@ -217,6 +236,8 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 block
 /* the launch configuration checks run_grid starts with (the error recorded) */
 cudaError_t check_launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem);
 void set_last_error(cudaError_t e, const char *detail);
+/* the detail of the last error reported with one (tests read what it names) */
+std::string last_error_detail();
 
 template <class F>
 void call_body(void *p)
@@ -258,24 +279,23 @@ cudaError_t launch(const char *name, void (*k)(KArgs...), dim3 grid, dim3 block,
 #define gridDim (::emu::tls_grid_dim)
 static constexpr int warpSize = 32;
 
-inline void __syncthreads() { emu::sync_block(); }
-inline int __syncthreads_or(int p)
+inline void __syncthreads(EMU_HERE) { emu::sync_block(emu_file, emu_line); }
+inline int __syncthreads_or(int p, EMU_HERE)
 {
-    /* the block-wide OR through shared state: two barriers around a flag */
+    /* the block-wide OR through shared state: barriers around a flag */
     static thread_local int flag;
-    emu::sync_block();
+    emu::sync_block(emu_file, emu_line);
     if (emu::self()->lin == 0) flag = 0;
-    emu::sync_block();
+    emu::sync_block(emu_file, emu_line);
     if (p) flag = 1;
-    emu::sync_block();
+    emu::sync_block(emu_file, emu_line);
     int r = flag;
-    emu::sync_block();
+    emu::sync_block(emu_file, emu_line);
     return r;
 }
-inline void __syncwarp(unsigned mask = 0xffffffffu)
+inline void __syncwarp(unsigned mask = 0xffffffffu, EMU_HERE)
 {
-    (void)mask;
-    emu::sync_warp();
+    emu::sync_warp(emu::Site{"__syncwarp", emu_file, emu_line, mask, false});
 }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __trap() { abort(); }
@@ -284,12 +304,12 @@ inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 /* ---- warp shuffles and votes ------------------------------------------------ */
 namespace emu {
 template <class T>
-inline T shfl_from(T v, int src)
+inline T shfl_from(T v, int src, const Site &s)
 {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
     uint64_t b = 0;
     std::memcpy(&b, &v, sizeof(T));
-    uint64_t r = warp_exchange(b, src);
+    uint64_t r = warp_exchange(b, src, s);
     T out;
     std::memcpy(&out, &r, sizeof(T));
     return out;
@@ -297,44 +317,49 @@ inline T shfl_from(T v, int src)
 } /* namespace emu */
 
 template <class T>
-inline T __shfl_sync(unsigned mask, T v, int src, int width = 32)
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, EMU_HERE)
 {
-    (void)mask;
     int lane = emu::lane_id();
-    return emu::shfl_from(v, (lane & ~(width - 1)) + (src & (width - 1)));
+    return emu::shfl_from(v, (lane & ~(width - 1)) + (src & (width - 1)),
+                          emu::Site{"__shfl_sync", emu_file, emu_line, mask, false});
 }
 template <class T>
-inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32, EMU_HERE)
 {
-    (void)mask;
     int lane = emu::lane_id();
     int src = (lane % width) + (int)delta < width ? lane + (int)delta : lane;
-    return emu::shfl_from(v, src);
+    return emu::shfl_from(v, src, emu::Site{"__shfl_down_sync", emu_file, emu_line, mask, false});
 }
 template <class T>
-inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32)
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32, EMU_HERE)
 {
-    (void)mask;
     int lane = emu::lane_id();
     int src = (lane % width) >= (int)delta ? lane - (int)delta : lane;
-    return emu::shfl_from(v, src);
+    return emu::shfl_from(v, src, emu::Site{"__shfl_up_sync", emu_file, emu_line, mask, false});
 }
 template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, EMU_HERE)
 {
-    (void)mask;
     int lane = emu::lane_id();
     int src = lane ^ lane_mask;
     if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    return emu::shfl_from(v, src);
+    return emu::shfl_from(v, src, emu::Site{"__shfl_xor_sync", emu_file, emu_line, mask, false});
 }
-inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::warp_ballot(pred) & mask; }
-inline int __all_sync(unsigned mask, int pred)
+inline unsigned __ballot_sync(unsigned mask, int pred, EMU_HERE)
 {
-    unsigned live = emu::warp_active_mask() & mask;
-    return (emu::warp_ballot(pred) & live) == live;
+    return emu::warp_ballot(pred, emu::Site{"__ballot_sync", emu_file, emu_line, mask, false}) & mask;
 }
-inline int __any_sync(unsigned mask, int pred) { return (emu::warp_ballot(pred) & mask) != 0; }
+/* over the lanes of mask that have not exited */
+inline int __all_sync(unsigned mask, int pred, EMU_HERE)
+{
+    unsigned took = 0;
+    unsigned yes = emu::warp_ballot(pred, emu::Site{"__all_sync", emu_file, emu_line, mask, false}, &took);
+    return (yes & mask) == (took & mask);
+}
+inline int __any_sync(unsigned mask, int pred, EMU_HERE)
+{
+    return (emu::warp_ballot(pred, emu::Site{"__any_sync", emu_file, emu_line, mask, false}) & mask) != 0;
+}
 inline unsigned __activemask() { return emu::warp_active_mask(); }
 
 /* ---- atomics (real ones: blocks may run on several OS threads) --------------- */
@@ -532,40 +557,45 @@ inline void wmma_check(const P *p, unsigned ldm, const char *what)
 
 /* a and b fragments carry their layout in the type */
 template <class Use, int M, int N, int K, class T, class L, class P>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ldm)
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ldm, EMU_HERE)
 {
     typedef fragment<Use, M, N, K, T, L> Frag;
     wmma_check(p, ldm, "wmma::load_matrix_sync");
-    emu::sync_warp();
+    const emu::Site s{"wmma::load_matrix_sync", emu_file, emu_line, 0xffffffffu, true};
+    emu::sync_warp(s);
     for (int r = 0; r < Frag::rows; r++)
         for (int c = 0; c < Frag::cols; c++)
             f.x[r * Frag::cols + c] = std::is_same<L, col_major>::value ? (T)p[(size_t)c * ldm + r]
                                                                          : (T)p[(size_t)r * ldm + c];
-    emu::sync_warp();
+    emu::sync_warp(s);
 }
 /* accumulators take the layout as an argument */
 template <int M, int N, int K, class T, class P>
-inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void> &f, const P *p, unsigned ldm, layout_t l)
+inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void> &f, const P *p, unsigned ldm, layout_t l,
+                             EMU_HERE)
 {
     wmma_check(p, ldm, "wmma::load_matrix_sync");
-    emu::sync_warp();
+    const emu::Site s{"wmma::load_matrix_sync", emu_file, emu_line, 0xffffffffu, true};
+    emu::sync_warp(s);
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++) f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
-    emu::sync_warp();
+    emu::sync_warp(s);
 }
 /* one lane writes (the others would write the same values) */
 template <int M, int N, int K, class T, class P>
-inline void store_matrix_sync(P *p, const fragment<accumulator, M, N, K, T, void> &f, unsigned ldm, layout_t l)
+inline void store_matrix_sync(P *p, const fragment<accumulator, M, N, K, T, void> &f, unsigned ldm, layout_t l,
+                              EMU_HERE)
 {
     wmma_check(p, ldm, "wmma::store_matrix_sync");
-    emu::sync_warp();
+    const emu::Site s{"wmma::store_matrix_sync", emu_file, emu_line, 0xffffffffu, true};
+    emu::sync_warp(s);
     if (emu::lane_id() == __builtin_ctz(emu::warp_active_mask()))
         for (int r = 0; r < M; r++)
             for (int c = 0; c < N; c++) {
                 if (l == mem_col_major) p[(size_t)c * ldm + r] = f.x[r * N + c];
                 else p[(size_t)r * ldm + c] = f.x[r * N + c];
             }
-    emu::sync_warp();
+    emu::sync_warp(s);
 }
 /* d = a b + c, products of the (bf16) inputs accumulated in float */
 template <int M, int N, int K, class TA, class LA, class TB, class LB, class TC>
