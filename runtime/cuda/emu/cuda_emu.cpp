@@ -94,9 +94,9 @@ struct Block {
     char fault[480]; /* the first wrong warp or block call, "" if none */
 };
 
-thread_local uint3 tls_block_idx;
-thread_local dim3 tls_block_dim;
-thread_local dim3 tls_grid_dim;
+constinit thread_local uint3 tls_block_idx{0, 0, 0};
+constinit thread_local dim3 tls_block_dim;
+constinit thread_local dim3 tls_grid_dim;
 
 static thread_local Block *cur_block;
 static thread_local Thread *cur_thread;

@@ -196,9 +196,11 @@ bool stream_drain(cudaStream_t s, const char *what);
 bool stream_defers(cudaStream_t s);
 void stream_enqueue_fn(cudaStream_t s, std::function<void()> run);
 
-extern thread_local uint3 tls_block_idx;
-extern thread_local dim3 tls_block_dim;
-extern thread_local dim3 tls_grid_dim;
+/* constinit: no dynamic initialization, so an access is a plain TLS load, not a call of the
+ * variable's init wrapper (which GCC 12's -fsanitize=null also misreports as a null access) */
+extern constinit thread_local uint3 tls_block_idx;
+extern constinit thread_local dim3 tls_block_dim;
+extern constinit thread_local dim3 tls_grid_dim;
 
 /* barriers over the block and over the calling thread's warp, called at s */
 void sync_block(const char *file, int line);
