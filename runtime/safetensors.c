@@ -3,6 +3,12 @@
  * Files are mmap'ed: a GPT-2 checkpoint is 500 MB and only the tensors the
  * program has are touched. Every header field is checked before any data is
  * read, so a corrupt or hostile file is an error message, never a crash.
+ *
+ * Files we write carry a checksum of their data section in __metadata__
+ * ("data_checksum": "sr64:<16 hex digits>", see sr_hash below), checked when
+ * such a file is opened: a bit flipped on disk or a file half overwritten by
+ * a copy keeps a valid header, and would otherwise load as wrong weights.
+ * Files without the key (Hugging Face's, older checkpoints) open unchecked.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -26,6 +32,82 @@ static const struct {
     {"I16", 2}, {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2}, {"U8", 1},
     {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
 };
+
+#define CHECKSUM_KEY "data_checksum"
+#define CHECKSUM_TAG "sr64:"
+
+/* sr_hash: 64 bits over a byte stream, four lanes of little-endian 8-byte words
+ * (lane = (lane ^ word) * odd, then an xor-shift: both invertible, so a change
+ * confined to one lane's words always changes the result), the lanes, the tail
+ * and the length mixed at the end. Not cryptographic; several GB/s. */
+typedef struct sr_hash {
+    uint64_t lane[4];
+    unsigned char buf[32];
+    size_t nbuf;
+    uint64_t len;
+} sr_hash;
+
+static const uint64_t HASH_MUL = 0x9fb21c651e98df25ull, HASH_MUL2 = 0xd6e8feb86659fd93ull;
+
+static uint64_t rd64le(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8); /* one load */
+    const uint16_t one = 1;
+    if (*(const unsigned char *)&one == 0) v = __builtin_bswap64(v); /* big-endian host */
+    return v;
+}
+
+static uint64_t hash_mix(uint64_t x)
+{
+    x ^= x >> 32;
+    x *= HASH_MUL2;
+    x ^= x >> 29;
+    x *= HASH_MUL;
+    return x ^ (x >> 32);
+}
+
+static void hash_init(sr_hash *h)
+{
+    for (int i = 0; i < 4; i++) h->lane[i] = 0x243f6a8885a308d3ull * (uint64_t)(2 * i + 1);
+    h->nbuf = 0;
+    h->len = 0;
+}
+
+static void hash_block(sr_hash *h, const unsigned char *p)
+{
+    for (int i = 0; i < 4; i++) {
+        uint64_t x = (h->lane[i] ^ rd64le(p + 8 * i)) * HASH_MUL;
+        h->lane[i] = x ^ (x >> 31);
+    }
+}
+
+static void hash_update(sr_hash *h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    if (n == 0) return; /* a zero-size tensor may have no data pointer */
+    h->len += n;
+    if (h->nbuf) {
+        size_t k = 32 - h->nbuf < n ? 32 - h->nbuf : n;
+        memcpy(h->buf + h->nbuf, p, k);
+        h->nbuf += k, p += k, n -= k;
+        if (h->nbuf < 32) return;
+        hash_block(h, h->buf);
+        h->nbuf = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) hash_block(h, p);
+    memcpy(h->buf, p, n);
+    h->nbuf = n;
+}
+
+static uint64_t hash_final(const sr_hash *h)
+{
+    unsigned char tail[32] = {0};
+    memcpy(tail, h->buf, h->nbuf);
+    uint64_t r = h->len * HASH_MUL2;
+    for (int i = 0; i < 4; i++) r = hash_mix(r ^ h->lane[i] ^ rd64le(tail + 8 * i));
+    return r;
+}
 
 static int host_is_le(void)
 {
@@ -246,6 +328,25 @@ out:
     return s;
 }
 
+/* the data section against the checksum written with it, if the file has one
+ * of ours (another tag, from a later version, is left alone) */
+static sr_status check_checksum(const sr_st_file *f)
+{
+    const char *want = sr_st_meta(f, CHECKSUM_KEY);
+    if (!want || strncmp(want, CHECKSUM_TAG, strlen(CHECKSUM_TAG)) != 0) return SR_OK;
+    sr_hash h;
+    hash_init(&h);
+    hash_update(&h, f->data, (size_t)f->data_len);
+    char got[40];
+    snprintf(got, sizeof got, CHECKSUM_TAG "%016llx", (unsigned long long)hash_final(&h));
+    if (strcmp(got, want) == 0) return SR_OK;
+    return sr_seterr(SR_ERR_FORMAT,
+                     "%s: corrupt safetensors file: its %llu bytes of tensor data do not match the checksum "
+                     "written with them (%s, now %s): the file changed after it was saved; restore it, or load "
+                     "another checkpoint",
+                     f->path, (unsigned long long)f->data_len, want, got);
+}
+
 sr_status sr_st_open(sr_st_file *f, const char *path)
 {
     memset(f, 0, sizeof *f);
@@ -294,6 +395,7 @@ sr_status sr_st_open(sr_st_file *f, const char *path)
     f->data = b + 8 + hlen;
     f->data_len = size - 8 - hlen;
     s = parse_header(f, b + 8, hlen);
+    if (s == SR_OK) s = check_checksum(f);
     if (s == SR_OK) return SR_OK;
 fail:
     sr_st_close(f);
@@ -448,10 +550,14 @@ static int write_all(FILE *fp, const void *p, size_t n)
     return n == 0 || fwrite(p, 1, n, fp) == n; /* zero-size tensors may have NULL data */
 }
 
-/* Writes n floats little-endian, swapping in chunks on big-endian hosts. */
-static int write_floats(FILE *fp, const float *x, int64_t n)
+/* n floats little-endian to fp, or (fp NULL) into the hash h: as they are on
+ * a little-endian host, else swapped in chunks */
+static int put_floats(FILE *fp, sr_hash *h, const float *x, int64_t n)
 {
-    if (host_is_le()) return write_all(fp, x, (size_t)n * 4);
+    if (host_is_le()) {
+        if (!fp) hash_update(h, x, (size_t)n * 4);
+        return fp ? write_all(fp, x, (size_t)n * 4) : 1;
+    }
     unsigned char buf[4096];
     for (int64_t i = 0; i < n;) {
         int k = 0;
@@ -460,9 +566,17 @@ static int write_floats(FILE *fp, const float *x, int64_t n)
             memcpy(&u, &x[i], 4);
             for (int j = 0; j < 4; j++) buf[4 * k + j] = (unsigned char)(u >> (8 * j));
         }
-        if (!write_all(fp, buf, (size_t)k * 4)) return 0;
+        if (!fp) hash_update(h, buf, (size_t)k * 4);
+        else if (!write_all(fp, buf, (size_t)k * 4)) return 0;
     }
     return 1;
+}
+
+static int64_t entry_numel(const sr_st_entry *t)
+{
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= t->dims[d];
+    return numel;
 }
 
 sr_status sr_st_write(const char *path, const sr_st_entry *t, int n, const char *const *meta,
@@ -476,11 +590,18 @@ sr_status sr_st_write(const char *path, const sr_st_entry *t, int n, const char 
             if (strcmp(t[i].name, t[j].name) == 0)
                 return sr_seterr(SR_ERR_ARG, "%s: tensor '%s' given twice", path, t[i].name);
     }
+    /* the data's checksum goes in the header, which comes first: one pass over the data before */
+    sr_hash dh;
+    hash_init(&dh);
+    for (int i = 0; i < n; i++) put_floats(NULL, &dh, t[i].data, entry_numel(&t[i]));
+    char sum[40];
+    snprintf(sum, sizeof sum, CHECKSUM_TAG "%016llx", (unsigned long long)hash_final(&dh));
     sr_buf h;
     sr_buf_init(&h);
-    sr_buf_puts(&h, "{\"__metadata__\":{\"format\":\"pt\"");
+    sr_buf_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"" CHECKSUM_KEY "\":");
+    sr_buf_json_string(&h, sum);
     for (int i = 0; i < n_meta; i++) {
-        if (strcmp(meta[2 * i], "format") == 0) continue;
+        if (strcmp(meta[2 * i], "format") == 0 || strcmp(meta[2 * i], CHECKSUM_KEY) == 0) continue;
         sr_buf_puts(&h, ",");
         sr_buf_json_string(&h, meta[2 * i]);
         sr_buf_puts(&h, ":");
@@ -519,11 +640,7 @@ sr_status sr_st_write(const char *path, const sr_st_entry *t, int n, const char 
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     int ok = write_all(fp, lenb, 8) && write_all(fp, h.data, h.len);
     sr_buf_free(&h);
-    for (int i = 0; ok && i < n; i++) {
-        int64_t numel = 1;
-        for (int d = 0; d < t[i].ndim; d++) numel *= t[i].dims[d];
-        ok = write_floats(fp, t[i].data, numel);
-    }
+    for (int i = 0; ok && i < n; i++) ok = put_floats(fp, NULL, t[i].data, entry_numel(&t[i]));
     int e = errno;
     /* fsync so that a checkpoint renamed into place after this call is on disk */
     if (ok && (fflush(fp) != 0 || fsync(fileno(fp)) != 0)) {

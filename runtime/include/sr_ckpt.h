@@ -48,7 +48,9 @@ typedef struct sr_st_file {
     size_t map_len;
 } sr_st_file;
 
-/* Opens and validates a safetensors file. On failure *f is closed. */
+/* Opens and validates a safetensors file; a file with our checksum in its
+ * __metadata__ (sr_st_write's "data_checksum") has its data checked against
+ * it (SR_ERR_FORMAT naming both values). On failure *f is closed. */
 sr_status sr_st_open(sr_st_file *f, const char *path);
 void sr_st_close(sr_st_file *f);
 
@@ -90,7 +92,9 @@ typedef struct sr_st_entry {
 
 /* Writes n F32 tensors (in the given order) to path and fsyncs it. meta holds
  * n_meta key/value string pairs (meta[2i], meta[2i+1]) added to __metadata__
- * after "format": "pt". A failed write removes the partial file. */
+ * after "format": "pt" and "data_checksum": "sr64:<hex>" (a 64-bit hash of the
+ * data section, which sr_st_open checks). A failed write removes the partial
+ * file. */
 sr_status sr_st_write(const char *path, const sr_st_entry *t, int n, const char *const *meta,
                       int n_meta);
 

@@ -16,6 +16,8 @@
 #include "sr_ckpt.h"
 #include "sr_json.h"
 
+static void test_checksum(const char *path);
+
 static int n_pass, n_fail;
 static char dir[256];
 
@@ -124,8 +126,11 @@ static void test_round_trip(void)
     CHECK(sr_st_find(&f, "missing") == NULL, "find of a missing name is NULL");
     const char *m = sr_st_meta(&f, "format"), *m2 = sr_st_meta(&f, "note");
     CHECK(m && strcmp(m, "pt") == 0 && m2 && strcmp(m2, "quote\" and \\ backslash") == 0 &&
-              sr_st_meta(&f, "model") && f.n_meta == 3,
+              sr_st_meta(&f, "model") && f.n_meta == 4,
           "metadata read back, escapes decoded");
+    const char *sum = sr_st_meta(&f, "data_checksum");
+    CHECK(sum && strncmp(sum, "sr64:", 5) == 0 && strlen(sum) == 21,
+          "the writer adds the data's checksum to the metadata (%s)", sum ? sum : "none");
 
     int64_t good[2] = {2, 3}, bad[2] = {3, 2};
     s = sr_st_load(&f, "h.0.attn.c_attn.weight", NULL, 2, good, out);
@@ -154,11 +159,64 @@ static void test_round_trip(void)
           "missing tensor names it and the file: %s", sr_errmsg());
     sr_st_close(&f);
 
+    test_checksum(tmp("rt.safetensors"));
+
     sr_st_entry dup[] = {{"x", 1, db, b}, {"x", 1, db, b}};
     CHECK(sr_st_write(tmp("dup.safetensors"), dup, 2, NULL, 0) == SR_ERR_ARG, "writing a duplicate name fails");
     CHECK(sr_st_write(tmp("no/such/dir/x.safetensors"), e, 1, NULL, 0) == SR_ERR_IO &&
               contains(sr_errmsg(), "no/such/dir"),
           "writing into a missing directory is an i/o error naming it");
+}
+
+/* a copy of path with byte at (from the end when < 0) xor'ed with x, and "sr64:" renamed to tag */
+static const char *altered(const char *path, long at, unsigned char x, const char *tag)
+{
+    FILE *fp = fopen(path, "rb");
+    static unsigned char buf[1 << 16];
+    size_t n = fp ? fread(buf, 1, sizeof buf, fp) : 0;
+    if (fp) fclose(fp);
+    size_t i = at < 0 ? n - (size_t)(-at) : (size_t)at;
+    if (i < n) buf[i] ^= x;
+    for (size_t k = 0; tag && k + 5 <= n; k++)
+        if (memcmp(buf + k, "sr64:", 5) == 0) {
+            memcpy(buf + k, tag, 5);
+            break;
+        }
+    const char *out = tmp("altered.safetensors");
+    fp = fopen(out, "wb");
+    if (fp) {
+        fwrite(buf, 1, n, fp);
+        fclose(fp);
+    }
+    return out;
+}
+
+/* the data section's checksum: a change anywhere in the data is an error naming the file and both
+ * sums; a file without our tag (Hugging Face's, another version's) opens unchecked */
+static void test_checksum(const char *path)
+{
+    sr_st_file f;
+    long data_at = 0;
+    if (sr_st_open(&f, path) == SR_OK) {
+        data_at = (long)(f.data - (const unsigned char *)f.map);
+        sr_st_close(&f);
+    }
+    CHECK(data_at > 8, "the written file opens with its checksum checked");
+    sr_status s = sr_st_open(&f, altered(path, data_at, 0x01, NULL));
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "altered.safetensors") &&
+              contains(sr_errmsg(), "do not match the checksum") && contains(sr_errmsg(), "sr64:"),
+          "one bit flipped in the first data byte: %s", s == SR_OK ? "opened" : sr_errmsg());
+    if (s == SR_OK) sr_st_close(&f);
+    s = sr_st_open(&f, altered(path, -1, 0x80, NULL));
+    CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), "do not match the checksum"),
+          "one bit flipped in the last data byte: %s", s == SR_OK ? "opened" : sr_errmsg());
+    if (s == SR_OK) sr_st_close(&f);
+    s = sr_st_open(&f, altered(path, data_at + 5, 0x10, "zz64:"));
+    CHECK(s == SR_OK, "a checksum of another kind is left alone: %s", s == SR_OK ? "opened" : sr_errmsg());
+    if (s == SR_OK) sr_st_close(&f);
+    s = sr_st_open(&f, altered(path, 1L << 20, 0, NULL));
+    CHECK(s == SR_OK, "the unaltered copy opens: %s", s == SR_OK ? "opened" : sr_errmsg());
+    if (s == SR_OK) sr_st_close(&f);
 }
 
 static void test_prefix(void)

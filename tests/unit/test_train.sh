@@ -207,6 +207,15 @@ check "--init from a corrupt file exits 1 naming it" \
 "$BIN" --load nothing-here --steps 0 >/dev/null 2>err
 check "--load of a missing directory exits 1 naming it" \
     sh -c "[ $? -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'nothing-here' err"
+# four bytes of the optimizer state's data changed on disk: the header still parses, the checksum
+# written with the data (safetensors' __metadata__ data_checksum) no longer matches
+rm -rf ckbad && cp -r ck ckbad
+opt=ckbad/$(cat ckbad/latest)/optimizer.safetensors
+printf '\001\002\003\004' | dd of="$opt" bs=1 seek=$(($(wc -c <"$opt") - 4)) conv=notrunc 2>/dev/null
+# shellcheck disable=SC2086
+"$BIN" $common --steps 20 --load ckbad >/dev/null 2>err
+check "--load of a checkpoint whose data changed exits 1 naming the file and the checksum" \
+    sh -c "[ $? -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'optimizer.safetensors: corrupt' err && grep -q 'do not match the checksum' err"
 
 # ---------------------------------------------------------------- failed save
 touch ck/step-00000020 # a file where the new step directory must go
