@@ -33,6 +33,12 @@ static const struct {
     {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
 };
 
+static int host_is_le(void)
+{
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
+}
+
 #define CHECKSUM_KEY "data_checksum"
 #define CHECKSUM_TAG "sr64:"
 
@@ -53,9 +59,7 @@ static uint64_t rd64le(const unsigned char *p)
 {
     uint64_t v;
     memcpy(&v, p, 8); /* one load */
-    const uint16_t one = 1;
-    if (*(const unsigned char *)&one == 0) v = __builtin_bswap64(v); /* big-endian host */
-    return v;
+    return host_is_le() ? v : __builtin_bswap64(v);
 }
 
 static uint64_t hash_mix(uint64_t x)
@@ -109,11 +113,6 @@ static uint64_t hash_final(const sr_hash *h)
     return r;
 }
 
-static int host_is_le(void)
-{
-    const uint16_t one = 1;
-    return *(const unsigned char *)&one == 1;
-}
 
 static uint64_t le64(const unsigned char *p)
 {
