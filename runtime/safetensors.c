@@ -342,7 +342,7 @@ static sr_status check_checksum(const sr_st_file *f)
     return sr_seterr(SR_ERR_FORMAT,
                      "%s: corrupt safetensors file: its %llu bytes of tensor data do not match the checksum "
                      "written with them (%s, now %s): the file changed after it was saved; restore it, or load "
-                     "another checkpoint",
+                     "another checkpoint (changed on purpose: drop data_checksum from its metadata)",
                      f->path, (unsigned long long)f->data_len, want, got);
 }
 
