@@ -84,10 +84,11 @@ int main(int argc, char **argv)
     static char buf[1 << 20];
     size_t k, total = 0;
     while ((k = fread(buf, 1, sizeof buf, in)) > 0) {
-        if (total == 0) {
-            char *tag = strstr(buf + 8, "sr64:");
-            if (tag) memcpy(tag, "zz64:", 5);
-        }
+        for (size_t i = 8; total == 0 && i + 5 <= k; i++) /* the header, in the first chunk */
+            if (memcmp(buf + i, "sr64:", 5) == 0) {
+                memcpy(buf + i, "zz64:", 5);
+                break;
+            }
         fwrite(buf, 1, k, out);
         total += k;
     }

@@ -206,7 +206,7 @@ sr_status rt_resolve_ckpt(const char *dir, char **out)
 }
 
 /* Loads every program parameter from a safetensors file into arena. */
-static sr_status load_tensors_host(run *r, const char *path, float *arena, const char *suffix,
+static sr_status load_tensors_host(run *r, const sr_st_file *f, float *arena, const char *suffix,
                                    const char *prefix);
 
 /* full tensors (host, full layout) -> this rank's shards of the
@@ -263,14 +263,14 @@ static sr_status gather_full(run *r, const float *dev, float *full)
     return s;
 }
 
-/* parameters of the file (whole tensors) into an arena of backend memory */
-static sr_status load_tensors(run *r, const char *path, float *arena, const char *suffix,
+/* parameters of the open file (whole tensors) into an arena of backend memory */
+static sr_status load_tensors(run *r, const sr_st_file *f, float *arena, const char *suffix,
                               const char *prefix)
 {
     float *full = rt_alloc_floats(r->n_full);
     float *h = full ? rt_host_view(r, arena, r->n_local) : NULL;
-    sr_status s = h ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", path);
-    if (s == SR_OK) s = load_tensors_host(r, path, full, suffix, prefix);
+    sr_status s = h ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", f->path);
+    if (s == SR_OK) s = load_tensors_host(r, f, full, suffix, prefix);
     if (s == SR_OK) scatter_full(r, full, h);
     if (h) rt_host_done(r, h, arena, r->n_local, s == SR_OK);
     free(full);
@@ -312,11 +312,9 @@ static sr_status check_all_used(run *r, const sr_st_file *f, const char *prefix)
                      "head is its own parameter, such as examples/llama.model" : "check its config.json");
 }
 
-static sr_status load_tensors_host(run *r, const char *path, float *arena, const char *suffix,
+static sr_status load_tensors_host(run *r, const sr_st_file *f, float *arena, const char *suffix,
                                    const char *prefix)
 {
-    sr_st_file f;
-    SR_CHECK(sr_st_open(&f, path));
     sr_status s = SR_OK;
     for (int i = 0; i < r->prog->n_params && s == SR_OK; i++) {
         const sr_param_desc *d = &r->full[i]; /* files hold whole tensors */
@@ -333,14 +331,13 @@ static sr_status load_tensors_host(run *r, const char *path, float *arena, const
         int64_t rows = prefix && sr_classes(r->prog) != r->prog->vocab && d->ndim >= 1 &&
                                d->dims[0] == r->prog->vocab ? sr_classes(r->prog) : 0;
         int padded = 0;
-        s = sr_st_load_rows(&f, name, prefix, d->ndim, d->dims, rows, arena + d->offset, &padded);
+        s = sr_st_load_rows(f, name, prefix, d->ndim, d->dims, rows, arena + d->offset, &padded);
         if (s == SR_OK && padded)
             rt_info(r, "%s: %lld rows from %s, padded with zeros to %lld (the vocabulary's padding)", d->name,
-                    (long long)rows, path, (long long)d->dims[0]);
+                    (long long)rows, f->path, (long long)d->dims[0]);
         free(name);
     }
-    if (s == SR_OK && prefix) s = check_all_used(r, &f, prefix); /* after the missing ones, more specific */
-    sr_st_close(&f);
+    if (s == SR_OK && prefix) s = check_all_used(r, f, prefix); /* after the missing ones, more specific */
     return s;
 }
 
@@ -357,19 +354,24 @@ sr_status rt_init_from(run *r, const char *path)
         file = strdup(path);
     }
     if (!file) return sr_seterr(SR_ERR_NOMEM, "out of memory");
-    s = load_tensors(r, file, r->params, "", HF_PREFIX);
+    sr_st_file f;
+    s = sr_st_open(&f, file);
+    if (s == SR_OK) {
+        s = load_tensors(r, &f, r->params, "", HF_PREFIX);
+        sr_st_close(&f);
+    }
     if (s == SR_OK) rt_info(r, "initialized parameters from %s", file);
     free(file);
     return s;
 }
 
 /* optimizer state is stored whole; with ZeRO-1 this rank keeps its shard */
-static sr_status load_opt_state(run *r, const char *path, const char *suffix, float *dst)
+static sr_status load_opt_state(run *r, const sr_st_file *f, const char *suffix, float *dst)
 {
-    if (!r->gshard) return load_tensors(r, path, dst, suffix, NULL);
+    if (!r->gshard) return load_tensors(r, f, dst, suffix, NULL);
     float *full = rt_alloc_floats(r->n_full), *local = rt_alloc_floats(r->n_alloc);
-    sr_status s = full && local ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", path);
-    if (s == SR_OK) s = load_tensors_host(r, path, full, suffix, NULL);
+    sr_status s = full && local ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory while loading %s", f->path);
+    if (s == SR_OK) s = load_tensors_host(r, f, full, suffix, NULL);
     if (s == SR_OK) {
         scatter_full(r, full, local);
         int64_t lo, n, at;
@@ -401,9 +403,16 @@ sr_status rt_load_checkpoint(run *r)
             s = sr_seterr(SR_ERR_STATE, "checkpoint %s was saved by model '%s', this program is '%s'",
                           dir, name, r->prog->name);
     }
-    if (s == SR_OK) s = load_tensors(r, model, r->params, "", NULL);
-    if (s == SR_OK) s = load_opt_state(r, optim, ".exp_avg", r->m);
-    if (s == SR_OK) s = load_opt_state(r, optim, ".exp_avg_sq", r->v);
+    /* each file opened once (an open checks the data's checksum: a pass over the file) */
+    sr_st_file fm, fo;
+    int open_m = 0, open_o = 0;
+    if (s == SR_OK && (s = sr_st_open(&fm, model)) == SR_OK) open_m = 1;
+    if (s == SR_OK) s = load_tensors(r, &fm, r->params, "", NULL);
+    if (s == SR_OK && (s = sr_st_open(&fo, optim)) == SR_OK) open_o = 1;
+    if (s == SR_OK) s = load_opt_state(r, &fo, ".exp_avg", r->m);
+    if (s == SR_OK) s = load_opt_state(r, &fo, ".exp_avg_sq", r->v);
+    if (open_m) sr_st_close(&fm);
+    if (open_o) sr_st_close(&fo);
     if (s == SR_OK) {
         uint64_t seed;
         /* the run's seed continues unless the user chose another */

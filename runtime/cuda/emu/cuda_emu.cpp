@@ -300,7 +300,7 @@ static void check_block_calls(Block *b)
         if (!first) {
             first = &t.at;
             first_t = t.lin;
-        } else if (t.at.line != first->line || (t.at.file != first->file && strcmp(t.at.file, first->file))) {
+        } else if (!same_call(t.at, *first)) {
             fault(b, "threads %d and %d wait at different __syncthreads (%s:%d and %s:%d); every thread of the "
                      "block that has not exited must reach the same one", first_t, t.lin, short_file(first->file),
                   first->line, short_file(t.at.file), t.at.line);
