@@ -86,6 +86,13 @@ if(SHARDC_CUDA_EMU)
   target_include_directories(shardrt_cuda_emu PUBLIC ${_srk_root}/runtime/include ${_srk_dir})
   target_compile_options(shardrt_cuda_emu PRIVATE ${SHARDC_WARN})
   target_link_libraries(shardrt_cuda_emu PUBLIC shardrt OpenMP::OpenMP_CXX)
+  if(SHARDC_SANITIZE_THREAD)
+    # the kernels instrumented, the emulator's engine not (its bookkeeping is shared by
+    # the fibers without CUDA's orders); it tells TSan the orders CUDA gives (EMU_TSAN)
+    target_compile_options(shardrt_cuda_emu PRIVATE -fsanitize=thread -fno-omit-frame-pointer)
+    set_source_files_properties(${_srk_dir}/emu/cuda_emu.cpp ${_srk_dir}/emu/nccl_emu.cpp
+      PROPERTIES COMPILE_OPTIONS "-fno-sanitize=thread" COMPILE_DEFINITIONS "EMU_TSAN=1")
+  endif()
   list(APPEND _srk_defs
     SHARDC_CUDA_EMU_LIB="$<TARGET_FILE:shardrt_cuda_emu>"
     SHARDC_CXX="${CMAKE_CXX_COMPILER}")

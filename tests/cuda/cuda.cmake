@@ -70,6 +70,9 @@ if(TARGET shardrt_cuda_emu)
   target_link_libraries(test_kernels_emu PRIVATE shardrt_cuda_emu shardrt)
   target_include_directories(test_kernels_emu PRIVATE ${_root}/tests) # check.h
   target_compile_options(test_kernels_emu PRIVATE ${SHARDC_WARN})
+  if(SHARDC_SANITIZE_THREAD)
+    target_compile_options(test_kernels_emu PRIVATE -fsanitize=thread -fno-omit-frame-pointer)
+  endif()
   add_test(NAME cuda_kernels_emu COMMAND test_kernels_emu)
   add_test(NAME cuda_kernels_emu_reverse COMMAND test_kernels_emu)
   add_test(NAME cuda_kernels_emu_shuffle COMMAND test_kernels_emu)
@@ -78,6 +81,15 @@ if(TARGET shardrt_cuda_emu)
   # the test prints the order it ran under: a typo in EMU_SCHEDULE must not pass as forward
   set_tests_properties(cuda_kernels_emu_reverse PROPERTIES PASS_REGULAR_EXPRESSION "resume order of threads and blocks: reverse.* 0 failed")
   set_tests_properties(cuda_kernels_emu_shuffle PROPERTIES PASS_REGULAR_EXPRESSION "resume order of threads and blocks: shuffle.* 0 failed")
+
+  # the race check: test_kernels_emu built again with the kernels under ThreadSanitizer, in a
+  # build directory of its own (racecheck.sh; not from a build that is that one)
+  if(NOT SHARDC_SANITIZE_THREAD)
+    add_test(NAME cuda_kernels_racecheck COMMAND bash ${_tc}/racecheck.sh ${_root} ${CMAKE_BINARY_DIR}/racecheck)
+    set_tests_properties(cuda_kernels_racecheck PROPERTIES TIMEOUT 900
+      ENVIRONMENT "${SHARDC_TEST_ENV};CC=${CMAKE_C_COMPILER};CXX=${CMAKE_CXX_COMPILER}"
+      PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
+  endif()
 
   # the same with cudnn_standin.cpp answering srk_cudnn.h on the host: SHARDC_CUDA_ATTN=cudnn's
   # wrapper through every attention case (cuDNN itself runs only on a GPU)

@@ -1288,6 +1288,17 @@ static __global__ void warp_rules_kernel(float *x, int mode)
         uint32_t a[4] = {0, 0, 0, 0};
         srk_mma::mma(d, a, 0u, 0u);
         v = d[0];
+    } else if (mode == 6) {
+        v = __shfl_down_sync(0xffffffffu, v, 1, 12); /* width 12: not a power of two */
+    } else if (mode == 7) {
+        if (lane >= 16) return;
+        namespace wm = nvcuda::wmma;
+        wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> fa;
+        wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::col_major> fb;
+        wm::fragment<wm::accumulator, 16, 16, 16, float> fc;
+        wm::fill_fragment(fa, 1.0f), wm::fill_fragment(fb, 1.0f), wm::fill_fragment(fc, 0.0f);
+        wm::mma_sync(fc, fa, fb, fc);
+        v = fc.x[0];
     }
     x[t] = v;
 }
@@ -1356,6 +1367,10 @@ static void test_schedules(void)
         ok &= neighbour_run(o, 1, out, chain);
     }
     check(ok, "emulator: with the barrier, every resume order (forward, reverse, shuffle) gives the written values");
+#ifdef __SANITIZE_THREAD__
+    /* a race on purpose, which ThreadSanitizer would report: the race check runs its own */
+    printf("# the race without a barrier is left out under ThreadSanitizer (race_kernels<0>)\n");
+#else
     /* without it each order sees a different mix of old and new values: forward
      * misses all but the last thread's neighbour, reverse only the last's */
     bool fwd = neighbour_run("forward", 0, out, chain);
@@ -1366,6 +1381,7 @@ static void test_schedules(void)
           "emulator: a shared-memory race without __syncthreads and a race between blocks give different results "
           "under forward and reverse order (thread 0 read %g vs %g; chain %g vs %g)",
           fwd0, rev0, fwd_chain, rev_chain);
+#endif
     check(!emu::set_schedule("sideways"), "emulator: an unknown resume order is refused");
     emu::set_schedule(was.c_str());
     free(out);
@@ -1378,6 +1394,104 @@ static void test_schedules(void)
         check(isnan(h[0]) && isnan(h[63]), "emulator: fresh device memory is poisoned (reads NaN, not zero)");
         cudaFree(d);
     }
+}
+
+/* ---- the race check (a build with SHARDC_SANITIZE_THREAD; tests/cuda/racecheck.sh) -------
+ * Each kernel has one race when SYNC is 0, the order CUDA needs when it is 1; racecheck.sh
+ * expects ThreadSanitizer to report every <0> kernel at its 'race:' line and nothing in a run
+ * of the <1> kernels and of the library's kernels. */
+/* threads of a block: a neighbour's shared slot read without __syncthreads */
+template <int SYNC>
+static __global__ void race_block_kernel(float *out)
+{
+    __shared__ float s[64];
+    int t = threadIdx.x;
+    s[t] = (float)t;
+    if (SYNC) __syncthreads();
+    out[t] = s[(t + 1) % 64]; /* race: block */
+}
+/* thread 0 writes after the first barrier and thread 4 reads before the next one; thread 0
+ * reaches the last barrier first (forward order), so a check that took one order object for
+ * every barrier would hand thread 4 that write as ordered */
+template <int SYNC>
+static __global__ void race_phase_kernel(float *out)
+{
+    __shared__ float s[64];
+    int t = threadIdx.x;
+    s[t] = (float)t;
+    __syncthreads();
+    if (t == 0) s[5] = -1.0f;
+    if (SYNC) __syncthreads();
+    float v = s[(t + 1) % 64]; /* race: phase */
+    __syncthreads();
+    out[t] = v;
+}
+/* lanes of one warp: __syncwarp orders them */
+template <int SYNC>
+static __global__ void race_warp_kernel(float *out)
+{
+    __shared__ float s[32];
+    int t = threadIdx.x;
+    s[t] = (float)t;
+    if (SYNC) __syncwarp();
+    out[t] = s[t ^ 1]; /* race: warp */
+}
+/* blocks of a grid adding to one global value: atomically, or not */
+template <int SYNC>
+static __global__ void race_grid_kernel(float *out)
+{
+    if (threadIdx.x != 0) return;
+    if (SYNC) atomicAdd(out, 1.0f);
+    else out[0] += 1.0f; /* race: grid */
+}
+
+template <int SYNC>
+static void race_kernels(void)
+{
+    float *d = nullptr;
+    cudaMalloc((void **)&d, 64 * sizeof(float));
+    cudaMemset(d, 0, 64 * sizeof(float));
+    emu::launch("race_block_kernel", race_block_kernel<SYNC>, dim3(1), dim3(64), 0, 0, d);
+    emu::launch("race_phase_kernel", race_phase_kernel<SYNC>, dim3(1), dim3(64), 0, 0, d);
+    emu::launch("race_warp_kernel", race_warp_kernel<SYNC>, dim3(1), dim3(32), 0, 0, d);
+    cudaMemset(d, 0, sizeof(float));
+    /* 256 blocks over the OS threads (EMU_THREADS=2): blocks on two of them race */
+    emu::launch("race_grid_kernel", race_grid_kernel<SYNC>, dim3(256), dim3(32), 0, 0, d);
+    float h = 0.0f;
+    cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+    check(cudaGetLastError() == cudaSuccess && (!SYNC || h == 256.0f),
+          "race check: the %s kernels ran (the grid's sum %g)", SYNC ? "ordered" : "racy", h);
+    cudaFree(d);
+}
+
+/* the race check's clean run: the kernels with shared memory, warp operations or blocks that
+ * share outputs, on sizes that take each path (tiles full and partial, several of them, the
+ * mma kernels' buffers refilled, 16-byte and scalar rows, sorts across chunks) */
+static void race_library(void)
+{
+    race_kernels<1>();
+    test_backend(); /* the gradient norm's block sums, AdamW */
+    srk_configure(0, 1);
+    test_binary<float>(0, 70000 * 3, 3), test_binary<float>(0, 9001 * 24, 24); /* column sums over chunks */
+    test_layernorm<float>(300, 64), test_layernorm<float>(7, 300), test_layernorm<float>(5, 1100);
+    test_rmsnorm<float>(45, 37), test_rmsnorm<float>(9, 296);
+    test_softmax<float>(7, 1000);
+    test_embedding<float>(5000, 24, 29), test_embedding<float>(33, 8, 1);
+    test_crossentropy<float>(37, 101, 90), test_crossentropy<float>(6, 130, 100, true);
+    test_attention<float>(2, 37, 24, 3), test_attention<float>(1, 130, 64, 1);
+    srk_configure(1, 1);
+    test_layernorm<bf16>(300, 768), test_layernorm<bf16>(9, 1024);
+    test_crossentropy<bf16>(4, 50304, 50257);
+    test_dropout<bf16>(1000, 0.1f);
+    int env_mode = srk_ctx.attn_mode;
+    srk_ctx.attn_mode = SRK_ATTN_WMMA;
+    test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 130, 128, 2); /* hd 64, 3 tiles */
+    test_attention<bf16>(1, 70, 256, 2); /* hd 128 (wmma under every mode) */
+    test_attention_qkv<bf16>(2, 37, 64, 2);
+    srk_ctx.attn_mode = SRK_ATTN_MMA;
+    test_attention<bf16>(2, 37, 24, 3), test_attention<bf16>(1, 250, 128, 2); /* hd 64, 4 tiles: buffers refilled */
+    test_attention_qkv<bf16>(2, 37, 64, 2);
+    srk_ctx.attn_mode = env_mode;
 }
 
 static void test_emulator(void)
@@ -1429,19 +1543,24 @@ static void test_emulator(void)
     }
     {
         /* each wrong call fails the launch and names what it saw */
-        const char *expect_said[6] = {"diverges: lane 0 calls __shfl_xor_sync at test_kernels_emu.cpp", nullptr,
+        const char *expect_said[8] = {"diverges: lane 0 calls __shfl_xor_sync at test_kernels_emu.cpp", nullptr,
                                "lane 5 calls __shfl_xor_sync at test_kernels_emu.cpp",
                                "wait at different __syncthreads", nullptr,
-                               "mma.sync at srk_attention_mma.cuh"};
+                               "mma.sync at srk_attention_mma.cuh",
+                               "calls __shfl_down_sync at test_kernels_emu.cpp:",
+                               "wmma::mma_sync at test_kernels_emu.cpp:"};
+        const char *expect_why[8] = {nullptr, nullptr, nullptr, nullptr, nullptr, "needs all 32 lanes",
+                                     "with width 12 (a power of two from 1 to 32)", "needs all 32 lanes"};
         float w[128];
-        for (int mode = 0; mode < 6; mode++) {
+        for (int mode = 0; mode < 8; mode++) {
             for (int i = 0; i < 128; i++) w[i] = -1.0f;
             cudaGetLastError();
             emu::launch("warp_rules_kernel", warp_rules_kernel, dim3(1), dim3(64), 0, 0, w, mode);
             cudaError_t e = cudaGetLastError();
             std::string said = e == cudaSuccess ? std::string() : emu::last_error_detail();
             if (expect_said[mode]) {
-                check(e == cudaErrorLaunchFailure && said.find(expect_said[mode]) != std::string::npos,
+                check(e == cudaErrorLaunchFailure && said.find(expect_said[mode]) != std::string::npos &&
+                          (!expect_why[mode] || said.find(expect_why[mode]) != std::string::npos),
                       "emulator: a wrong warp or block call fails the launch (mode %d: '%s')", mode, said.c_str());
             } else if (mode == 1) {
                 bool legal = e == cudaSuccess;
@@ -1567,6 +1686,13 @@ int main(int argc, char **argv)
     if (argc == 7 && !strcmp(argv[1], "--bench-attention"))
         return bench_attention(atol(argv[2]), atol(argv[3]), atol(argv[4]), atol(argv[5]), atoi(argv[6]));
 #ifdef SR_CUDA_EMULATION
+    if (argc == 3 && !strcmp(argv[1], "--races")) { /* racecheck.sh: racy | clean */
+        if (!strcmp(argv[2], "racy")) race_kernels<0>();
+        else race_library();
+        sr_backend_cuda.shutdown();
+        printf("%d passed, %d failed\n", npass, nfail);
+        return nfail ? 1 : 0;
+    }
     printf("# CUDA kernels on the CPU emulator\n");
     test_emulator();
     test_schedules();

@@ -12,7 +12,7 @@
  * general registers (no signal-mask syscall, unlike swapcontext; not the
  * floating-point control words, see emu_switch), elsewhere ucontext.
  * Blocks of one launch spread over OpenMP threads when built with -fopenmp
- * (EMU_THREADS caps it; 1 = serial).
+ * (EMU_THREADS sets how many, by default OpenMP's; 1 = serial).
  *
  * Hazards a GPU would hide or show only sometimes are made to show here:
  *  - EMU_SCHEDULE=forward|reverse|shuffle[:SEED] sets the order in which the
@@ -24,8 +24,8 @@
  *  - warp calls: every lane that a warp operation's mask names (and that has
  *    not exited) must make the same call, same operation at the same source
  *    line with the same mask, and a lane must be in its own mask; mma.sync,
- *    ldmatrix and wmma need all 32 lanes; every thread at a __syncthreads
- *    must be at the same one. A GPU gives undefined results or hangs; here
+ *    ldmatrix and wmma need all 32 lanes; a shuffle's width is a power of two
+ *    up to 32; every thread at a __syncthreads must be at the same one. A GPU gives undefined results or hangs; here
  *    the launch fails with both calls named (see "Warp calls" below). A
  *    shuffle from a lane that did not take part returns all bits set (NaN).
  *  - device and page-locked allocations and each block's dynamic shared
@@ -64,6 +64,9 @@
 #ifdef EMU_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
 
 namespace emu {
 
@@ -91,6 +94,8 @@ struct Block {
     unsigned rel_live[NWARPS]; /* the lanes that took part in the warp's last released barrier */
     char *smem;
     int deadlock;
+    char tsan_bar[2];          /* ThreadSanitizer's order objects: the block barrier's and */
+    char tsan_warp[NWARPS][2]; /* each warp's, by the barrier's parity (below) */
     char fault[480]; /* the first wrong warp or block call, "" if none */
 };
 
@@ -163,9 +168,43 @@ static thread_local const void *asan_sched_bottom;
 static thread_local size_t asan_sched_size;
 #endif
 
+/* ---- ThreadSanitizer (EMU_TSAN) --------------------------------------------------
+ * With the kernels built with -fsanitize=thread (CMake SHARDC_SANITIZE_THREAD) and this
+ * file without (its bookkeeping is not the kernels' business), TSan reports each pair of
+ * accesses to one address by two CUDA threads, one a write, that CUDA does not order:
+ * compute-sanitizer's racecheck, on the CPU. Every emulated thread is a TSan fiber, and a
+ * switch between fibers orders nothing (no_sync): TSan sees only the orders a GPU gives.
+ *  - __syncthreads: every arriving thread releases the barrier's object, every thread
+ *    leaving it acquires it; __syncwarp and the warp operations (shuffles, votes, wmma,
+ *    the emulated mma.sync) the same per warp. The object alternates with the barrier's
+ *    parity: a thread that leaves barrier k and runs on to k + 1 before a slower one has
+ *    left k must not hand that one its later writes.
+ *  - a launch: the host's accesses before it are ordered before the kernel's, the
+ *    kernel's before the host's after it (streams are not modelled: kernels on two
+ *    streams are ordered as the emulator ran them).
+ *  - blocks that one OS thread runs one after another share its static __shared__
+ *    variables, dynamic shared memory and fiber stacks, and are ordered; a race between
+ *    blocks on global memory is seen between blocks that ran on different OS threads
+ *    (EMU_THREADS >= 2; blocks are dealt out dynamically). */
+static thread_local char tsan_block_start; /* the OS thread's set-up before a block's fibers */
+static thread_local char tsan_block_end;   /* the fibers' accesses before its next block */
+static char tsan_grid_start, tsan_grid_end; /* the host before a launch, the launch before the host */
+#ifdef EMU_TSAN
+static thread_local void *tsan_sched;      /* the OS thread's own TSan context */
+static void tsan_release(void *o) { __tsan_release(o); }
+static void tsan_acquire(void *o) { __tsan_acquire(o); }
+#else
+static void tsan_release(void *) {}
+static void tsan_acquire(void *) {}
+#endif
+
 static void to_fiber(Thread *t)
 {
     cur_thread = t;
+#ifdef EMU_TSAN
+    tsan_sched = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(t->tsan_fiber, __tsan_switch_to_fiber_no_sync);
+#endif
 #ifdef EMU_ASAN
     void *fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, t->stack, t->stack_size);
@@ -183,6 +222,9 @@ static void to_fiber(Thread *t)
 
 static void to_scheduler(Thread *t, bool finished)
 {
+#ifdef EMU_TSAN
+    __tsan_switch_to_fiber(tsan_sched, __tsan_switch_to_fiber_no_sync);
+#endif
 #ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(finished ? nullptr : &t->asan_fake, asan_sched_bottom, asan_sched_size);
 #else
@@ -253,6 +295,11 @@ static void fault(Block *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(b->fault + n, sizeof b->fault - (size_t)n, fmt, ap);
     va_end(ap);
+}
+
+void bad_call(const Site &s, const char *why)
+{
+    fault(cur_block, "thread %d calls %s at %s:%d with %s", self()->lin, s.what, short_file(s.file), s.line, why);
 }
 
 static void check_warp_calls(Block *b, int w)
@@ -334,12 +381,12 @@ void sync_block(const char *file, int line)
     Thread *t = self();
     t->at = Site{"__syncthreads", file, line, 0u, false};
     t->state = WAIT_BLOCK; /* the release (below, or by the last to arrive) makes it runnable */
+    char *o = &b->tsan_bar[t->bphase++ & 1];
+    tsan_release(o);
     b->bar_arrived++;
-    if (b->bar_arrived + b->ndone >= b->n) {
-        release_block(b);
-        return;
-    }
-    to_scheduler(t, false);
+    if (b->bar_arrived + b->ndone >= b->n) release_block(b);
+    else to_scheduler(t, false);
+    tsan_acquire(o);
 }
 
 void sync_warp(const Site &s)
@@ -349,12 +396,12 @@ void sync_warp(const Site &s)
     int w = t->lin / 32;
     t->at = s;
     t->state = WAIT_WARP;
+    char *o = &b->tsan_warp[w][t->wphase++ & 1];
+    tsan_release(o);
     b->warp_arrived[w]++;
-    if (b->warp_arrived[w] + b->warp_done[w] >= b->warp_size[w]) {
-        release_warp(b, w);
-        return;
-    }
-    to_scheduler(t, false);
+    if (b->warp_arrived[w] + b->warp_done[w] >= b->warp_size[w]) release_warp(b, w);
+    else to_scheduler(t, false);
+    tsan_acquire(o);
 }
 
 int lane_id() { return self()->lin & 31; }
@@ -458,6 +505,7 @@ static void fiber_main()
 #endif
     Thread *t = cur_thread;
     Block *b = cur_block;
+    tsan_acquire(&tsan_block_start);
     b->fn(b->arg);
     {
         AsyncQueue &q = async_q[(size_t)t->lin];
@@ -475,6 +523,7 @@ static void fiber_main()
     /* a finished thread counts as arrived at the barriers others wait on */
     if (b->bar_arrived > 0 && b->bar_arrived + b->ndone >= b->n) release_block(b);
     if (b->warp_arrived[w] > 0 && b->warp_arrived[w] + b->warp_done[w] >= b->warp_size[w]) release_warp(b, w);
+    tsan_release(&tsan_block_end);
     to_scheduler(t, true);
     abort(); /* never resumed */
 }
@@ -555,13 +604,22 @@ struct Pool {
     std::vector<char> smem;
     std::vector<int> order; /* resume order of the threads, when not forward */
     std::unique_ptr<Block> blk; /* the block being run (~90 KiB: on the heap, not an OpenMP thread's stack) */
+    std::vector<void *> fibers; /* TSan's fiber of each thread index (EMU_TSAN) */
     size_t stack_size = 0;
     ~Pool()
     {
+        drop_fibers();
         for (char *s : stacks) free(s);
 #if !defined(__x86_64__)
         for (void *c : ctxs) free(c);
 #endif
+    }
+    void drop_fibers()
+    {
+#ifdef EMU_TSAN
+        for (void *f : fibers) __tsan_destroy_fiber(f);
+#endif
+        fibers.clear();
     }
 };
 static thread_local Pool pool;
@@ -589,6 +647,9 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
         }
     }
     p.th.assign((size_t)b.n, Thread());
+#ifdef EMU_TSAN
+    while ((int)p.fibers.size() < b.n) p.fibers.push_back(__tsan_create_fiber(0));
+#endif
     async_q.resize((size_t)b.n);
     for (int i = 0; i < b.n; i++) { /* left by an abandoned (deadlocked) block; most kernels never queue */
         AsyncQueue &q = async_q[(size_t)i];
@@ -621,6 +682,7 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
                 t.state = RUNNABLE;
                 t.stack = p.stacks[(size_t)i];
                 t.stack_size = ss;
+                t.tsan_fiber = p.fibers.empty() ? nullptr : p.fibers[(size_t)i];
 #if !defined(__x86_64__)
                 t.ctx = p.ctxs[(size_t)i];
 #endif
@@ -635,6 +697,7 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
     std::vector<int> &ix = p.order;
     uint64_t pass = 0;
     uint64_t bkey = ((uint64_t)bidx.z * gdim.y + bidx.y) * gdim.x + bidx.x;
+    tsan_release(&tsan_block_start);
     while (b.ndone < b.n) {
         bool progress = false;
         if (forward) {
@@ -664,9 +727,11 @@ static bool run_block(Block &b, uint3 bidx, dim3 bdim, dim3 gdim)
         }
         if (!progress) {
             ok = false;
+            p.drop_fibers(); /* abandoned inside the kernel: TSan's call stacks of these fibers are left open */
             break;
         }
     }
+    tsan_acquire(&tsan_block_end);
     cur_block = nullptr;
     return ok;
 }
@@ -737,12 +802,15 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
         const char *e = getenv("EMU_THREADS");
         return e ? atoi(e) : 0;
     }();
-    threads = omp_get_max_threads();
-    if (cap > 0 && cap < threads) threads = cap;
+    /* EMU_THREADS above OMP_NUM_THREADS too: the race check runs the host kernels on one
+     * thread (ThreadSanitizer does not see libgomp's orders) and the blocks on several */
+    threads = cap > 0 ? cap : omp_get_max_threads();
     if (nblocks < 4) threads = 1;
 #endif
+    tsan_release(&tsan_grid_start);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(| : fail) if (threads > 1)
     for (long bi = 0; bi < nblocks; bi++) {
+        tsan_acquire(&tsan_grid_start);
         if (!pool.blk) pool.blk.reset(new Block());
         Block &b = *pool.blk;
         b.name = name;
@@ -766,7 +834,9 @@ cudaError_t run_grid(const char *name, const void *kernel, dim3 grid, dim3 blk, 
             if (fault_msg.empty()) fault_msg = b.fault;
             b.fault[0] = 0;
         }
+        tsan_release(&tsan_grid_end);
     }
+    tsan_acquire(&tsan_grid_end);
     if (fail & 2) {
         std::string m = std::string("kernel ") + name + ": " + fault_msg +
                          " (on a GPU: undefined results or a hang)";

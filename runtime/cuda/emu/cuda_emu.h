@@ -131,6 +131,9 @@ struct Thread {
     int lin;           /* linear index in the block */
     int state;         /* RUNNABLE, WAIT_BLOCK, WAIT_WARP, DONE */
     unsigned xphase;   /* warp exchanges so far (which of the two slot sets the next one uses) */
+    unsigned bphase;   /* block barriers and warp barriers passed (ThreadSanitizer's */
+    unsigned wphase;   /* order objects alternate with them: cuda_emu.cpp, "ThreadSanitizer") */
+    void *tsan_fiber;  /* this thread as a ThreadSanitizer fiber (EMU_TSAN builds) */
     Site at;           /* the barrier or warp operation it waits at (or last waited at) */
     char *stack;
     size_t stack_size;
@@ -231,6 +234,18 @@ void cp_async_commit();
 void cp_async_wait(int n);
 unsigned warp_active_mask();
 int lane_id();
+/* a call with an argument CUDA leaves undefined (why: which, and what is allowed): the
+ * launch fails naming the call, as a wrong warp call does */
+void bad_call(const Site &s, const char *why);
+/* a shuffle's width: a power of two from 1 to 32 */
+inline void check_width(int width, const Site &s)
+{
+    if (width < 1 || width > 32 || (width & (width - 1))) {
+        char why[96];
+        snprintf(why, sizeof why, "width %d (a power of two from 1 to 32)", width);
+        bad_call(s, why);
+    }
+}
 
 typedef void (*body_fn)(void *);
 /* runs a kernel body: grid x block threads; returns cudaSuccess or the error */
@@ -321,31 +336,38 @@ inline T shfl_from(T v, int src, const Site &s)
 template <class T>
 inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, EMU_HERE)
 {
+    const emu::Site s{"__shfl_sync", emu_file, emu_line, mask, false};
+    emu::check_width(width, s);
     int lane = emu::lane_id();
-    return emu::shfl_from(v, (lane & ~(width - 1)) + (src & (width - 1)),
-                          emu::Site{"__shfl_sync", emu_file, emu_line, mask, false});
+    return emu::shfl_from(v, (lane & ~(width - 1)) + (src & (width - 1)), s);
 }
 template <class T>
 inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32, EMU_HERE)
 {
+    const emu::Site s{"__shfl_down_sync", emu_file, emu_line, mask, false};
+    emu::check_width(width, s);
     int lane = emu::lane_id();
     int src = (lane % width) + (int)delta < width ? lane + (int)delta : lane;
-    return emu::shfl_from(v, src, emu::Site{"__shfl_down_sync", emu_file, emu_line, mask, false});
+    return emu::shfl_from(v, src, s);
 }
 template <class T>
 inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32, EMU_HERE)
 {
+    const emu::Site s{"__shfl_up_sync", emu_file, emu_line, mask, false};
+    emu::check_width(width, s);
     int lane = emu::lane_id();
     int src = (lane % width) >= (int)delta ? lane - (int)delta : lane;
-    return emu::shfl_from(v, src, emu::Site{"__shfl_up_sync", emu_file, emu_line, mask, false});
+    return emu::shfl_from(v, src, s);
 }
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, EMU_HERE)
 {
+    const emu::Site s{"__shfl_xor_sync", emu_file, emu_line, mask, false};
+    emu::check_width(width, s);
     int lane = emu::lane_id();
     int src = lane ^ lane_mask;
     if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
-    return emu::shfl_from(v, src, emu::Site{"__shfl_xor_sync", emu_file, emu_line, mask, false});
+    return emu::shfl_from(v, src, s);
 }
 inline unsigned __ballot_sync(unsigned mask, int pred, EMU_HERE)
 {
@@ -599,11 +621,14 @@ inline void store_matrix_sync(P *p, const fragment<accumulator, M, N, K, T, void
             }
     emu::sync_warp(s);
 }
-/* d = a b + c, products of the (bf16) inputs accumulated in float */
+/* d = a b + c, products of the (bf16) inputs accumulated in float; a warp operation as the
+ * loads and stores are (every lane at the same call, all 32) */
 template <int M, int N, int K, class TA, class LA, class TB, class LB, class TC>
 inline void mma_sync(fragment<accumulator, M, N, K, TC, void> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
-                     const fragment<matrix_b, M, N, K, TB, LB> &b, const fragment<accumulator, M, N, K, TC, void> &c)
+                     const fragment<matrix_b, M, N, K, TB, LB> &b, const fragment<accumulator, M, N, K, TC, void> &c,
+                     EMU_HERE)
 {
+    emu::sync_warp(emu::Site{"wmma::mma_sync", emu_file, emu_line, 0xffffffffu, true});
     TC out[M * N];
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
