@@ -1,7 +1,8 @@
 /* ckpt_checksum.c: what the safetensors data checksum costs (runtime/safetensors.c).
  *
  * Writes one F32 file of N floats (a GPT-2 124M model.safetensors is 124,439,808) with
- * sr_st_write, which hashes the data before writing it, then opens it R times with the
+ * sr_st_write, which hashes the data as it writes it (a chunk at a time, the sum put into
+ * the header after), then opens it R times with the
  * checksum checked and R times as a copy whose tag is renamed ("zz64:", left unchecked),
  * then both again reading the tensor as a --load does. The page cache holds the files: an
  * unchecked open only maps; a checked one also makes the hash's pass over the data.

@@ -549,24 +549,30 @@ static int write_all(FILE *fp, const void *p, size_t n)
     return n == 0 || fwrite(p, 1, n, fp) == n; /* zero-size tensors may have NULL data */
 }
 
-/* n floats little-endian to fp, or (fp NULL) into the hash h: as they are on
- * a little-endian host, else swapped in chunks */
+/* n floats little-endian to fp and into the hash h: as they are on a
+ * little-endian host, else swapped; a chunk at a time, written while the
+ * hash's read left it in cache */
 static int put_floats(FILE *fp, sr_hash *h, const float *x, int64_t n)
 {
-    if (host_is_le()) {
-        if (!fp) hash_update(h, x, (size_t)n * 4);
-        return fp ? write_all(fp, x, (size_t)n * 4) : 1;
-    }
+    enum { CHUNK = 1 << 18 }; /* floats: 1 MiB */
+    int le = host_is_le();
     unsigned char buf[4096];
     for (int64_t i = 0; i < n;) {
+        if (le) {
+            size_t k = (size_t)(n - i < CHUNK ? n - i : CHUNK) * 4;
+            hash_update(h, x + i, k);
+            if (!write_all(fp, x + i, k)) return 0;
+            i += (int64_t)(k / 4);
+            continue;
+        }
         int k = 0;
         for (; k < 1024 && i < n; k++, i++) {
             uint32_t u;
             memcpy(&u, &x[i], 4);
             for (int j = 0; j < 4; j++) buf[4 * k + j] = (unsigned char)(u >> (8 * j));
         }
-        if (!fp) hash_update(h, buf, (size_t)k * 4);
-        else if (!write_all(fp, buf, (size_t)k * 4)) return 0;
+        hash_update(h, buf, (size_t)k * 4);
+        if (!write_all(fp, buf, (size_t)k * 4)) return 0;
     }
     return 1;
 }
@@ -589,16 +595,13 @@ sr_status sr_st_write(const char *path, const sr_st_entry *t, int n, const char 
             if (strcmp(t[i].name, t[j].name) == 0)
                 return sr_seterr(SR_ERR_ARG, "%s: tensor '%s' given twice", path, t[i].name);
     }
-    /* the data's checksum goes in the header, which comes first: one pass over the data before */
-    sr_hash dh;
-    hash_init(&dh);
-    for (int i = 0; i < n; i++) put_floats(NULL, &dh, t[i].data, entry_numel(&t[i]));
-    char sum[40];
-    snprintf(sum, sizeof sum, CHECKSUM_TAG "%016llx", (unsigned long long)hash_final(&dh));
+    /* the data's checksum goes in the header, which comes first: its 16 digits are
+     * written as zeros there, hashed with the data as it is written, and put in after */
+    static const char head[] = "{\"__metadata__\":{\"format\":\"pt\",\"" CHECKSUM_KEY "\":\"" CHECKSUM_TAG;
     sr_buf h;
     sr_buf_init(&h);
-    sr_buf_puts(&h, "{\"__metadata__\":{\"format\":\"pt\",\"" CHECKSUM_KEY "\":");
-    sr_buf_json_string(&h, sum);
+    sr_buf_puts(&h, head);
+    sr_buf_puts(&h, "0000000000000000\"");
     for (int i = 0; i < n_meta; i++) {
         if (strcmp(meta[2 * i], "format") == 0 || strcmp(meta[2 * i], CHECKSUM_KEY) == 0) continue;
         sr_buf_puts(&h, ",");
@@ -639,7 +642,14 @@ sr_status sr_st_write(const char *path, const sr_st_entry *t, int n, const char 
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     int ok = write_all(fp, lenb, 8) && write_all(fp, h.data, h.len);
     sr_buf_free(&h);
-    for (int i = 0; ok && i < n; i++) ok = put_floats(fp, NULL, t[i].data, entry_numel(&t[i]));
+    sr_hash dh;
+    hash_init(&dh);
+    for (int i = 0; ok && i < n; i++) ok = put_floats(fp, &dh, t[i].data, entry_numel(&t[i]));
+    if (ok) {
+        char sum[17];
+        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)hash_final(&dh));
+        ok = fseek(fp, (long)(8 + sizeof head - 1), SEEK_SET) == 0 && write_all(fp, sum, 16);
+    }
     int e = errno;
     /* fsync so that a checkpoint renamed into place after this call is on disk */
     if (ok && (fflush(fp) != 0 || fsync(fileno(fp)) != 0)) {
