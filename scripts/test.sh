@@ -10,4 +10,7 @@ werror=OFF
 cmake -S . -B "$build" -DSHARDC_WERROR=$werror >/dev/null
 cmake --build "$build" -j"$(nproc)"
 cd "$build"
+# as many tests at once as there are cores (-j N or CTEST_PARALLEL_LEVEL overrides); the
+# tests that keep every core busy say so and run alone (the end of tests/tests.cmake)
+export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$(getconf _NPROCESSORS_ONLN)}
 ctest --output-on-failure "$@"

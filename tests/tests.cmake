@@ -87,3 +87,19 @@ add_test(NAME unit_timeline COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/
 
 # the CUDA backend: kernels and whole steps on the CPU emulator; nvcc builds of the examples
 include(${CMAKE_CURRENT_LIST_DIR}/cuda/cuda.cmake)
+
+# ---- ctest -j: scripts/test.sh runs as many tests at once as there are cores -------------
+# Most tests keep under one core busy (mpirun's start-up, timeouts on purpose, fsync,
+# Python, single-threaded compiles: 1411 s of CPU in 1230 s serial on 2 cores) and share
+# the machine. These keep every core busy (the emulator's blocks on OpenMP's threads, the
+# ThreadSanitizer build) or run 4 to 8 emulated ranks under a --comm-timeout that a
+# neighbour's load must not stretch, and run alone: a PROCESSORS above ctest's level
+# counts as all of it.
+foreach(t cuda_kernels_emu cuda_kernels_emu_reverse cuda_kernels_emu_shuffle cuda_kernels_emu_cudnn
+          cuda_kernels_racecheck cuda_pipeline_nccl_emu cuda_gpu_check_dry
+          cuda_comm_device_np2 cuda_comm_device_np3 cuda_comm_device_np3_lag
+          cuda_comm_nccl_emu_np2 cuda_comm_nccl_emu_np3)
+  if(TEST ${t})
+    set_tests_properties(${t} PROPERTIES PROCESSORS 64)
+  endif()
+endforeach()
