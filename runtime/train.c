@@ -79,7 +79,7 @@ static const flag flags[] = {
     {"lr", F_FLOAT, O(lr), "F", "peak learning rate"},
     {"lr-schedule", F_STR, O(lr_schedule), "S", "constant | cosine | linear | wsd (after warmup)"},
     {"warmup", F_INT, O(warmup), "N", "linear warmup steps"},
-    {"min-lr", F_FLOAT, O(min_lr), "F", "final learning rate of cosine, linear and wsd"},
+    {"min-lr", F_FLOAT, O(min_lr), "F", "final learning rate of cosine, linear and wsd (at most --lr)"},
     {"decay-steps", F_INT, O(decay_steps), "N", "wsd: the last N steps decay linearly to --min-lr (0 = a fifth of --steps)"},
     {"weight-decay", F_FLOAT, O(weight_decay), "F", "AdamW decoupled weight decay (>= 2-D tensors)"},
     {"beta1", F_FLOAT, O(beta1), "F", "AdamW beta1"},
@@ -240,7 +240,7 @@ int rt_flag_given(const char *given, const char *name)
     return 0;
 }
 
-static sr_status check_opts(const opts *o, const sr_program *prog)
+static sr_status check_opts(const opts *o, const char *given, const sr_program *prog)
 {
 #define NEED(cond, ...) \
     do { if (!(cond)) return sr_seterr(SR_ERR_USAGE, __VA_ARGS__); } while (0)
@@ -278,6 +278,12 @@ static sr_status check_opts(const opts *o, const sr_program *prog)
     NEED(strcmp(o->lr_schedule, "constant") == 0 || strcmp(o->lr_schedule, "cosine") == 0 ||
              strcmp(o->lr_schedule, "linear") == 0 || strcmp(o->lr_schedule, "wsd") == 0,
          "--lr-schedule must be constant, cosine, linear or wsd (got '%s')", o->lr_schedule);
+    /* as Megatron-LM's scheduler asserts: a decay towards a higher rate is a typo, not a schedule
+     * (--steps 0, a sample or an export, runs none) */
+    NEED(o->steps == 0 || strcmp(o->lr_schedule, "constant") == 0 || o->min_lr <= o->lr,
+         "--min-lr %g%s is above --lr %g, so the %s schedule would raise the rate; give a --min-lr of at "
+         "most --lr (or --lr-schedule constant)", (double)o->min_lr,
+         rt_flag_given(given, "min-lr") ? "" : " (the model's train.min_lr)", (double)o->lr, o->lr_schedule);
     NEED(o->decay_steps >= 0, "--decay-steps must be >= 0 (got %d)", o->decay_steps);
     NEED(o->warmup >= 0, "--warmup must be >= 0 (got %d)", o->warmup);
     NEED(o->weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", (double)o->weight_decay);
@@ -1276,7 +1282,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
         int world = sr_comm_world_size(), mp = r.o.tp * r.o.pp;
         r.o.dp = world >= mp && world % mp == 0 ? world / mp : 1;
     }
-    if (s == SR_OK) s = check_opts(&r.o, prog);
+    if (s == SR_OK) s = check_opts(&r.o, r.given, prog);
     /* the flag wins over the environment (read once, here) */
     int comm_env = 0;
     const char *env = getenv("SHARDC_COMM");

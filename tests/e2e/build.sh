@@ -34,6 +34,13 @@ check "mlp trains (loss $first -> $last)" $py -c "import sys; sys.exit(0 if $las
 first=$(losses llama.jsonl | head -1 | cut -d: -f2); last=$(losses llama.jsonl | tail -1 | cut -d: -f2)
 check "llama (RoPE, no position table) trains (loss $first -> $last)" \
   $py -c "import sys; sys.exit(0 if $last < $first - 1.0 else 1)"
+# examples/llama.model decays (cosine) to train.min_lr = 3e-4: a fine-tuning --lr below it would
+# make the schedule raise the rate, so the run stops before step 0 and says which flag to give
+./llama --data text.txt --steps 2 --lr 2e-5 --quiet > lowlr.txt 2>&1; rc=$?
+check "--lr 2e-5 under the model's min_lr 3e-4 (cosine): exit 2, the line names both and --min-lr (rc $rc)" bash -c \
+  "[ $rc -eq 2 ] && grep -q \"error: --min-lr 0.0003 (the model's train.min_lr) is above --lr 2e-05, so the cosine schedule would raise the rate; give a --min-lr of at most --lr\" lowlr.txt"
+./llama --data text.txt --steps 2 --lr 2e-5 --min-lr 2e-6 --quiet --log lowlr.jsonl > /dev/null 2>&1
+check "--lr 2e-5 --min-lr 2e-6 trains (2 steps)" [ "$(losses lowlr.jsonl | wc -l)" = 2 ]
 
 # resume: 20 steps in one go == the same run resumed from its step-10
 # checkpoint, bit for bit (dropout on, cosine schedule over the 20 steps)

@@ -48,6 +48,13 @@ check "unknown flag: one error line plus 'try --help'" \
 check "bad integer value exits 2" [ $? -eq 2 ]
 "$BIN" --data train.txt --batch 8 --microbatches 3 >out 2>err
 check "batch not divisible by microbatches exits 2" [ $? -eq 2 ]
+"$BIN" --data train.txt --lr-schedule linear --lr 0.001 --min-lr 0.002 --steps 2 >out 2>err
+check "--min-lr above --lr with a decaying schedule exits 2, saying so" sh -c \
+    "[ $? -eq 2 ] && grep -q -- 'error: --min-lr 0.002 is above --lr 0.001, so the linear schedule would raise' err"
+"$BIN" --data train.txt --lr-schedule constant --lr 0.001 --min-lr 0.002 --steps 2 --quiet >out 2>err
+check "--min-lr above --lr with --lr-schedule constant (min-lr unused) runs" [ $? -eq 0 ]
+"$BIN" --lr-schedule linear --lr 0.001 --min-lr 0.002 --steps 0 --quiet >out 2>err
+check "--min-lr above --lr with --steps 0 (no step, no schedule) runs" [ $? -eq 0 ]
 "$BIN" --data=train.txt --steps=2 --quiet >out 2>err
 check "--name=value form accepted" [ $? -eq 0 ]
 "$BIN" --help >out 2>err
