@@ -240,6 +240,28 @@ int rt_flag_given(const char *given, const char *name)
     return 0;
 }
 
+/* Flags given that this run would ignore: a warning each (rank 0), so that a
+ * missing --save or --sample shows before the run, not after it. A value that
+ * asks for nothing (--eval-every 0, say, to be sure) is not warned about. */
+static void warn_idle_flags(const run *r)
+{
+    const opts *o = &r->o;
+    const int no_sample = o->sample == 0, no_val = !o->val_data;
+    const struct { const char *flag; int idle; const char *why; } w[] = {
+        {"save-every", !o->save && o->save_every > 0, "without --save DIR"},
+        {"eval-every", no_val && o->eval_every > 0, "without --val-data FILE"},
+        {"eval-batches", no_val, "without --val-data FILE"},
+        {"prompt", no_sample, "without --sample N"},
+        {"temperature", no_sample, "without --sample N"},
+        {"top-k", no_sample, "without --sample N"},
+        {"decay-steps", strcmp(o->lr_schedule, "wsd") != 0 && o->decay_steps > 0, "unless --lr-schedule is wsd"},
+        {"min-lr", strcmp(o->lr_schedule, "constant") == 0 && o->min_lr > 0, "with --lr-schedule constant"},
+    };
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (w[i].idle && rt_flag_given(r->given, w[i].flag))
+            fprintf(stderr, "%s: warning: --%s has no effect %s\n", r->argv0, w[i].flag, w[i].why);
+}
+
 static sr_status check_opts(const opts *o, const char *given, const sr_program *prog)
 {
 #define NEED(cond, ...) \
@@ -1283,6 +1305,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
         r.o.dp = world >= mp && world % mp == 0 ? world / mp : 1;
     }
     if (s == SR_OK) s = check_opts(&r.o, r.given, prog);
+    if (s == SR_OK && r.rank0) warn_idle_flags(&r);
     /* the flag wins over the environment (read once, here) */
     int comm_env = 0;
     const char *env = getenv("SHARDC_COMM");

@@ -55,6 +55,25 @@ check "--min-lr above --lr with a decaying schedule exits 2, saying so" sh -c \
 check "--min-lr above --lr with --lr-schedule constant (min-lr unused) runs" [ $? -eq 0 ]
 "$BIN" --lr-schedule linear --lr 0.001 --min-lr 0.002 --steps 0 --quiet >out 2>err
 check "--min-lr above --lr with --steps 0 (no step, no schedule) runs" [ $? -eq 0 ]
+# flags the run would ignore: a warning each, and the run goes on; with what they need, or
+# values that ask for nothing, none
+"$BIN" --data train.txt --steps 1 --quiet --save-every 5 --eval-every 2 --eval-batches 3 --prompt ab \
+    --temperature 0.5 --top-k 3 --decay-steps 2 --min-lr 0.001 --lr-schedule constant >out 2>err
+rc=$?
+check "eight flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
+    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 8 ] &&
+     grep -q 'warning: --save-every has no effect without --save DIR' err &&
+     grep -q 'warning: --eval-batches has no effect without --val-data FILE' err &&
+     grep -q 'warning: --top-k has no effect without --sample N' err &&
+     grep -q 'warning: --decay-steps has no effect unless --lr-schedule is wsd' err &&
+     grep -q 'warning: --min-lr has no effect with --lr-schedule constant' err"
+"$BIN" --data train.txt --steps 1 --quiet --save-every 5 --save ckw0 --val-data val.txt --eval-every 2 \
+    --eval-batches 3 --sample 2 --prompt ab --temperature 0.5 --top-k 3 --lr-schedule wsd --decay-steps 2 \
+    --min-lr 0.001 >out 2>err
+rc=$?
+"$BIN" --data train.txt --steps 1 --quiet --save-every 0 --eval-every 0 --decay-steps 0 --min-lr 0 >>out 2>>err
+check "the same flags with what they need, or asking for nothing: no warning" \
+    sh -c "[ $rc -eq 0 ] && [ $? -eq 0 ] && ! grep -q warning err"
 "$BIN" --data=train.txt --steps=2 --quiet >out 2>err
 check "--name=value form accepted" [ $? -eq 0 ]
 "$BIN" --help >out 2>err
