@@ -558,21 +558,20 @@ static int put_floats(FILE *fp, sr_hash *h, const float *x, int64_t n)
     int le = host_is_le();
     unsigned char buf[4096];
     for (int64_t i = 0; i < n;) {
-        if (le) {
-            size_t k = (size_t)(n - i < CHUNK ? n - i : CHUNK) * 4;
-            hash_update(h, x + i, k);
-            if (!write_all(fp, x + i, k)) return 0;
-            i += (int64_t)(k / 4);
-            continue;
+        const void *p = x + i;
+        int64_t k = n - i < CHUNK ? n - i : CHUNK;
+        if (!le) { /* swapped into buf, 1024 at a time */
+            if (k > 1024) k = 1024;
+            for (int64_t j = 0; j < k; j++) {
+                uint32_t u;
+                memcpy(&u, &x[i + j], 4);
+                for (int b = 0; b < 4; b++) buf[4 * j + b] = (unsigned char)(u >> (8 * b));
+            }
+            p = buf;
         }
-        int k = 0;
-        for (; k < 1024 && i < n; k++, i++) {
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            for (int j = 0; j < 4; j++) buf[4 * k + j] = (unsigned char)(u >> (8 * j));
-        }
-        hash_update(h, buf, (size_t)k * 4);
-        if (!write_all(fp, buf, (size_t)k * 4)) return 0;
+        hash_update(h, p, (size_t)k * 4);
+        if (!write_all(fp, p, (size_t)k * 4)) return 0;
+        i += k;
     }
     return 1;
 }
