@@ -26,7 +26,7 @@ typedef struct opts {
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
         top_k, threads, dp, tp, pp, zero, shuffle, decay_steps;
     float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature,
-        bucket_mb, comm_timeout;
+        bucket_mb, comm_timeout, time_limit;
     unsigned long long seed;
     int quiet, help, version;
 } opts;
@@ -80,6 +80,8 @@ typedef struct run {
     sr_param_desc *full;        /* the parameters in the full layout of checkpoints */
     int64_t n_full;             /* floats of that layout */
     struct rt_pipe *pipe;       /* the pipeline executor (pipeline.c), NULL without one */
+    double t_start;             /* when sr_main began: --time-limit counts from it */
+    int stopped;                /* the run stopped early: RT_STOP_* (train.c) */
 } run;
 
 /* state.c: a checkpoint root (with `latest`) or a step directory -> the step

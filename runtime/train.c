@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -92,6 +93,7 @@ static const flag flags[] = {
     {"load", F_STR, O(load), "DIR", "resume from a checkpoint (root with 'latest', or a step directory)"},
     {"save", F_STR, O(save), "DIR", "write checkpoints to DIR/step-NNNNNNNN"},
     {"save-every", F_INT, O(save_every), "N", "checkpoint every N steps (0 = only at the end)"},
+    {"time-limit", F_FLOAT, O(time_limit), "MIN", "stop before a step that would end over MIN minutes after the start, saving with --save (0 = none)"},
     {"export", F_STR, O(export_dir), "DIR", "at the end, write DIR as a Hugging Face model directory (vocabulary padding cut)"},
     {"eval-every", F_INT, O(eval_every), "N", "validation loss every N steps (0 = only at the end)"},
     {"eval-batches", F_INT, O(eval_batches), "N", "validation batches per evaluation"},
@@ -292,6 +294,8 @@ static sr_status check_opts(const opts *o, const char *given, const sr_program *
          o->recompute);
     NEED(o->bucket_mb > 0, "--bucket-mb must be > 0 (got %g)", (double)o->bucket_mb);
     NEED(o->comm_timeout > 0, "--comm-timeout must be > 0 (got %g)", (double)o->comm_timeout);
+    NEED(o->time_limit >= 0 && isfinite(o->time_limit), "--time-limit must be >= 0 minutes (got %g)",
+         (double)o->time_limit);
     NEED(!(o->zero && o->dump_grads), "--dump-grads is not available with --zero 1");
     NEED((long long)o->batch * o->seq <= INT_MAX / 2, "--batch x --seq = %lld tokens is too large",
          (long long)o->batch * o->seq);
@@ -391,7 +395,9 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
                "column-parallel input gradient's all-reduce or reduce-scatter after its weight gradient,\n"
                "not during it); SHARDC_CUDA_GEMM=heuristic|tune (tune: each GEMM's cuBLASLt candidates\n"
                "timed at its first call, the fastest kept; not with --tp); SHARDC_CUDNN_LIB=FILE.\n");
-    printf("Exit status: 0 ok, 1 error, 2 usage error.\n");
+    printf("Stopping early: with --save, a SIGTERM or SIGUSR1 (mpirun passes SIGUSR1 on; Slurm's --signal)\n"
+           "ends the run after the step under way, with a checkpoint to resume from (a second one ends it at once).\n");
+    printf("Exit status: 0 ok, 1 error, 2 usage error, 3 stopped early (a signal or --time-limit).\n");
 }
 
 /* -------------------------------------------------------------------------- */
@@ -817,6 +823,78 @@ static sr_status write_comm_stats(run *r, long steps)
     return SR_OK;
 }
 
+/* -------------------------------------------------------------------------- */
+/* Stopping early: preemption (SIGTERM, Slurm's --signal) and --time-limit     */
+
+enum { RT_STOP_NONE, RT_STOP_SIGNAL, RT_STOP_SIGNAL_ELSEWHERE, RT_STOP_TIME };
+
+/* the first SIGTERM or SIGUSR1 asks for a stop after the step under way (the
+ * handler only records it); a second one acts as if none were installed */
+static volatile sig_atomic_t stop_signal;
+static const int stop_signals[2] = {SIGTERM, SIGUSR1};
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+}
+
+/* installed for the training loop when there is a checkpoint to save */
+static void catch_stop_signals(struct sigaction old[2])
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* reads, writes and waits go on after the handler */
+    for (int i = 0; i < 2; i++) sigaction(stop_signals[i], &sa, &old[i]);
+}
+
+static void release_stop_signals(const struct sigaction old[2])
+{
+    for (int i = 0; i < 2; i++) sigaction(stop_signals[i], &old[i], NULL);
+}
+
+/* After a step that took step_s seconds: stop when a rank was signalled or
+ * one more step would end past --time-limit. The reasons are summed over the
+ * world, so that every rank stops after the same step (mpirun, Slurm or a
+ * user may signal some ranks only, or each a little later). */
+static sr_status stop_after_step(run *r, double step_s)
+{
+    const opts *o = &r->o;
+    if (!o->save && o->time_limit <= 0) return SR_OK; /* no handler, no limit: no collective */
+    double why[2] = {stop_signal != 0,
+                     o->time_limit > 0 && now_s() - r->t_start + step_s > 60.0 * o->time_limit};
+    if (r->have_grid && r->grid.world > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.world_comm, why, 2));
+    if (why[0] > 0) r->stopped = stop_signal ? RT_STOP_SIGNAL : RT_STOP_SIGNAL_ELSEWHERE;
+    else if (why[1] > 0) r->stopped = RT_STOP_TIME;
+    return SR_OK;
+}
+
+/* rank 0's line for a run that stopped early, --quiet or not: the run did not finish */
+static void report_stop(run *r, long end, int saved)
+{
+    if (!r->rank0) return;
+    const opts *o = &r->o;
+    char why[96];
+    if (r->stopped == RT_STOP_SIGNAL)
+        snprintf(why, sizeof why, "%s", stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
+    else if (r->stopped == RT_STOP_SIGNAL_ELSEWHERE) snprintf(why, sizeof why, "a signal to another rank");
+    else snprintf(why, sizeof why, "--time-limit %g (one more step would end past it)", (double)o->time_limit);
+    if (r->line_open) fputc('\n', stderr);
+    r->line_open = 0;
+    if (saved)
+        fprintf(stderr, "%s: stopped by %s after step %ld of %ld: checkpoint %s/step-%08ld; resume with "
+                "--load %s\n", r->argv0, why, end, o->steps, o->save, end, o->save);
+    else
+        fprintf(stderr, "%s: stopped by %s after step %ld of %ld (no --save: nothing saved)\n", r->argv0,
+                why, end, o->steps);
+}
+
 static sr_status train(run *r)
 {
     const opts *o = &r->o;
@@ -824,6 +902,7 @@ static sr_status train(run *r)
     int M = o->microbatches, T = o->seq;
     double t_begin = now_s();
     long last_saved = -1, last_eval = -1;
+    long end = o->steps > r->start_step ? o->steps : r->start_step; /* earlier if stopped */
     /* the starting point of the validation curve */
     if (r->have_val && o->eval_every > 0 && r->start_step == 0 && o->steps > 0) {
         SR_CHECK(run_eval(r, 0));
@@ -893,8 +972,12 @@ static sr_status train(run *r)
             SR_CHECK(rt_checkpoint(r, k + 1));
             last_saved = k + 1;
         }
+        if (k + 1 < o->steps) SR_CHECK(stop_after_step(r, t1 - t0));
+        if (r->stopped) {
+            end = k + 1;
+            break;
+        }
     }
-    long end = o->steps > r->start_step ? o->steps : r->start_step;
     SR_CHECK(rt_params_settle(r)); /* what follows (and sampling, after train) reads them whole */
     /* a device error of the last step (its loss was read before the backward
      * ran) ends the run with that error, on every rank, not with exit 0 */
@@ -914,9 +997,14 @@ static sr_status train(run *r)
                 wait / 1e3 / (double)(end - r->start_step));
     }
     rt_pipe_report(r);
-    if (r->have_val && last_eval != end) SR_CHECK(run_eval(r, end));
+    /* stopped early: the checkpoint only; the resumed run evaluates and exports at its end */
+    if (r->have_val && last_eval != end && !r->stopped) SR_CHECK(run_eval(r, end));
     int trained = o->steps > r->start_step;
     if (o->save && last_saved != end && (trained || !r->loaded)) SR_CHECK(rt_checkpoint(r, end));
+    if (r->stopped) {
+        report_stop(r, end, o->save != NULL);
+        return SR_OK;
+    }
     if (o->export_dir) SR_CHECK(rt_export(r, o->export_dir));
     return SR_OK;
 }
@@ -1279,6 +1367,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
 {
     run r;
     memset(&r, 0, sizeof r);
+    r.t_start = now_s();
     r.prog = prog;
     r.argv0 = argc > 0 && argv[0] ? argv[0] : (prog && prog->name ? prog->name : "shardc-program");
     opts defaults;
@@ -1329,10 +1418,14 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     if (s == SR_OK) s = sr_trace_open(&r.trace, r.o.trace, r.grid.rank, r.grid.world);
     if (s == SR_OK) s = rt_agree(&r, setup(&r), "setting up");
     if (s == SR_OK) s = handshake(&r);
+    struct sigaction old_handlers[2];
+    int catching = s == SR_OK && r.o.save; /* without --save a signal ends the run as before */
+    if (catching) catch_stop_signals(old_handlers);
     if (s == SR_OK) s = train(&r);
-    if (s == SR_OK && r.o.sample > 0) s = sample(&r); /* every rank: the forward is collective */
+    if (catching) release_stop_signals(old_handlers);
+    if (s == SR_OK && r.o.sample > 0 && !r.stopped) s = sample(&r); /* every rank: the forward is collective */
     if (r.line_open) fputc('\n', stderr);
-    int code = s == SR_OK ? 0 : s == SR_ERR_USAGE ? 2 : 1;
+    int code = s == SR_OK ? (r.stopped ? 3 : 0) : s == SR_ERR_USAGE ? 2 : 1;
     /* rank 0 speaks for all about errors every rank shares (flags, files);
      * the others speak when their failure is their own */
     if (s != SR_OK && (r.rank0 || s == SR_ERR_COMM || s == SR_ERR_NOMEM)) {

@@ -55,6 +55,24 @@ timeout 60 mpirun --oversubscribe --bind-to none -np 1 $run --dp 2 --log /dev/nu
 check "ranks with different flags fail the start-up handshake (exit $rc), no hang" [ $rc -ne 0 -a $rc -ne 124 ]
 check "the handshake error says what to do" grep -q "different program or different flags than rank 0" hs.txt
 
+# a signal to one rank of two (preemption, --save): both stop after the same
+# step, save it, exit 3; resumed, the run is the one that never stopped
+# (constant rate: --steps does not change the schedule)
+stop="$run --dp 2 --lr-schedule constant --eval-every 0"
+$mpi -np 2 $stop --steps 100000 --save cks --log stop1.jsonl > stop.out 2> stop.err &
+mp=$!
+for _ in $(seq 1 600); do [ "$(grep -c '"loss"' stop1.jsonl 2>/dev/null)" -ge 5 ] 2>/dev/null && break; sleep 0.1; done
+kill -USR1 "$(pgrep -x -P $mp tg | tail -1)" # the ranks are mpirun's children; other tests run a tg too
+timeout 60 tail --pid=$mp -f /dev/null || kill -KILL $mp; wait $mp; rc=$?
+n=$(grep -c '"loss"' stop1.jsonl)
+check "SIGUSR1 to one rank of dp=2: exit 3 after $n steps (rc $rc)" [ $rc -eq 3 -a "$n" -ge 5 ]
+check "rank 0 names the step and the checkpoint (whichever rank got the signal)" \
+  grep -Eq "stopped by (SIGUSR1|a signal to another rank) after step $n of 100000: checkpoint cks/step-$(printf %08d "$n"); resume with --load cks" stop.err
+$mpi -np 2 $stop --steps $((n + 3)) --load cks --log stop2.jsonl > /dev/null 2>&1
+$mpi -np 2 $stop --steps $((n + 3)) --log stopfull.jsonl > /dev/null 2>&1
+check "stopped at $n + resumed for 3 == $((n + 3)) steps straight (dp=2, bit-exact)" \
+  sh -c "cat stop1.jsonl stop2.jsonl | grep -o '\"loss\":[^,]*' > sr; grep -o '\"loss\":[^,]*' stopfull.jsonl > sf; [ \$(wc -l < sr) -eq $((n + 3)) ] && cmp -s sr sf"
+
 # a killed rank: the others stop within the bound
 start=$(date +%s)
 timeout 120 $mpi -np 2 ./tg --data text.txt --batch 8 --seq 32 --steps 100000 --dp 2 --comm-timeout 10 \

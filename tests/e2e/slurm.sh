@@ -94,6 +94,18 @@ $srun --mpi=none -n 2 ./tg $args --dp 2 > srun-nopmix.out 2> srun-nopmix.err; rc
 check "srun --mpi=none: exit 2 (rc $rc) with one line saying to use --mpi=pmix" \
   [ $rc -eq 2 -a "$(grep -c "error: started by srun without PMIx (--mpi=none).*srun --mpi=pmix" srun-nopmix.err)" = 1 ]
 
+# ---- preemption: Slurm signals the job's tasks (sbatch --signal=USR1@T does
+# the same T seconds before the time limit); they stop after one step, save it, exit 3
+$srun -n 2 -J shardc-stop ./tg ${args/--steps 20/--steps 100000} --dp 2 --lr-schedule constant --save $w/cks \
+  --log srun-stop.jsonl > srun-stop.out 2> srun-stop.err &
+sp=$!
+for i in $(seq 600); do [ "$(grep -c '"loss"' srun-stop.jsonl 2>/dev/null)" -ge 5 ] 2>/dev/null && break; sleep 0.1; done
+scancel --signal=USR1 --name=shardc-stop
+wait $sp; rc=$?
+n=$(grep -c '"loss"' srun-stop.jsonl)
+check "scancel --signal=USR1: srun exits 3 after $n steps (rc $rc), the checkpoint of step $n the latest" \
+  sh -c "[ $rc -eq 3 ] && [ $n -ge 5 ] && [ \"\$(cat $w/cks/latest)\" = step-$(printf %08d $n) ]"
+check "... rank 0 says so" grep -q "stopped by SIGUSR1 after step $n of 100000: checkpoint $w/cks/step-" srun-stop.err
 # ---- mpirun inside an allocation (Open MPI starts its daemons through Slurm) --
 timeout 120 salloc -n 2 --chdir=$w mpirun --bind-to none ./tg $args --dp 2 --log salloc-dp2.jsonl \
   > salloc.out 2>&1

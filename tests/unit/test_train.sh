@@ -257,6 +257,73 @@ rm -f ck/step-00000020
 check "the next save commits and moves latest" \
     sh -c "[ $? -eq 0 ] && [ \"\$(cat ck/latest)\" = step-00000020 ] && [ -d ck/step-00000010 ]"
 
+# ---------------------------------------------------------------- stopping early
+# A constant rate, so that --steps does not change the schedule: a run stopped
+# early and resumed can be set against one that ran straight through.
+stop="$common --lr-schedule constant --eval-every 0"
+# running N FILE: wait (up to 30 s) until FILE logs N steps
+running() { for _ in $(seq 1 600); do [ "$(losses "$2" 2>/dev/null | wc -l)" -ge "$1" ] && return 0; sleep 0.05; done; return 1; }
+# shellcheck disable=SC2086
+"$BIN" $stop --steps 100000 --save cks --log stop1.log >/dev/null 2>stoperr &
+pid=$!
+running 5 stop1.log
+kill -TERM $pid
+wait $pid
+rc=$?
+n=$(losses stop1.log | wc -l)
+check "SIGTERM with --save: the run ends after its step with exit 3 (rc $rc, after $n steps)" [ $rc -eq 3 -a "$n" -ge 5 ]
+check "it says so in one line, naming the step, the checkpoint and --load" \
+    grep -qx "$BIN: stopped by SIGTERM after step $n of 100000: checkpoint cks/step-$(printf %08d "$n"); resume with --load cks" stoperr
+check "the checkpoint of step $n is the latest" sh -c "[ \"\$(cat cks/latest)\" = step-$(printf %08d "$n") ]"
+check "no evaluation at the stop (--eval-every 0: only at the end, which the resumed run reaches)" sh -c "! grep -q val_loss stop1.log"
+# shellcheck disable=SC2086
+"$BIN" $stop --steps $((n + 4)) --load cks --log stop2.log >/dev/null 2>&1
+# shellcheck disable=SC2086
+"$BIN" $stop --steps $((n + 4)) --log stopfull.log >/dev/null 2>&1
+losses stop1.log >sa
+losses stop2.log >sb
+losses stopfull.log >sf
+check "stopped at $n + resumed for 4 == $((n + 4)) steps straight, bit-exact" \
+    sh -c "[ \$(wc -l <sb) -eq 4 ] && cat sa sb | cmp -s - sf"
+va=$(val_losses stopfull.log)
+check "... and the same final validation loss ($va)" [ -n "$va" -a "$va" = "$(val_losses stop2.log)" ]
+# two signals before the step ends (held back by SIGSTOP): the second ends the run at once
+# shellcheck disable=SC2086
+"$BIN" $stop --steps 100000 --save cks2 --log stop3.log >/dev/null 2>&1 &
+pid=$!
+running 2 stop3.log
+kill -STOP $pid
+kill -TERM $pid
+kill -USR1 $pid
+kill -CONT $pid
+wait $pid
+rc=$?
+check "a second signal ends the run at once, by that signal (rc $rc)" [ $rc -eq 138 -o $rc -eq 143 ]
+check "... with no checkpoint begun" sh -c "[ ! -e cks2/latest ] && ! ls -a cks2 2>/dev/null | grep -q '^\.tmp-'"
+# without --save nothing is caught: SIGTERM ends the run as it always did
+# shellcheck disable=SC2086
+"$BIN" $stop --steps 100000 --log stop4.log >/dev/null 2>&1 &
+pid=$!
+running 2 stop4.log
+kill -TERM $pid
+wait $pid
+rc=$?
+check "without --save, SIGTERM ends the run at once (rc $rc)" [ $rc -eq 143 ]
+# --time-limit: stops before a step that would end past it
+# shellcheck disable=SC2086
+"$BIN" $stop --steps 100000000 --time-limit 0.02 --save ckt --log stop5.log >/dev/null 2>err
+rc=$?
+n=$(losses stop5.log | wc -l)
+check "--time-limit 0.02 (1.2 s): exit 3 after $n steps, the checkpoint of the last" \
+    sh -c "[ $rc -eq 3 ] && [ $n -ge 1 ] && [ \"\$(cat ckt/latest)\" = step-$(printf %08d "$n") ]"
+check "... saying so" grep -q "stopped by --time-limit 0.02 (one more step would end past it) after step $n of 100000000: checkpoint ckt/" err
+# shellcheck disable=SC2086
+"$BIN" $stop --steps 100000000 --time-limit 0.01 >/dev/null 2>err
+check "--time-limit without --save: exit 3, nothing saved, one line" \
+    sh -c "[ $? -eq 3 ] && [ \$(wc -l <err) -eq 1 ] && grep -q '(no --save: nothing saved)' err"
+"$BIN" --data train.txt --time-limit -1 >/dev/null 2>err
+check "--time-limit -1 is a usage error" sh -c "[ $? -eq 2 ] && grep -q -- '--time-limit must be >= 0 minutes' err"
+
 # ---------------------------------------------------------------- sampling, grads
 "$BIN" --load ck --steps 0 --sample 20 --prompt ab --quiet >s1 2>err
 rc=$?
