@@ -87,6 +87,13 @@ if command -v mpirun >/dev/null; then
   losses h1.jsonl > h1.txt; losses cd.jsonl > cd.txt; losses cz.jsonl > cz.txt
   check "dp=2 over NCCL (bucketed all-reduce from grad_ready): 4 steps match one host rank to 1e-5" close h1.txt cd.txt 1e-5
   check "dp=2 with ZeRO-1 over NCCL: 4 steps match one host rank to 1e-5" close h1.txt cz.txt 1e-5
+  # --time-limit (2.4 s) on two ranks over NCCL: both stop after the same step, its checkpoint
+  # saved from device memory (ZeRO-1's optimizer state gathered), exit 3
+  mpirun --oversubscribe -np 2 ./tg_cuda $opts --batch 8 --steps 100000 --dp 2 --zero 1 --time-limit 0.04 \
+    --save tl --log tl.jsonl > /dev/null 2> tl.err; rc=$?; n=$(grep -c '"loss"' tl.jsonl)
+  check "--time-limit over NCCL with ZeRO-1: exit 3 after $n steps (rc $rc), the checkpoint of step $n the latest" \
+    bash -c "[ $rc -eq 3 ] && [ $n -ge 1 ] && [ \"\$(cat tl/latest)\" = step-$(printf %08d $n) ] &&
+             grep -q 'stopped by --time-limit 0.04 .* after step $n of 100000: checkpoint tl/' tl.err"
   # bf16 with ZeRO-1: what shardc plan --precision bf16 says the program holds and moves (fp32
   # weights and their bf16 copy, fp32 gradients reduce-scattered in buckets, Adam m and v
   # sharded, the fp32 weights gathered), against the runtime's counters and its memory line, and
