@@ -649,6 +649,83 @@ static sr_status copy_tokenizer(run *r, const char *dir)
     return s;
 }
 
+/* a step directory's name as save_checkpoint writes it: "step-" and at least 8 digits */
+static int step_dir_name(const char *name, long *step)
+{
+    if (strncmp(name, "step-", 5) != 0 || strlen(name + 5) < 8 || strlen(name + 5) > 18) return 0;
+    for (const char *c = name + 5; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    *step = strtol(name + 5, NULL, 10);
+    return 1;
+}
+
+/* dir holds no directory (a checkpoint's files are flat): nothing of anyone
+ * else's is removed with it */
+static int only_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int flat = 1;
+    struct dirent *e;
+    while (flat && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char *p = path_join(dir, e->d_name);
+        struct stat sb;
+        flat = p && lstat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);
+        free(p);
+    }
+    closedir(d);
+    return flat;
+}
+
+static int cmp_long_desc(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+/* --keep-last N, after a save of `saved` (already the latest): the step
+ * directories of root other than the N highest-numbered and the one just
+ * saved are removed. Only names this program writes are looked at; one that
+ * cannot be removed whole (a file of the user's in it) stays, with a warning:
+ * pruning must not fail a run or lose what it cannot account for. */
+static void prune_checkpoints(run *r, const char *root, long saved)
+{
+    int keep = r->o.keep_last;
+    DIR *d = keep > 0 ? opendir(root) : NULL;
+    if (!d) return;
+    long *steps = NULL, st;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!step_dir_name(e->d_name, &st)) continue;
+        if (n == cap) {
+            long *grown = realloc(steps, sizeof *steps * (cap = cap ? 2 * cap : 16));
+            if (!grown) break; /* out of memory: prune what was listed */
+            steps = grown;
+        }
+        steps[n++] = st;
+    }
+    closedir(d);
+    if (steps) qsort(steps, n, sizeof *steps, cmp_long_desc);
+    for (size_t i = (size_t)keep; i < n; i++) {
+        if (steps[i] == saved) continue;
+        char name[64];
+        snprintf(name, sizeof name, "step-%08ld", steps[i]);
+        char *p = path_join(root, name);
+        if (!p || !is_dir(p)) {
+            free(p);
+            continue;
+        }
+        if (only_files(p)) remove_flat_dir(p);
+        if (is_dir(p)) fprintf(stderr, "%s: warning: --keep-last %d: cannot remove %s (a directory in it?); "
+                               "left in place\n", r->argv0, keep, p);
+        else rt_info(r, "removed checkpoint %s (--keep-last %d)", p, keep);
+        free(p);
+    }
+    free(steps);
+}
+
 /* Writes DIR/step-NNNNNNNN atomically: everything goes to a temporary
  * directory that is fsync'ed and renamed into place; only then is DIR/latest
  * replaced (temp file + rename). Any failure leaves the old latest as it was. */
@@ -747,6 +824,7 @@ static sr_status save_checkpoint(run *r, long step, const float *fp, const float
     if (s != SR_OK) unlink(ltmp);
     else fsync_dir(root);
     if (s == SR_OK) rt_info(r, "saved checkpoint %s", final);
+    if (s == SR_OK) prune_checkpoints(r, root, step);
 out:
     if (made_tmp) remove_flat_dir(tmp);
     free(final);

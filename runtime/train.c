@@ -93,6 +93,7 @@ static const flag flags[] = {
     {"load", F_STR, O(load), "DIR", "resume from a checkpoint (root with 'latest', or a step directory)"},
     {"save", F_STR, O(save), "DIR", "write checkpoints to DIR/step-NNNNNNNN"},
     {"save-every", F_INT, O(save_every), "N", "checkpoint every N steps (0 = only at the end)"},
+    {"keep-last", F_INT, O(keep_last), "N", "keep the N newest step directories under --save, removing older ones (0 = all)"},
     {"time-limit", F_FLOAT, O(time_limit), "MIN", "stop before a step that would end over MIN minutes after the start, saving with --save (0 = none)"},
     {"export", F_STR, O(export_dir), "DIR", "at the end, write DIR as a Hugging Face model directory (vocabulary padding cut)"},
     {"eval-every", F_INT, O(eval_every), "N", "validation loss every N steps (0 = only at the end)"},
@@ -251,6 +252,7 @@ static void warn_idle_flags(const run *r)
     const int no_sample = o->sample == 0, no_val = !o->val_data;
     const struct { const char *flag; int idle; const char *why; } w[] = {
         {"save-every", !o->save && o->save_every > 0, "without --save DIR"},
+        {"keep-last", !o->save && o->keep_last > 0, "without --save DIR"},
         {"eval-every", no_val && o->eval_every > 0, "without --val-data FILE"},
         {"eval-batches", no_val, "without --val-data FILE"},
         {"prompt", no_sample, "without --sample N"},
@@ -294,6 +296,7 @@ static sr_status check_opts(const opts *o, const char *given, const sr_program *
          o->recompute);
     NEED(o->bucket_mb > 0, "--bucket-mb must be > 0 (got %g)", (double)o->bucket_mb);
     NEED(o->comm_timeout > 0, "--comm-timeout must be > 0 (got %g)", (double)o->comm_timeout);
+    NEED(o->keep_last >= 0, "--keep-last must be >= 0 (got %d)", o->keep_last);
     NEED(o->time_limit >= 0 && isfinite(o->time_limit), "--time-limit must be >= 0 minutes (got %g)",
          (double)o->time_limit);
     NEED(!(o->zero && o->dump_grads), "--dump-grads is not available with --zero 1");

@@ -58,10 +58,11 @@ check "--min-lr above --lr with --steps 0 (no step, no schedule) runs" [ $? -eq 
 # flags the run would ignore: a warning each, and the run goes on; with what they need, or
 # values that ask for nothing, none
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --eval-every 2 --eval-batches 3 --prompt ab \
-    --temperature 0.5 --top-k 3 --decay-steps 2 --min-lr 0.001 --lr-schedule constant >out 2>err
+    --temperature 0.5 --top-k 3 --decay-steps 2 --min-lr 0.001 --lr-schedule constant --keep-last 2 >out 2>err
 rc=$?
-check "eight flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
-    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 8 ] &&
+check "nine flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
+    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 9 ] &&
+     grep -q 'warning: --keep-last has no effect without --save DIR' err &&
      grep -q 'warning: --save-every has no effect without --save DIR' err &&
      grep -q 'warning: --eval-batches has no effect without --val-data FILE' err &&
      grep -q 'warning: --top-k has no effect without --sample N' err &&
@@ -69,9 +70,9 @@ check "eight flags that do nothing here: exit 0, a warning naming each and what 
      grep -q 'warning: --min-lr has no effect with --lr-schedule constant' err"
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --save ckw0 --val-data val.txt --eval-every 2 \
     --eval-batches 3 --sample 2 --prompt ab --temperature 0.5 --top-k 3 --lr-schedule wsd --decay-steps 2 \
-    --min-lr 0.001 >out 2>err
+    --min-lr 0.001 --keep-last 2 >out 2>err
 rc=$?
-"$BIN" --data train.txt --steps 1 --quiet --save-every 0 --eval-every 0 --decay-steps 0 --min-lr 0 >>out 2>>err
+"$BIN" --data train.txt --steps 1 --quiet --save-every 0 --eval-every 0 --decay-steps 0 --min-lr 0 --keep-last 0 >>out 2>>err
 check "the same flags with what they need, or asking for nothing: no warning" \
     sh -c "[ $rc -eq 0 ] && [ $? -eq 0 ] && ! grep -q warning err"
 "$BIN" --data=train.txt --steps=2 --quiet >out 2>err
@@ -323,6 +324,25 @@ check "--time-limit without --save: exit 3, nothing saved, one line" \
     sh -c "[ $? -eq 3 ] && [ \$(wc -l <err) -eq 1 ] && grep -q '(no --save: nothing saved)' err"
 "$BIN" --data train.txt --time-limit -1 >/dev/null 2>err
 check "--time-limit -1 is a usage error" sh -c "[ $? -eq 2 ] && grep -q -- '--time-limit must be >= 0 minutes' err"
+
+# ---------------------------------------------------------------- --keep-last
+# the two newest step directories stay; what the program did not write is left alone
+mkdir -p ckk/step-00000001/sub ckk/notes
+touch ckk/step-00000001/model.safetensors ckk/step-00000003.bak
+"$BIN" --data train.txt --batch 8 --seq 16 --steps 10 --save ckk --save-every 2 --keep-last 2 --quiet >/dev/null 2>kerr
+rc=$?
+check "--keep-last 2, --save-every 2, 10 steps: step-8 and step-10 kept, 2, 4 and 6 removed, latest step-10" \
+    sh -c "[ $rc -eq 0 ] && [ -f ckk/step-00000008/model.safetensors ] && [ -f ckk/step-00000010/optimizer.safetensors ] &&
+           [ ! -e ckk/step-00000002 ] && [ ! -e ckk/step-00000004 ] && [ ! -e ckk/step-00000006 ] &&
+           [ \"\$(cat ckk/latest)\" = step-00000010 ]"
+check "... a step directory holding a directory is left whole, with a warning; other names untouched" \
+    sh -c "[ -f ckk/step-00000001/model.safetensors ] && [ -d ckk/step-00000001/sub ] && [ -d ckk/notes ] &&
+           [ -f ckk/step-00000003.bak ] && grep -q 'warning: --keep-last 2: cannot remove ckk/step-00000001 ' kerr"
+"$BIN" --data train.txt --batch 8 --seq 16 --steps 12 --load ckk --save ckk --keep-last 1 --quiet >/dev/null 2>&1
+check "--keep-last 1 on a resumed run: only the step just saved (and the one left above)" \
+    sh -c "[ \$(ls ckk | grep -c '^step-[0-9]*\$') -eq 2 ] && [ -d ckk/step-00000012 ] && [ -d ckk/step-00000001 ]"
+"$BIN" --data train.txt --keep-last -1 >/dev/null 2>err
+check "--keep-last -1 is a usage error" sh -c "[ $? -eq 2 ] && grep -q -- '--keep-last must be >= 0' err"
 
 # ---------------------------------------------------------------- sampling, grads
 "$BIN" --load ck --steps 0 --sample 20 --prompt ab --quiet >s1 2>err
