@@ -862,16 +862,16 @@ static void release_stop_signals(const struct sigaction old[2])
     for (int i = 0; i < 2; i++) sigaction(stop_signals[i], &old[i], NULL);
 }
 
-/* After a step that took step_s seconds: stop when a rank was signalled or
- * one more step would end past --time-limit. The reasons are summed over the
+/* After a step: stop when a rank was signalled, or when one more step and a
+ * checkpoint (need_s seconds, at the last ones' pace) would end past --time-limit. The reasons are summed over the
  * world, so that every rank stops after the same step (mpirun, Slurm or a
  * user may signal some ranks only, or each a little later). */
-static sr_status stop_after_step(run *r, double step_s)
+static sr_status stop_after_step(run *r, double need_s)
 {
     const opts *o = &r->o;
     if (!o->save && o->time_limit <= 0) return SR_OK; /* no handler, no limit: no collective */
     double why[2] = {stop_signal != 0,
-                     o->time_limit > 0 && now_s() - r->t_start + step_s > 60.0 * o->time_limit};
+                     o->time_limit > 0 && now_s() - r->t_start + need_s > 60.0 * o->time_limit};
     if (r->have_grid && r->grid.world > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.world_comm, why, 2));
     if (why[0] > 0) r->stopped = stop_signal ? RT_STOP_SIGNAL : RT_STOP_SIGNAL_ELSEWHERE;
     else if (why[1] > 0) r->stopped = RT_STOP_TIME;
@@ -905,6 +905,7 @@ static sr_status train(run *r)
     int M = o->microbatches, T = o->seq;
     double t_begin = now_s();
     long last_saved = -1, last_eval = -1;
+    double save_s = 0; /* how long the last --save-every checkpoint took */
     long end = o->steps > r->start_step ? o->steps : r->start_step; /* earlier if stopped */
     /* the starting point of the validation curve */
     if (r->have_val && o->eval_every > 0 && r->start_step == 0 && o->steps > 0) {
@@ -972,10 +973,13 @@ static sr_status train(run *r)
             last_eval = k + 1;
         }
         if (o->save && o->save_every > 0 && (k + 1) % o->save_every == 0) {
+            double ts = now_s();
             SR_CHECK(rt_checkpoint(r, k + 1));
+            save_s = now_s() - ts;
             last_saved = k + 1;
         }
-        if (k + 1 < o->steps) SR_CHECK(stop_after_step(r, t1 - t0));
+        /* the stop's own checkpoint will take about as long as the last one did */
+        if (k + 1 < o->steps) SR_CHECK(stop_after_step(r, t1 - t0 + save_s));
         if (r->stopped) {
             end = k + 1;
             break;
