@@ -697,6 +697,13 @@ static sr_status optimizer_step(run *r, long k, float lr, double *norm_out)
     if (r->gshard) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, sq, 2));
     if (r->grid.tp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.tp_comm, &sq[1], 1));
     double norm = sqrt(sq[0] + sq[1]);
+    /* an inf or NaN gradient under a finite loss: AdamW would write NaN into
+     * the parameters, and the next checkpoint would save them as the latest.
+     * Every rank holds the same norm, so all stop here together. */
+    if (!isfinite(norm))
+        return sr_seterr(SR_ERR_STATE, "the gradient norm became %g at step %ld (the loss was finite): the "
+                         "parameters were left as before the step; lower --lr, or look at this step's batch "
+                         "(--dump-batches)", norm, k);
     if (o->grad_clip > 0) {
         /* torch.nn.utils.clip_grad_norm_: coefficient in float32, applied when < 1 */
         float coef = o->grad_clip / ((float)norm + 1e-6f);

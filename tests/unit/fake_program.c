@@ -4,7 +4,9 @@
  * The model is a bigram table: logits(N, 256) = dropout(W[idx]) + bias,
  * loss = cross-entropy. Two parameters: "wte.weight" (256, 256) and "bias"
  * (256). Setting FAKE_PREFIX in the environment prepends it to both names
- * (e.g. "transformer."), to test --init across Hugging Face name styles.
+ * (e.g. "transformer."), to test --init across Hugging Face name styles;
+ * FAKE_INF_GRAD_STEP=k makes one gradient infinite at step k (the loss stays
+ * finite), to test the driver's check of the gradient norm.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,8 @@ static void backward(sr_exec *e)
     sr_dropout_bwd(b.demb, b.dh, (long)N * V, e->dropout, e->seed, e->step, 0,
                    (uint64_t)e->row0 * V);
     sr_embedding_bwd(dW, b.demb, e->inputs, N, V);
+    const char *inf_step = getenv("FAKE_INF_GRAD_STEP");
+    if (inf_step && atol(inf_step) == (long)e->step) dbias[0] = 1.0f / 0.0f;
 }
 
 int main(int argc, char **argv)

@@ -325,6 +325,22 @@ check "--time-limit without --save: exit 3, nothing saved, one line" \
 "$BIN" --data train.txt --time-limit -1 >/dev/null 2>err
 check "--time-limit -1 is a usage error" sh -c "[ $? -eq 2 ] && grep -q -- '--time-limit must be >= 0 minutes' err"
 
+# ---------------------------------------------------------------- a non-finite gradient
+# an infinite gradient at step 6 under a finite loss: the run stops there with one
+# line, before AdamW writes NaN into the parameters; the latest checkpoint is step 6's
+FAKE_INF_GRAD_STEP=6 "$BIN" --data train.txt --batch 8 --seq 16 --steps 10 --save ckinf --save-every 1 \
+    --log inf.log --quiet >/dev/null 2>err
+rc=$?
+check "an infinite gradient at step 6 (finite loss): exit 1, one line naming the norm and the step" \
+    sh -c "[ $rc -eq 1 ] && [ \$(wc -l <err) -eq 1 ] && grep -q 'the gradient norm became inf at step 6 (the loss was finite)' err"
+check "... the latest checkpoint is from before it (step-00000006), no later one" \
+    sh -c "[ \"\$(cat ckinf/latest)\" = step-00000006 ] && [ ! -e ckinf/step-00000007 ]"
+"$BIN" --data train.txt --batch 8 --seq 16 --steps 7 --load ckinf --log inf2.log --quiet >/dev/null 2>&1
+rc=$?
+l=$(losses inf2.log)
+check "... and it resumes (without the fault) with a finite loss ($l)" \
+    awk -v rc=$rc -v l="$l" 'BEGIN { exit !(rc == 0 && l ~ /^[0-9]+\.[0-9]+$/) }'
+
 # ---------------------------------------------------------------- --keep-last
 # the two newest step directories stay; what the program did not write is left alone
 mkdir -p ckk/step-00000001/sub ckk/notes
