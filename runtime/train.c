@@ -870,9 +870,10 @@ static void release_stop_signals(const struct sigaction old[2])
 }
 
 /* After a step: stop when a rank was signalled, or when one more step and a
- * checkpoint (need_s seconds, at the last ones' pace) would end past --time-limit. The reasons are summed over the
- * world, so that every rank stops after the same step (mpirun, Slurm or a
- * user may signal some ranks only, or each a little later). */
+ * checkpoint (need_s seconds, at the last ones' pace) would end past
+ * --time-limit. The reasons are summed over the world, so that every rank
+ * stops after the same step (mpirun, Slurm or a user may signal some ranks
+ * only, or each a little later). */
 static sr_status stop_after_step(run *r, double need_s)
 {
     const opts *o = &r->o;
