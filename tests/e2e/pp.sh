@@ -155,6 +155,18 @@ a=$(grep -o '"loss":[^,]*' full.jsonl | sed -n 11p | cut -d: -f2)
 b=$(grep -o '"loss":[^,]*' at1.jsonl | head -1 | cut -d: -f2); c=$(grep -o '"loss":[^,]*' at4.jsonl | head -1 | cut -d: -f2)
 check "saved at pp=2, loaded at pp=1: same next loss ($a vs $b)" $py -c "import sys; sys.exit(0 if abs($a-$b) <= 1e-5*abs($a) else 1)"
 check "saved at pp=2, loaded at pp=4: same next loss ($a vs $c)" $py -c "import sys; sys.exit(0 if abs($a-$c) <= 1e-5*abs($a) else 1)"
+# --time-limit (1.8 s) at tp=2 x pp=2: the four ranks stop after the same step
+# (a world sum each step), save it from the stages and tensor shards, exit 3; resumed at pp=2 x tp=2
+# it continues as one that never stopped (constant rate: --steps does not change the schedule)
+tl="${run/--steps 20/} --lr-schedule constant --tp 2 --pp 2"
+$mpi -np 4 ./p2t2 $tl --steps 100000000 --time-limit 0.03 --save cktl --log tl1.jsonl > /dev/null 2> tl.err; rc=$?
+n=$(grep -c '"loss"' tl1.jsonl)
+check "--time-limit at tp=2 x pp=2: exit 3 after $n steps (rc $rc), the checkpoint of step $n the latest" \
+  sh -c "[ $rc -eq 3 ] && [ $n -ge 1 ] && [ \"\$(cat cktl/latest)\" = step-$(printf %08d $n) ] && grep -q 'stopped by --time-limit 0.03' tl.err"
+$mpi -np 4 ./p2t2 $tl --steps $((n + 3)) --load cktl --log tl2.jsonl
+$mpi -np 4 ./p2t2 $tl --steps $((n + 3)) --log tlf.jsonl
+check "... stopped at $n + resumed for 3 == $((n + 3)) steps straight, bit-exact" \
+  sh -c "cat tl1.jsonl tl2.jsonl | grep -o '\"loss\":[^,]*' > tlr; grep -o '\"loss\":[^,]*' tlf.jsonl > tls; [ \$(wc -l < tlr) -eq $((n + 3)) ] && cmp -s tlr tls"
 # each tensor of a checkpoint comes from the pipeline rank that owns it:
 # the initial state saved at pp=1, 2 and 4 (and dp=2 x pp=2 with ZeRO-1) is the same file
 one="--data text.txt --batch 8 --seq 32 --threads 1 --microbatches 4 --quiet"
