@@ -33,6 +33,8 @@ check "CMake's cache names the unpacked mpicc, bison, flex and OpenBLAS" bash -c
    grep -q '^FLEX_EXECUTABLE:FILEPATH=$p/' b/CMakeCache.txt && grep -q '^OPENBLAS_LIB:FILEPATH=$p/' b/CMakeCache.txt"
 cmake --build b -j"$(nproc)" --target shardc test_comm > build.txt 2>&1
 check "shardc and test_comm build ($(grep -c -i ' error' build.txt) error lines)" test -x b/test_comm -a -x b/shardc
+# the scratch directory goes with the test: what failed is shown here, for CI's log
+[ -x b/test_comm ] && [ -x b/shardc ] || { echo "  build.txt, its errors and last lines:"; grep -i -m 12 'error' build.txt; tail -n 15 build.txt; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 timeout 120 mpirun --oversubscribe --bind-to none -np 2 b/test_comm > comm.txt 2>&1
 check "test_comm under the unpacked mpirun: $(tail -1 comm.txt)" grep -q " passed, 0 failed" comm.txt
