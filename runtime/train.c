@@ -853,7 +853,13 @@ static void on_stop_signal(int sig)
     stop_signal = sig;
 }
 
-/* installed for the training loop when there is a checkpoint to save */
+/* the handlers are installed for the training loop only when there is a
+ * checkpoint to save; without one a signal ends the run as before */
+static int catches_stop_signals(const opts *o)
+{
+    return o->save != NULL;
+}
+
 static void catch_stop_signals(struct sigaction old[2])
 {
     struct sigaction sa;
@@ -877,7 +883,7 @@ static void release_stop_signals(const struct sigaction old[2])
 static sr_status stop_after_step(run *r, double need_s)
 {
     const opts *o = &r->o;
-    if (!o->save && o->time_limit <= 0) return SR_OK; /* no handler, no limit: no collective */
+    if (!catches_stop_signals(o) && o->time_limit <= 0) return SR_OK; /* no handler, no limit: no collective */
     double why[2] = {stop_signal != 0,
                      o->time_limit > 0 && now_s() - r->t_start + need_s > 60.0 * o->time_limit};
     if (r->have_grid && r->grid.world > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.world_comm, why, 2));
@@ -1434,7 +1440,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     if (s == SR_OK) s = rt_agree(&r, setup(&r), "setting up");
     if (s == SR_OK) s = handshake(&r);
     struct sigaction old_handlers[2];
-    int catching = s == SR_OK && r.o.save; /* without --save a signal ends the run as before */
+    int catching = s == SR_OK && catches_stop_signals(&r.o);
     if (catching) catch_stop_signals(old_handlers);
     if (s == SR_OK) s = train(&r);
     if (catching) release_stop_signals(old_handlers);

@@ -61,7 +61,7 @@ check "the handshake error says what to do" grep -q "different program or differ
 stop="$run --dp 2 --lr-schedule constant --eval-every 0"
 $mpi -np 2 $stop --steps 100000 --save cks --log stop1.jsonl > stop.out 2> stop.err &
 mp=$!
-for _ in $(seq 1 600); do [ "$(grep -c '"loss"' stop1.jsonl 2>/dev/null)" -ge 5 ] 2>/dev/null && break; sleep 0.1; done
+logged 5 stop1.jsonl
 kill -USR1 "$(pgrep -x -P $mp tg | tail -1)" # the ranks are mpirun's children; other tests run a tg too
 timeout 60 tail --pid=$mp -f /dev/null || kill -KILL $mp; wait $mp; rc=$?
 n=$(grep -c '"loss"' stop1.jsonl)
@@ -71,7 +71,7 @@ check "rank 0 names the step and the checkpoint (whichever rank got the signal)"
 $mpi -np 2 $stop --steps $((n + 3)) --load cks --log stop2.jsonl > /dev/null 2>&1
 $mpi -np 2 $stop --steps $((n + 3)) --log stopfull.jsonl > /dev/null 2>&1
 check "stopped at $n + resumed for 3 == $((n + 3)) steps straight (dp=2, bit-exact)" \
-  sh -c "cat stop1.jsonl stop2.jsonl | grep -o '\"loss\":[^,]*' > sr; grep -o '\"loss\":[^,]*' stopfull.jsonl > sf; [ \$(wc -l < sr) -eq $((n + 3)) ] && cmp -s sr sf"
+  resumed_exact stop1.jsonl stop2.jsonl stopfull.jsonl
 
 # a killed rank: the others stop within the bound
 start=$(date +%s)

@@ -22,6 +22,11 @@ print(f"  {len(a)} steps, worst relative loss difference {worst:.2e} (tolerance 
 sys.exit(0 if worst <= tol else 1)
 PY
 }
+# logged N FILE: wait (up to 60 s) until a --log FILE holds N steps
+logged() { for _ in $(seq 1 600); do [ "$(grep -c '"loss"' "$2" 2>/dev/null)" -ge "$1" ] 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+# resumed_exact A B FULL: the losses of A then B (a run stopped, then resumed) are FULL's, bit for bit
+resumed_exact() { cat "$1" "$2" | grep -o '"loss":[^,]*' > resumed.txt; grep -o '"loss":[^,]*' "$3" > full.txt
+  [ "$(wc -l < resumed.txt)" -eq "$(wc -l < full.txt)" ] && [ -s full.txt ] && cmp -s resumed.txt full.txt; }
 # same_or_roundoff REF B REF2 TOL: B's losses are REF's, each step within TOL
 # relative or within 4 times |REF - REF2| at that step, where REF2 is the
 # single rank run with another summation order (its round-off spread)

@@ -99,7 +99,7 @@ check "srun --mpi=none: exit 2 (rc $rc) with one line saying to use --mpi=pmix" 
 $srun -n 2 -J shardc-stop ./tg ${args/--steps 20/--steps 100000} --dp 2 --lr-schedule constant --save $w/cks \
   --log srun-stop.jsonl > srun-stop.out 2> srun-stop.err &
 sp=$!
-for i in $(seq 600); do [ "$(grep -c '"loss"' srun-stop.jsonl 2>/dev/null)" -ge 5 ] 2>/dev/null && break; sleep 0.1; done
+logged 5 srun-stop.jsonl
 scancel --signal=USR1 --name=shardc-stop
 wait $sp; rc=$?
 n=$(grep -c '"loss"' srun-stop.jsonl)
