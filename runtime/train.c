@@ -966,7 +966,7 @@ static sr_status train(run *r)
         }
         if (o->dump_grads && k == r->start_step) SR_CHECK(rt_agree(r, rt_dump_grads(r, k), "--dump-grads"));
         sr_trace_begin(r->trace, SR_TRACK_COMPUTE, "optimizer");
-        double norm;
+        double norm = 0; /* set by optimizer_step when it succeeds; gcc -O3 cannot tell */
         SR_CHECK(optimizer_step(r, k, lr, &norm));
         sr_trace_end(r->trace, SR_TRACK_COMPUTE);
         double t1 = now_s();
