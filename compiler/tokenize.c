@@ -68,7 +68,22 @@ static sr_status one_file(const sr_tokenizer *t, const char *path, int eot, int 
     SR_CHECK(sr_map_file(path, "", &map, &size));
     int32_t *ids;
     size_t n;
-    sr_status s = sr_tok_encode(t, map ? (const char *)map : "", size, &ids, &n);
+    sr_status s;
+    if (map && sr_data_is_records(map, size)) { /* JSON Lines: the stream --data FILE.jsonl trains on */
+        sr_records rec;
+        s = sr_data_read_records(path, map, size, t, &rec);
+        if (s == SR_OK && rec.n_loss < rec.n) {
+            free(rec.ids);
+            s = sr_seterr(SR_ERR_FORMAT, "%s holds prompt-completion records, whose loss mask a token file "
+                          "cannot keep; give it to the training program as --data %s", path, path);
+        }
+        free(rec.loss); /* NULL after a failure */
+        ids = rec.ids;
+        n = (size_t)rec.n;
+        eot = 0; /* each record already ends with <|endoftext|> */
+    } else {
+        s = sr_tok_encode(t, map ? (const char *)map : "", size, &ids, &n);
+    }
     if (map) munmap(map, size);
     if (s != SR_OK) return s;
     unsigned char buf[4 * 4096];

@@ -60,6 +60,7 @@ static void close_file(sr_data_file *f)
 {
     if (f->map) munmap(f->map, f->map_len);
     free(f->ids);
+    free(f->loss);
     free(f->path);
     memset(f, 0, sizeof *f);
 }
@@ -107,13 +108,24 @@ static sr_status parse_layout(sr_data_file *d, const char *path, const unsigned 
     return SR_OK;
 }
 
-/* Text: tokenized once, the mapping released. */
+/* Text: tokenized once (JSON Lines records with their loss mask), the mapping released. */
 static sr_status tokenize(sr_data_file *d, const char *path, const sr_tokenizer *tok)
 {
     size_t n;
-    sr_status s = sr_tok_encode(tok, (const char *)d->tok, (size_t)d->n, &d->ids, &n);
-    if (s != SR_OK)
-        return sr_seterr(s, "cannot tokenize %s with %s: %s", path, sr_tok_path(tok), sr_errmsg());
+    if (sr_data_is_records((const char *)d->tok, (size_t)d->n)) {
+        sr_records rec;
+        SR_CHECK(sr_data_read_records(path, (const char *)d->tok, (size_t)d->n, tok, &rec));
+        d->ids = rec.ids;
+        d->records = rec.records;
+        n = (size_t)rec.n;
+        if (rec.n_loss < rec.n) d->loss = rec.loss; /* all ones: no mask to keep */
+        else free(rec.loss);
+    } else {
+        if (!tok) return SR_OK; /* raw bytes, read from the mapping */
+        sr_status s = sr_tok_encode(tok, (const char *)d->tok, (size_t)d->n, &d->ids, &n);
+        if (s != SR_OK)
+            return sr_seterr(s, "cannot tokenize %s with %s: %s", path, sr_tok_path(tok), sr_errmsg());
+    }
     if (d->map) munmap(d->map, d->map_len);
     d->map = NULL;
     d->map_len = 0;
@@ -167,7 +179,7 @@ static sr_status open_file(sr_data_file *d, const char *path, int vocab, const s
     }
     static const unsigned char empty[1];
     sr_status s = parse_layout(d, path, map ? (const unsigned char *)map : empty, size);
-    if (s == SR_OK && !d->is_bin && tok) s = tokenize(d, path, tok);
+    if (s == SR_OK && !d->is_bin) s = tokenize(d, path, tok);
     if (s != SR_OK) {
         close_file(d);
         return s;
@@ -229,6 +241,9 @@ sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokeniz
         }
         f->first = d->n_tokens;
         d->n_tokens += f->n;
+        d->records += f->records;
+        d->masked |= f->loss != NULL;
+        for (int64_t t = 0; t < f->n; t++) d->n_loss += f->loss ? f->loss[t] : 1;
         d->n_files++;
     }
     globfree(&g);
@@ -292,6 +307,22 @@ sr_status sr_data_check(const sr_data *d, int G, int T)
     return SR_OK;
 }
 
+/* 1 if stream token i counts as a target */
+static int is_loss(const sr_data *d, int64_t i)
+{
+    if (!d->masked) return 1;
+    const sr_data_file *f = file_of(d, i);
+    return !f->loss || f->loss[i - f->first];
+}
+
+/* The first stream token of sequence j of step's global batch (E batches a pass). */
+static int64_t seq_base(const sr_data *d, int64_t step, int64_t E, int G, int T, int j)
+{
+    int64_t q = (step % E) * G + j; /* the sequence's slot in this pass */
+    if (d->shuffle) q = permute(q, E * G, mix64(d->seed ^ mix64((uint64_t)(step / E))));
+    return q * T;
+}
+
 sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_seq,
                         int n_seq, int32_t *inputs, int32_t *targets)
 {
@@ -301,25 +332,34 @@ sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_
                          "sequences [%d, %d) of step %ld are outside a global batch of %d",
                          first_seq, first_seq + n_seq, (long)step, G);
     int64_t E = sr_data_batches_per_epoch(d, G, T);
-    uint64_t key = d->shuffle ? mix64(d->seed ^ mix64((uint64_t)(step / E))) : 0;
     for (int j = 0; j < n_seq; j++) {
-        int64_t q = (step % E) * G + first_seq + j; /* the sequence's slot in this pass */
-        if (d->shuffle) q = permute(q, E * G, key);
-        int64_t base = q * T;
+        int64_t base = seq_base(d, step, E, G, T, first_seq + j);
         int32_t *in = inputs + (size_t)j * T, *tg = targets + (size_t)j * T;
         const sr_data_file *f = file_of(d, base);
         if (base + T + 1 <= f->first + f->n) { /* within one file, as nearly every window is */
             int64_t at = base - f->first;
             for (int t = 0; t < T; t++) {
                 in[t] = file_token(f, at + t);
-                tg[t] = file_token(f, at + t + 1);
+                tg[t] = f->loss && !f->loss[at + t + 1] ? -1 : file_token(f, at + t + 1);
             }
             continue;
         }
         for (int t = 0; t < T; t++) {
             in[t] = sr_data_token(d, base + t);
-            tg[t] = sr_data_token(d, base + t + 1);
+            tg[t] = is_loss(d, base + t + 1) ? sr_data_token(d, base + t + 1) : -1;
         }
     }
     return SR_OK;
+}
+
+int64_t sr_data_loss_targets(const sr_data *d, int64_t step, int G, int T)
+{
+    int64_t E = sr_data_batches_per_epoch(d, G, T);
+    if (!d->masked || E == 0) return (int64_t)G * T;
+    int64_t c = 0;
+    for (int j = 0; j < G; j++) {
+        int64_t base = seq_base(d, step, E, G, T, j);
+        for (int t = 1; t <= T; t++) c += is_loss(d, base + t);
+    }
+    return c;
 }

@@ -81,6 +81,7 @@ typedef struct run {
     int64_t n_full;             /* floats of that layout */
     struct rt_pipe *pipe;       /* the pipeline executor (pipeline.c), NULL without one */
     double t_start;             /* when sr_main began: --time-limit counts from it */
+    double loss_w;              /* this step's G*T / its loss targets: 1 unless the data is masked */
     int stopped;                /* the run stopped early: RT_STOP_* (train.c) */
 } run;
 

@@ -519,7 +519,9 @@ void rt_exec_init(run *r, sr_exec *e, int B, float dropout, long step)
     e->work = r->work;
     e->inputs = r->inputs;
     e->targets = r->targets;
-    e->dloss = 1.0f / (float)(r->o.microbatches * r->grid.dp); /* the mean over the global batch */
+    /* the mean over the global batch's loss targets: each microbatch's loss is
+     * its rows' sum / B*T, so a masked batch's weight makes it sum / targets */
+    e->dloss = (float)r->loss_w / (float)(r->o.microbatches * r->grid.dp);
     e->dropout = dropout;
     e->seed = r->o.seed;
     e->tp_rank = r->grid.tp_rank;
@@ -562,6 +564,16 @@ static sr_status forward_whole(run *r, sr_exec *e, int *last)
     return SR_OK;
 }
 
+/* G*T over the loss targets of the global batch: the loss and the gradient
+ * are means over those; 1 for unmasked data, 0 when none (nothing to learn
+ * from: a loss of 0 and no gradient) */
+static double loss_weight(const sr_data *d, int64_t batch, int G, int T)
+{
+    if (!d->masked) return 1.0;
+    int64_t c = sr_data_loss_targets(d, batch, G, T);
+    return c > 0 ? (double)G * T / (double)c : 0.0;
+}
+
 static sr_status evaluate(run *r, double *out)
 {
     const opts *o = &r->o;
@@ -587,6 +599,11 @@ static sr_status evaluate(run *r, double *out)
     }
     if (r->grid.dp > 1) SR_CHECK(sr_comm_allreduce_double(r->grid.dp_comm, &sum, 1));
     *out = sum / (double)(nb * o->microbatches * r->grid.dp);
+    if (r->val.masked) { /* the mean over the batches' loss targets */
+        int64_t c = 0;
+        for (int64_t b = 0; b < nb; b++) c += sr_data_loss_targets(&r->val, b, o->batch, o->seq);
+        *out = c > 0 ? *out * (double)nb * o->batch * o->seq / (double)c : 0.0;
+    }
     return SR_OK;
 }
 
@@ -930,6 +947,7 @@ static sr_status train(run *r)
         double t0 = now_s();
         float lr = lr_at(o, k);
         r->be->zero(r->grads, r->n_alloc);
+        r->loss_w = loss_weight(&r->train, k, o->batch, T);
         double loss_sum = 0, t_bwd_end = 0;
         if (r->pipe) SR_CHECK(rt_pipe_step(r, k, &loss_sum, &t_bwd_end));
         for (int mb = 0; mb < M && !r->pipe; mb++) {
@@ -957,7 +975,7 @@ static sr_status train(run *r)
             t_bwd_end = sr_trace_now_us();
         }
         SR_CHECK(sync_grads(r, k, &loss_sum, t_bwd_end));
-        float loss = (float)(loss_sum / M);
+        float loss = (float)(loss_sum / M * r->loss_w);
         if (!isfinite(loss)) {
             /* a device error of the step (its first, recorded) is what happened, not the NaN it left */
             SR_CHECK(r->be->sync());
@@ -1195,6 +1213,16 @@ static void set_threads(int n)
      * around their BLAS calls (see kernels.c) */
 }
 
+/* JSON Lines records: how many, and how much of the stream the loss sees */
+static void report_records(run *r, const sr_data *d, const char *path)
+{
+    if (!d->records) return;
+    rt_info(r, "data: %s: %lld records, %lld tokens, %lld of them loss targets (%.1f%%)%s", path,
+            (long long)d->records, (long long)d->n_tokens, (long long)d->n_loss,
+            100.0 * (double)d->n_loss / (double)(d->n_tokens > 0 ? d->n_tokens : 1),
+            r->tok ? "" : "; text as bytes (no tokenizer)");
+}
+
 /* --tokenizer, else the one beside --init's parameters (a Hugging Face model
  * directory has one) or in --load's checkpoint (saved with it); 'none': no
  * tokenizer. */
@@ -1266,9 +1294,11 @@ static sr_status setup(run *r)
         r->have_val = 1;
         SR_CHECK(sr_data_check(&r->val, o->batch, o->seq));
     }
-    if (r->have_train && !r->train.is_bin && !r->tok && sr_classes(prog) != 256)
+    if (r->have_train && !r->train.is_bin && !r->train.records && !r->tok && sr_classes(prog) != 256)
         rt_info(r, "note: %s is read as raw bytes (token ids 0-255) for a vocabulary of %d; to "
                 "tokenize text, pass --tokenizer", o->data, sr_classes(prog));
+    report_records(r, &r->train, o->data);
+    report_records(r, &r->val, o->val_data);
 
     /* the parameters this rank holds: all, or its pipeline stages' */
     SR_CHECK(rt_param_layout(r));
@@ -1389,6 +1419,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     run r;
     memset(&r, 0, sizeof r);
     r.t_start = now_s();
+    r.loss_w = 1.0;
     r.prog = prog;
     r.argv0 = argc > 0 && argv[0] ? argv[0] : (prog && prog->name ? prog->name : "shardc-program");
     opts defaults;

@@ -6,6 +6,9 @@
  *    token count, then that many little-endian uint16 tokens (GPT-2's); or
  *    SR_DATA_MAGIC_U32 and SR_DATA_VERSION_U32 with uint32 tokens (llm.c's
  *    Llama 3 files, for vocabularies above 65536);
+ *  - JSON Lines records (records.c): {"text"}, {"prompt", "completion"} or
+ *    {"input_ids"[, "completion_mask"]} objects, one a line, packed into the
+ *    stream with a loss mask: a target whose token is a prompt's gets -1;
  *  - anything else: text, tokenized at open by a tokenizer when one is given
  *    (sr_tokenizer.h), else raw bytes, one token per byte (vocabulary 256).
  *
@@ -40,6 +43,8 @@ typedef struct sr_data_file {
     int width;               /* bytes per token of a .bin: 2 or 4 */
     const unsigned char *tok;/* first token: uint16/uint32 LE (is_bin) or bytes */
     int32_t *ids;            /* text tokenized at open (then tok is unused) */
+    uint8_t *loss;           /* records: 0 where the token is no target (a prompt's), else NULL */
+    int64_t records;         /* JSON Lines records read, 0 for other formats */
     void *map;               /* the whole file, mmap'ed (NULL when empty or tokenized) */
     size_t map_len;
 } sr_data_file;
@@ -52,7 +57,26 @@ typedef struct sr_data {
     sr_data_file *files;     /* in stream order, empty files left out */
     int shuffle;             /* sr_data_shuffle: sequences in a permuted order */
     uint64_t seed;
+    int64_t records;         /* JSON Lines records in all files */
+    int64_t n_loss;          /* tokens that count as targets: n_tokens unless masked */
+    int masked;              /* some file's loss mask has a 0 */
 } sr_data;
+
+/* JSON Lines records read into tokens and their mask (records.c). */
+typedef struct sr_records {
+    int32_t *ids;            /* n tokens (malloc'ed) */
+    uint8_t *loss;           /* n: 1 where the token counts as a target */
+    int64_t n, n_loss, records;
+} sr_records;
+
+/* 1 if the file's first line is a JSON object with a record's member ("text",
+ * "prompt", "completion" or "input_ids"): the file is read as records. */
+int sr_data_is_records(const char *bytes, size_t n);
+/* Reads every line of bytes[0 .. n) as a record (blank lines skipped);
+ * text through tok, else as bytes, followed by tok's <|endoftext|>.
+ * SR_ERR_FORMAT "file PATH line N: ..." for a bad line; SR_ERR_NOMEM. */
+sr_status sr_data_read_records(const char *path, const char *bytes, size_t n, const sr_tokenizer *tok,
+                               sr_records *out);
 
 /* Maps a regular file read-only: *map (NULL when it is empty; munmap(*map,
  * *size) when done) and *size. SR_ERR_IO "cannot open WHATpath: reason" (and
@@ -90,9 +114,13 @@ sr_status sr_data_check(const sr_data *d, int G, int T);
  * (shuffled: q = P_p(q), P_p a permutation of [0, E*G) for pass p = step / E),
  * inputs  = tokens[q*T     .. q*T + T)
  * targets = tokens[q*T + 1 .. q*T + T + 1).
- * inputs and targets are (n_seq, T). */
+ * inputs and targets are (n_seq, T); a target that is no loss token (masked
+ * by records) is -1, which the loss leaves out. */
 sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_seq,
                         int n_seq, int32_t *inputs, int32_t *targets);
+/* The targets of step's whole global batch (G sequences) that count in the
+ * loss: G*T unless the data is masked. The loss is their mean. */
+int64_t sr_data_loss_targets(const sr_data *d, int64_t step, int G, int T);
 
 #ifdef __cplusplus
 }

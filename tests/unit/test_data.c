@@ -1,4 +1,5 @@
-/* test_data.c: token files and batch order (runtime/data.c).
+/* test_data.c: token files, JSON Lines records and batch order (runtime/data.c,
+ * runtime/records.c).
  *
  * Prints one line per check and ends with "N passed, M failed"; exits
  * non-zero when a check fails.
@@ -427,6 +428,109 @@ static void test_shuffle(void)
     sr_data_close(&plain);
 }
 
+/* the loss targets of step k's batch, counted from the batch itself */
+static int64_t targets_in(const sr_data *d, int64_t k, int G, int T)
+{
+    int32_t *in = malloc(sizeof *in * (size_t)G * T), *tg = malloc(sizeof *tg * (size_t)G * T);
+    int64_t c = sr_data_batch(d, k, G, T, 0, G, in, tg) == SR_OK ? 0 : -1;
+    for (int i = 0; c >= 0 && i < G * T; i++) c += tg[i] >= 0;
+    free(in);
+    free(tg);
+    return c;
+}
+
+static void test_records(void)
+{
+    const char *jl = "{\"prompt\": \"ab\", \"completion\": \"cd\"}\n"
+                     "\n"
+                     "{\"text\": \"xy\", \"id\": 7}\r\n"
+                     "{\"input_ids\": [1, 2, 3], \"completion_mask\": [0, 1, 1]}\n"
+                     "{\"input_ids\": [9]}";
+    write_bytes(tmp("rec.jsonl"), jl, strlen(jl));
+    sr_data d;
+    sr_status s = sr_data_open(&d, tmp("rec.jsonl"), 256, NULL);
+    CHECK(s == SR_OK && d.records == 4 && d.n_tokens == 10 && d.n_loss == 7 && d.masked,
+          "records: 4 read (a blank line skipped), 10 tokens, 7 loss targets (%ld, %ld, %ld)", (long)d.records,
+          (long)d.n_tokens, (long)d.n_loss);
+    if (s != SR_OK) return;
+    int32_t want_in[] = {'a', 'b', 'c', 'd', 'x', 'y', 1, 2, 3}, want_tg[] = {-1, 'c', 'd', 'x', 'y', -1, 2, 3, 9};
+    int32_t in[9], tg[9];
+    s = sr_data_batch(&d, 0, 3, 3, 0, 3, in, tg);
+    CHECK(s == SR_OK && !memcmp(in, want_in, sizeof in) && !memcmp(tg, want_tg, sizeof tg),
+          "records: a prompt's bytes are inputs whose targets are -1, the completion's and the text's count, "
+          "then input_ids under their completion_mask");
+    CHECK(sr_data_loss_targets(&d, 0, 3, 3) == 7, "records: the batch's loss targets are 7 (%ld)",
+          (long)sr_data_loss_targets(&d, 0, 3, 3));
+    sr_data_close(&d);
+
+    /* a longer masked stream, shuffled: the count is the batch's, whatever the order */
+    FILE *f = fopen(tmp("many.jsonl"), "w");
+    for (int i = 0; i < 300; i++)
+        fprintf(f, "{\"prompt\": \"%.*s\", \"completion\": \"%.*s\"}\n", 1 + i % 7, "pppppppp", 1 + i % 5, "cccccc");
+    fclose(f);
+    int agree = 1;
+    if (sr_data_open(&d, tmp("many.jsonl"), 256, NULL) == SR_OK) {
+        for (int sh = 0; sh < 2; sh++) {
+            if (sh) sr_data_shuffle(&d, 99);
+            for (int64_t k = 0; k < 40; k++) agree &= sr_data_loss_targets(&d, k, 5, 13) == targets_in(&d, k, 5, 13);
+        }
+        sr_data_close(&d);
+    } else {
+        agree = 0;
+    }
+    CHECK(agree, "records: sr_data_loss_targets is the count of targets >= 0 in the batch, in order and shuffled");
+
+    const char *plain = "{\"text\": \"hello\"}\n{\"text\": \"world\"}\n";
+    write_bytes(tmp("text.jsonl"), plain, strlen(plain));
+    s = sr_data_open(&d, tmp("text.jsonl"), 256, NULL);
+    CHECK(s == SR_OK && d.records == 2 && d.n_tokens == 10 && !d.masked && d.n_loss == 10 &&
+          sr_data_token(&d, 5) == 'w', "text records only: 10 tokens, no mask");
+    if (s == SR_OK) {
+        CHECK(sr_data_loss_targets(&d, 0, 3, 3) == 9, "... and every target of a batch counts");
+        sr_data_close(&d);
+    }
+    const char *json = "{\"a\": 1}\n{\"b\": 2}\n";
+    write_bytes(tmp("other.json"), json, strlen(json));
+    s = sr_data_open(&d, tmp("other.json"), 256, NULL);
+    CHECK(s == SR_OK && d.records == 0 && d.n_tokens == (int64_t)strlen(json),
+          "JSON without a record's member is text, read as bytes");
+    if (s == SR_OK) sr_data_close(&d);
+
+    /* the mask across a file boundary: a window that spans two files */
+    write_bytes(tmp("span_a.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"c\"}\n", 36);
+    const char *b = "{\"input_ids\": [100, 101], \"completion_mask\": [0, 1]}\n";
+    write_bytes(tmp("span_b.jsonl"), b, strlen(b));
+    s = sr_data_open(&d, tmp("span_*.jsonl"), 256, NULL);
+    int32_t in4[4], tg4[4], want4[] = {-1, 'c', -1, 101};
+    CHECK(s == SR_OK && sr_data_batch(&d, 0, 1, 4, 0, 1, in4, tg4) == SR_OK && !memcmp(tg4, want4, sizeof tg4) &&
+              sr_data_loss_targets(&d, 0, 1, 4) == 2,
+          "records in two files: the mask holds across the boundary");
+    if (s == SR_OK) sr_data_close(&d);
+
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"text\": \"a\"}\n{\"text\": \"b\"\n", "line 2: not a JSON object"},
+        {"{\"text\": \"a\"}\nplain words\n", "line 2: not a JSON object"},
+        {"{\"prompt\": \"a\"}\n", "line 1: the record needs \"text\", or \"prompt\" and \"completion\""},
+        {"{\"text\": \"a\", \"completion\": \"b\"}\n", "line 1: the record needs"},
+        {"{\"text\": 5}\n", "line 1: the record has a \"text\" that is not a string"},
+        {"{\"text\": \"a\"}\n[1, 2]\n", "line 2: the record is not a JSON object"},
+        {"{\"input_ids\": [1, 2], \"completion_mask\": [1]}\n", "has 1 completion_mask entries for 2 input_ids"},
+        {"{\"input_ids\": [1, 2], \"completion_mask\": [1, 2]}\n", "completion_mask[1] = 2, not 0 or 1"},
+        {"{\"input_ids\": [1, -2]}\n", "input_ids[1] = -2, not a token id"},
+        {"{\"input_ids\": \"12\"}\n", "not an array"},
+        {"{\"input_ids\": [300]}\n", "token 300 at position 0 is outside the model's vocabulary of 256"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_bytes(tmp("bad.jsonl"), bad[i].text, strlen(bad[i].text));
+        s = sr_data_open(&d, tmp("bad.jsonl"), 256, NULL);
+        CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), bad[i].want) && contains(sr_errmsg(), "bad.jsonl"),
+              "bad record %zu: %s", i, sr_errmsg());
+        if (s == SR_OK) sr_data_close(&d);
+    }
+}
+
 static void cleanup(void)
 {
     DIR *dd = opendir(dir);
@@ -451,6 +555,7 @@ int main(void)
     test_batches();
     test_shards();
     test_shuffle();
+    test_records();
     cleanup();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
