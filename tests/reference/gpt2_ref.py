@@ -174,6 +174,14 @@ def write_tokens(path, tokens):
 
 
 def read_tokens(path):
+    """An llm.c token file's ids; for JSON Lines input_ids records (what
+    `records` writes), the pair (ids, completion mask) that get_batch takes."""
+    if path.endswith(".jsonl"):
+        recs = [json.loads(line) for line in open(path) if line.strip()]
+        ids = np.concatenate([np.asarray(r["input_ids"], dtype=np.int64) for r in recs])
+        mask = np.concatenate([np.asarray(r.get("completion_mask", [1] * len(r["input_ids"])), dtype=np.int64)
+                               for r in recs])
+        return ids, mask
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(256 * 4), dtype="<i4")
         if header[0] != TOKEN_MAGIC or header[1] != TOKEN_VERSION:
@@ -187,7 +195,10 @@ def read_tokens(path):
 
 def get_batch(tokens, step, B, T):
     """llm.c loader order: E = floor((n-1)/(B*T)) batches per epoch, step k starts at
-    s = (k mod E)*B*T; row j = tokens[s+j*T : s+j*T+T], targets shifted by one."""
+    s = (k mod E)*B*T; row j = tokens[s+j*T : s+j*T+T], targets shifted by one.
+    tokens may be (ids, mask): a target whose mask is 0 is -100, cross_entropy's
+    ignore_index, so the loss is the mean over the others."""
+    tokens, mask = tokens if isinstance(tokens, tuple) else (tokens, None)
     E = (len(tokens) - 1) // (B * T)
     if E < 1:
         raise SystemExit(f"need more than B*T={B * T} tokens, have {len(tokens)}")
@@ -195,6 +206,8 @@ def get_batch(tokens, step, B, T):
     buf = tokens[s:s + B * T + 1]
     x = torch.from_numpy(buf[:-1].copy()).view(B, T)
     y = torch.from_numpy(buf[1:].copy()).view(B, T)
+    if mask is not None:
+        y[torch.from_numpy(mask[s + 1:s + B * T + 1] == 0).view(B, T)] = -100
     return x, y
 
 
@@ -262,11 +275,25 @@ def cmd_tokens(a):
     write_tokens(a.out, rng.integers(0, a.vocab, size=a.n))
 
 
+def cmd_records(a):
+    """One input_ids record of random tokens under a completion_mask of
+    alternating runs (prompt 0s, completion 1s) of 1 to 6 tokens."""
+    rng = np.random.default_rng(a.seed)
+    ids = rng.integers(0, a.vocab, size=a.n)
+    mask, bit = [], 0
+    while len(mask) < a.n:
+        mask += [bit] * int(rng.integers(1, 7))
+        bit ^= 1
+    with open(a.out, "w") as f:
+        f.write(json.dumps({"input_ids": ids.tolist(), "completion_mask": mask[:a.n]}) + "\n")
+
+
 def cmd_run(a):
     cfg = load_config(a.config)
     params = load_params(a.init, cfg)
     tokens = read_tokens(a.data)
-    if tokens.size and tokens.max() >= cfg["vocab_size"]:
+    ids = tokens[0] if isinstance(tokens, tuple) else tokens
+    if ids.size and ids.max() >= cfg["vocab_size"]:
         raise SystemExit("token id >= vocab_size")
     if a.seq > cfg["n_positions"]:
         raise SystemExit("--seq exceeds n_positions")
@@ -315,6 +342,13 @@ def main(argv=None):
     p.add_argument("--vocab", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=cmd_tokens)
+
+    p = sub.add_parser("records", help="write a JSON Lines input_ids record with a completion_mask")
+    p.add_argument("--out", required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--vocab", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_records)
 
     p = sub.add_parser("run", help="train K steps, record losses and step-0 gradients")
     add_run_args(p)

@@ -29,6 +29,18 @@ run_cfg() { # name config-json batch seq vocab
 }
 run_cfg tiny '{"vocab_size": 64, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}' 4 8 64
 run_cfg odd '{"vocab_size": 97, "n_positions": 24, "n_embd": 48, "n_layer": 3, "n_head": 3}' 3 11 97
+# JSON Lines input_ids under a completion_mask: the loss is the mean over the
+# completion tokens (PyTorch: cross_entropy's ignore_index), ours over 2
+# microbatches whose shares of completion tokens differ
+$py "$ref/gpt2_ref.py" records --out masked.jsonl --n $((4*8*2+1)) --vocab 64 --seed 9
+mopt="--batch 4 --seq 8 --steps 10 --lr 1e-2 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0"
+$py "$ref/gpt2_ref.py" run --config tiny.json --init tiny.init.safetensors --data masked.jsonl $mopt \
+    --out-losses masked.ref.json --out-grads masked.ref.safetensors --quiet
+./tiny.bin --init tiny.init.safetensors --data masked.jsonl $mopt --microbatches 2 --lr-schedule constant \
+    --warmup 0 --dump-grads masked.ours.safetensors --log masked.ours.jsonl --quiet --threads 1
+echo "== masked: tiny, prompt tokens' targets left out of the loss"
+$py "$ref/compare.py" --ref-losses masked.ref.json --log masked.ours.jsonl --ref-grads masked.ref.safetensors \
+    --grads masked.ours.safetensors --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 --brief || fail=1
 # the same weights in Hugging Face's prefix-less form ("wte.weight", "h.0...")
 # load with --init and give bit-identical losses
 $py - "$w/tiny.init.safetensors" "$w/tiny.noprefix.safetensors" "$ref" <<'PY'
@@ -227,4 +239,4 @@ else
          "grouped-query attention, rope_theta and the llama3 scaling are not checked against it (scripts/setup.sh installs 4.44.2)"
   fi
 fi
-[ $fail -eq 0 ] && echo "$((3 + nhf + nllama)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }
+[ $fail -eq 0 ] && echo "$((4 + nhf + nllama)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }
