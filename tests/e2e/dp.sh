@@ -30,6 +30,17 @@ check "4 microbatches give the unsplit losses" same dp1.jsonl mb4.jsonl 1e-5
 $mpi -np 2 $run --dp 2 --microbatches 2 --bucket-mb 0.05 --log small-buckets.jsonl
 check "small buckets (many all-reduces) and microbatches change nothing" same dp1.jsonl small-buckets.jsonl 1e-5
 
+# JSON Lines prompt-completion records: the loss is the mean over the global
+# batch's completion tokens, whichever rank and microbatch holds them
+$run --data records.jsonl --val-data records.jsonl --eval-every 10 --log rec1.jsonl
+$mpi -np 2 $run --data records.jsonl --val-data records.jsonl --eval-every 10 --dp 2 --microbatches 2 --zero 1 \
+  --log rec2.jsonl
+check "records (loss on completions): dp=2 x 2 microbatches with ZeRO-1 gives the single-rank losses" \
+  same rec1.jsonl rec2.jsonl 1e-5
+check "... and the same validation losses (mean over completion tokens; steps 0, 10, 20)" \
+  same rec1.jsonl rec2.jsonl 1e-5 val_loss
+check "... 3 of them" [ "$(grep -c val_loss rec1.jsonl)" = 3 ]
+
 # every sequence of each global batch exactly once per step, same tokens as one rank
 mkdir -p b1 b4
 $run --steps 3 --dump-batches b1

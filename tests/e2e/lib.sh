@@ -9,15 +9,17 @@ mpi="mpirun --oversubscribe --bind-to none"
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 cd "$w"
 source "$src/tests/check.sh"
-# same losses in two --log files, within a relative tolerance
-same() { $py - "$1" "$2" "$3" <<'PY'
+# same losses in two --log files, within a relative tolerance (same A B TOL
+# [KEY]: KEY's values, val_loss for the evaluations; loss by default)
+same() { $py - "$1" "$2" "$3" "${4:-loss}" <<'PY'
 import json, sys
-a = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-b = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
+key = sys.argv[4]
+a = [json.loads(l) for l in open(sys.argv[1]) if f'"{key}"' in l]
+b = [json.loads(l) for l in open(sys.argv[2]) if f'"{key}"' in l]
 tol = float(sys.argv[3])
 if len(a) != len(b) or not a:
     print(f"  {len(a)} vs {len(b)} steps"); sys.exit(1)
-worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+worst = max(abs(x[key] - y[key]) / abs(x[key]) for x, y in zip(a, b))
 print(f"  {len(a)} steps, worst relative loss difference {worst:.2e} (tolerance {tol:g})")
 sys.exit(0 if worst <= tol else 1)
 PY
@@ -96,3 +98,13 @@ PY
 }
 cat "$src"/stdlib/*.model "$src"/examples/*.model > text.txt
 for i in 1 2 3 4 5 6; do cat text.txt text.txt > t2 && mv t2 text.txt; done
+# records.jsonl: JSON Lines prompt-completion records cut from text.txt (the
+# loss on the completions only), prompts and completions of 1 to 39 bytes
+$py - text.txt records.jsonl <<'PY'
+import json, random, sys
+t, r = open(sys.argv[1]).read(), random.Random(5)
+with open(sys.argv[2], "w") as f:
+    for _ in range(1500):
+        a = r.randrange(len(t) - 100); p = r.randint(1, 39); c = r.randint(1, 39)
+        f.write(json.dumps({"prompt": t[a:a + p], "completion": t[a + p:a + p + c]}) + "\n")
+PY

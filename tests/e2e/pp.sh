@@ -49,6 +49,12 @@ $mpi -np 4 ./q4v2 $run --pp 4 --schedule interleaved --log iv4.jsonl
 check "pp=4 interleaved v=2 gives the single-rank losses" same_or_roundoff ref8.jsonl iv4.jsonl ref8m1.jsonl 1e-5
 $mpi -np 8 ./p2t2 $run --pp 2 --tp 2 --dp 2 --log x8.jsonl
 check "dp=2 x tp=2 x pp=2 on 8 ranks gives the single-rank losses" same ref.jsonl x8.jsonl 1e-5
+# JSON Lines prompt-completion records (the loss over completion tokens only)
+./p1 $run --data records.jsonl --val-data records.jsonl --eval-every 10 --log rec1.jsonl
+$mpi -np 8 ./p2t2 $run --data records.jsonl --val-data records.jsonl --eval-every 10 --pp 2 --tp 2 --dp 2 --zero 1 \
+  --log rec8.jsonl
+check "records: dp=2 x tp=2 x pp=2 with ZeRO-1 gives the single-rank losses" same rec1.jsonl rec8.jsonl 1e-5
+check "records: ... and its validation losses (through the stages)" same rec1.jsonl rec8.jsonl 1e-5 val_loss
 # data parallelism in a pipeline: each chunk's last gradient pass starts the
 # all-reduce of its buckets (small ones here: many), while the rest of the
 # schedule runs; every schedule, and a trace that shows the overlap
