@@ -70,7 +70,7 @@ typedef struct flag {
 
 #define O(f) offsetof(opts, f)
 static const flag flags[] = {
-    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin or text (tokenized by --tokenizer, else raw bytes); a quoted glob reads many files"},
+    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin, text (tokenized by --tokenizer, else raw bytes) or JSON Lines records (prompt + completion: loss on the completion); a quoted glob reads many files"},
     {"val-data", F_STR, O(val_data), "FILE", "validation tokens (same formats)"},
     {"shuffle", F_INT, O(shuffle), "0|1", "1: visit the training sequences in a new random order each pass (from --seed)"},
     {"steps", F_LONG, O(steps), "N", "optimizer steps in total (a resumed run continues to N)"},

@@ -56,6 +56,21 @@ check "a checkpoint saved by the CUDA binary continues on the host binary" close
 ./tgb_cuda $opts --steps 6 --dropout 0.1 --log bf16.jsonl
 losses bf16.jsonl > b.txt
 check "bf16: 6 steps within 2e-2 of the host binary" close h.txt b.txt 2e-2
+# JSON Lines prompt-completion records: a prompt token's target is -1, the loss kernels leave
+# it out, and the loss is the mean over the completion tokens (fp32 and bf16; tp=2 below)
+$py - text.txt rec.jsonl <<'PY'
+import json, random, sys
+t, r = open(sys.argv[1]).read(), random.Random(3)
+with open(sys.argv[2], "w") as f:
+    for _ in range(300):
+        a, p, c = r.randrange(len(t) - 80), r.randint(1, 30), r.randint(1, 30)
+        f.write(json.dumps({"prompt": t[a:a + p], "completion": t[a + p:a + p + c]}) + "\n")
+PY
+ropts="--data rec.jsonl --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet --steps 4"
+./tg_host $ropts --log rh.jsonl; ./tg_cuda $ropts --log rc.jsonl; ./tgb_cuda $ropts --log rb.jsonl
+losses rh.jsonl > rh.txt; losses rc.jsonl > rc.txt; losses rb.jsonl > rb.txt
+check "records (loss on completions): fp32 matches the host binary to 1e-5" close rh.txt rc.txt 1e-5
+check "records: bf16 within 2e-2 of the host binary" close rh.txt rb.txt 2e-2
 # bf16: the bias gradients come out of the weight gradients' GEMMs (each of the 16 bias adds'
 # backward fused with its d matmul, 4 with the gelu too); SHARDC_CUDA_BGRAD=0 sums them apart:
 # the same up to the sums' order
@@ -132,6 +147,10 @@ PY
   mpirun --oversubscribe -np 2 ./tg2_cuda $opts --tp 2 --steps 4 --log c2.jsonl
   losses h2.jsonl > h2.txt; losses c2.jsonl > c2.txt
   check "tp=2 over NCCL: 4 steps match the host binary's tp=2 to 1e-5" close h2.txt c2.txt 1e-5
+  mpirun --oversubscribe -np 2 ./tg2_cuda $ropts --tp 2 --log rc2.jsonl
+  losses rc2.jsonl > rc2.txt
+  check "tp=2 over NCCL on records: the vocab-parallel loss leaves the prompts out as the single host rank" \
+    close rh.txt rc2.txt 1e-5
   # a padded vocabulary (256 + 128 padding columns; rank 1's 192 columns hold 64 classes): the
   # vocab-parallel loss kernels leave the padding out, as the unpadded host run
   mpirun --oversubscribe -np 2 ./vp_cuda $opts --tp 2 --steps 4 --log cv.jsonl

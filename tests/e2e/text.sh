@@ -172,6 +172,43 @@ hello = json.load(open(sys.argv[2]))[0]["ids"]  # "Hello world"
 print(f"  {n} tokens: {toks}")
 sys.exit(0 if (magic, version) == (20240520, 1) and toks == [0] + hello + [0] + [0] + hello else 1)
 PY
+# JSON Lines records through the tokenizer: each text is followed by
+# <|endoftext|>; shardc tokenize writes text records' stream (the --eot files
+# of the same texts put it before each instead), which trains as the .jsonl
+$py - "$fix/text.txt" recs.jsonl recs <<'PY'
+import json, os, sys
+lines = [l for l in open(sys.argv[1]).read().split("\n") if l.strip()][:40]
+os.makedirs(sys.argv[3])
+with open(sys.argv[2], "w") as f:
+    for i, l in enumerate(lines):
+        f.write(json.dumps({"text": l}) + "\n")
+        open(f"{sys.argv[3]}/{i:03d}.txt", "w").write(l)
+PY
+"$shardc" tokenize --tokenizer tok -o recs.bin recs.jsonl 2> recs_err.txt
+"$shardc" tokenize --tokenizer tok --eot -o recs_eot.bin recs/*.txt 2> /dev/null
+check "shardc tokenize of {\"text\"} records: each text's tokens, then <|endoftext|> ($(cat recs_err.txt))" \
+  $py - recs.bin recs_eot.bin <<'PY'
+import struct, sys
+a, b = (open(f, "rb").read() for f in sys.argv[1:3])
+ia, ib = (list(struct.unpack("<%dH" % struct.unpack("<3i", x[:12])[2], x[1024:])) for x in (a, b))
+print(f"  {len(ia)} tokens; the --eot files' {len(ib)}")
+sys.exit(0 if ia == ib[1:] + [0] and len(ia) > 40 else 1)
+PY
+./bpe1 $run --seq 16 --data recs.jsonl --tokenizer tok --log recj.jsonl 2> recj_err.txt
+./bpe1 $run --seq 16 --data recs.bin --log recb.jsonl
+check "text records train as their tokenized file, bit for bit" \
+  cmp <(grep -o '"loss":[^,]*' recj.jsonl) <(grep -o '"loss":[^,]*' recb.jsonl)
+# prompt-completion records: the loss targets are each completion's tokens and its <|endoftext|>
+for i in $(seq 200); do echo '{"prompt": "The model'"'"'s", "completion": " loss is"}'; done > pc.jsonl
+printf ' loss is' > completion.txt
+"$shardc" tokenize --tokenizer tok -o completion.bin completion.txt 2> completion_err.txt
+nc=$(grep -o '^completion.bin: [0-9]*' completion_err.txt | cut -d' ' -f2)
+./bpe1 --batch 4 --seq 16 --data pc.jsonl --tokenizer tok --steps 2 2> pc_err.txt
+check "prompt-completion records: 200 x ($nc completion tokens + 1) loss targets ($(grep '^data:' pc_err.txt))" \
+  grep -q "^data: pc.jsonl: 200 records, [0-9]* tokens, $((200 * (nc + 1))) of them loss targets" pc_err.txt
+"$shardc" tokenize --tokenizer tok -o pc.bin pc.jsonl 2> pc_tok_err.txt; rc=$?
+check "shardc tokenize refuses prompt-completion records (rc $rc): $(cat pc_tok_err.txt)" \
+  sh -c "[ $rc = 1 ] && grep -q 'whose loss mask a token file cannot keep' pc_tok_err.txt && [ ! -e pc.bin ]"
 # a vocabulary above 65536 (Llama 3's is 128256): uint32 tokens, llm.c's
 # Llama 3 format (magic 20240801, version 7); the fixture's tokenizer with
 # 70000 more (unreachable) vocabulary entries gives the same ids, and a model
