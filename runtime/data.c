@@ -359,6 +359,12 @@ int64_t sr_data_loss_targets(const sr_data *d, int64_t step, int G, int T)
     int64_t c = 0;
     for (int j = 0; j < G; j++) {
         int64_t base = seq_base(d, step, E, G, T, j);
+        const sr_data_file *f = file_of(d, base + 1);
+        if (base + T + 1 <= f->first + f->n) { /* within one file: no search per token */
+            const uint8_t *l = f->loss ? f->loss + (base + 1 - f->first) : NULL;
+            for (int t = 0; t < T; t++) c += l ? l[t] : 1;
+            continue;
+        }
         for (int t = 1; t <= T; t++) c += is_loss(d, base + t);
     }
     return c;
