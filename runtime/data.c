@@ -243,7 +243,8 @@ sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokeniz
         d->n_tokens += f->n;
         d->records += f->records;
         d->masked |= f->loss != NULL;
-        for (int64_t t = 0; t < f->n; t++) d->n_loss += f->loss ? f->loss[t] : 1;
+        if (!f->loss) d->n_loss += f->n;
+        for (int64_t t = 0; f->loss && t < f->n; t++) d->n_loss += f->loss[t];
         d->n_files++;
     }
     globfree(&g);

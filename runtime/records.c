@@ -112,12 +112,22 @@ static sr_status put_record(rec_out *o, const char *path, const sr_json *j, cons
     return SR_OK;
 }
 
+static int blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* past a UTF-8 byte order mark */
+static size_t after_bom(const char *b, size_t n)
+{
+    return n >= 3 && memcmp(b, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+}
+
 /* the first line, when it is an object with a record's member */
 int sr_data_is_records(const char *b, size_t n)
 {
-    size_t i = 0;
-    if (n >= 3 && memcmp(b, "\xef\xbb\xbf", 3) == 0) i = 3; /* a UTF-8 byte order mark */
-    while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n')) i++;
+    size_t i = after_bom(b, n);
+    while (i < n && blank(b[i])) i++;
     if (i >= n || b[i] != '{') return 0;
     const char *nl = memchr(b + i, '\n', n - i);
     size_t len = nl ? (size_t)(nl - (b + i)) : n - i;
@@ -137,13 +147,13 @@ sr_status sr_data_read_records(const char *path, const char *b, size_t n, const 
     rec_out o = {0};
     sr_status s = SR_OK;
     long line = 0;
-    size_t i = n >= 3 && memcmp(b, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+    size_t i = after_bom(b, n);
     while (i < n && s == SR_OK) {
         line++;
         const char *nl = memchr(b + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (b + i)) : n - i, next = i + len + 1;
         size_t k = 0;
-        while (k < len && strchr(" \t\r", b[i + k])) k++;
+        while (k < len && blank(b[i + k])) k++;
         if (k == len) { /* a blank line */
             i = next;
             continue;

@@ -1220,7 +1220,7 @@ static void report_records(run *r, const sr_data *d, const char *path)
     rt_info(r, "data: %s: %lld records, %lld tokens, %lld of them loss targets (%.1f%%)%s", path,
             (long long)d->records, (long long)d->n_tokens, (long long)d->n_loss,
             100.0 * (double)d->n_loss / (double)(d->n_tokens > 0 ? d->n_tokens : 1),
-            r->tok ? "" : "; text as bytes (no tokenizer)");
+            r->tok ? "" : "; any text read as bytes (no tokenizer)");
 }
 
 /* --tokenizer, else the one beside --init's parameters (a Hugging Face model

@@ -336,19 +336,14 @@ def main(argv=None):
                    help="randomize biases and LayerNorm params too")
     p.set_defaults(fn=cmd_init)
 
-    p = sub.add_parser("tokens", help="write a random llm.c token file")
-    p.add_argument("--out", required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--vocab", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(fn=cmd_tokens)
-
-    p = sub.add_parser("records", help="write a JSON Lines input_ids record with a completion_mask")
-    p.add_argument("--out", required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--vocab", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(fn=cmd_records)
+    for name, fn, what in (("tokens", cmd_tokens, "a random llm.c token file"),
+                           ("records", cmd_records, "a JSON Lines input_ids record with a completion_mask")):
+        p = sub.add_parser(name, help="write " + what)
+        p.add_argument("--out", required=True)
+        p.add_argument("--n", type=int, required=True)
+        p.add_argument("--vocab", type=int, required=True)
+        p.add_argument("--seed", type=int, default=0)
+        p.set_defaults(fn=fn)
 
     p = sub.add_parser("run", help="train K steps, record losses and step-0 gradients")
     add_run_args(p)
