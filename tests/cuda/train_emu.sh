@@ -58,14 +58,7 @@ losses bf16.jsonl > b.txt
 check "bf16: 6 steps within 2e-2 of the host binary" close h.txt b.txt 2e-2
 # JSON Lines prompt-completion records: a prompt token's target is -1, the loss kernels leave
 # it out, and the loss is the mean over the completion tokens (fp32 and bf16; tp=2 below)
-$py - text.txt rec.jsonl <<'PY'
-import json, random, sys
-t, r = open(sys.argv[1]).read(), random.Random(3)
-with open(sys.argv[2], "w") as f:
-    for _ in range(300):
-        a, p, c = r.randrange(len(t) - 80), r.randint(1, 30), r.randint(1, 30)
-        f.write(json.dumps({"prompt": t[a:a + p], "completion": t[a + p:a + p + c]}) + "\n")
-PY
+$py "$src/tests/records.py" text.txt rec.jsonl 300 3 80 30
 ropts="--data rec.jsonl --batch 4 --seq 32 --lr 1e-3 --warmup 2 --quiet --steps 4"
 ./tg_host $ropts --log rh.jsonl; ./tg_cuda $ropts --log rc.jsonl; ./tgb_cuda $ropts --log rb.jsonl
 losses rh.jsonl > rh.txt; losses rc.jsonl > rc.txt; losses rb.jsonl > rb.txt

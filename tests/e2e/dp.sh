@@ -32,6 +32,7 @@ check "small buckets (many all-reduces) and microbatches change nothing" same dp
 
 # JSON Lines prompt-completion records: the loss is the mean over the global
 # batch's completion tokens, whichever rank and microbatch holds them
+records records.jsonl
 $run --data records.jsonl --val-data records.jsonl --eval-every 10 --log rec1.jsonl
 $mpi -np 2 $run --data records.jsonl --val-data records.jsonl --eval-every 10 --dp 2 --microbatches 2 --zero 1 \
   --log rec2.jsonl

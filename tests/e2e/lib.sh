@@ -98,13 +98,6 @@ PY
 }
 cat "$src"/stdlib/*.model "$src"/examples/*.model > text.txt
 for i in 1 2 3 4 5 6; do cat text.txt text.txt > t2 && mv t2 text.txt; done
-# records.jsonl: JSON Lines prompt-completion records cut from text.txt (the
+# records FILE: JSON Lines prompt-completion records cut from text.txt (the
 # loss on the completions only), prompts and completions of 1 to 39 bytes
-$py - text.txt records.jsonl <<'PY'
-import json, random, sys
-t, r = open(sys.argv[1]).read(), random.Random(5)
-with open(sys.argv[2], "w") as f:
-    for _ in range(1500):
-        a = r.randrange(len(t) - 100); p = r.randint(1, 39); c = r.randint(1, 39)
-        f.write(json.dumps({"prompt": t[a:a + p], "completion": t[a + p:a + p + c]}) + "\n")
-PY
+records() { $py "$src/tests/records.py" text.txt "$1" 1500 5 100 39; }

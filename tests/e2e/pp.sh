@@ -50,6 +50,7 @@ check "pp=4 interleaved v=2 gives the single-rank losses" same_or_roundoff ref8.
 $mpi -np 8 ./p2t2 $run --pp 2 --tp 2 --dp 2 --log x8.jsonl
 check "dp=2 x tp=2 x pp=2 on 8 ranks gives the single-rank losses" same ref.jsonl x8.jsonl 1e-5
 # JSON Lines prompt-completion records (the loss over completion tokens only)
+records records.jsonl
 ./p1 $run --data records.jsonl --val-data records.jsonl --eval-every 10 --log rec1.jsonl
 $mpi -np 8 ./p2t2 $run --data records.jsonl --val-data records.jsonl --eval-every 10 --pp 2 --tp 2 --dp 2 --zero 1 \
   --log rec8.jsonl
