@@ -96,9 +96,65 @@ dry() {
     bash "$src/scripts/gpu-check.sh" "$w/out$n/gpu-check.log" > "run$n.txt" 2>&1
   rc=$?
 }
-dry "" EMU_SHARED_GPU=1 SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" SHARDC_GPU_ATTN_PATHS=mma \
+# the first run (every stage on one pretend GPU) keeps one core busy for most of its three
+# minutes: it goes on in the background while the short runs after it (the stand-in GPT-2,
+# seconds each) run and are checked; then its own checks. The eight-GPU run comes last, alone
+( dry "" EMU_SHARED_GPU=1 SHARDC_GPU_PRECISIONS="fp32 bf16 bf16-mma" SHARDC_GPU_ATTN_PATHS=mma \
   SHARDC_GPU_TINYGPT="--batch 4 --seq 32" SHARDC_GPU_ATTN_BENCH="1 64 128 2 1" \
-  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,tp,pp,multi TPS=400000
+  SHARDC_GPU_STAGES=kernels,tinygpt,gpt2,dp,tp,pp,multi TPS=400000; echo "$rc" > rc.main ) &
+main=$!
+# 600000 tokens/s: 48.7%, the target met, and the script's exit status 0
+dry 2 SHARDC_GPU_STAGES=gpt2 TPS=600000 SHARDC_GPU_ATTN_PATHS=mma
+check "600000 tokens/s is 48.7% MFU: the target met, exit status 0 (got $rc)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'MFU 48.7% of 989 TFLOP/s' run2.txt && grep -q '^ok   GPT-2 MFU >= 45%' run2.txt"
+# 20% more memory than the plan: that check fails, and only it
+dry 5 SHARDC_GPU_STAGES=gpt2 TPS=600000 SHARDC_GPU_ATTN_PATHS=mma PEAK=$((total * 120 / 100))
+check "20% more device memory than planned: its FAIL, and no other (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && grep -q '(+20.0% of the plan)' run5.txt &&
+   grep -q \"^FAIL GPT-2: the device memory it used differs from shardc plan's by more than 10%\" run5.txt &&
+   [ \$(grep -c '^FAIL' run5.txt) -eq 1 ]"
+# the default attention (auto) failing on the GPU (its trial runs paths not yet run on one):
+# one probe, not one per batch size, the why, and GPT-2 measured with wmma pinned
+dry 4 SHARDC_GPU_STAGES=gpt2 TPS=400000 SHARDC_GPU_ATTN_PATHS=mma GPT2_FAIL_AUTO=1
+check "auto failing: one try of it, the FAIL, then GPT-2 with wmma pinned, its MFU (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && [ \$(grep -c '^   batch ' run4.txt) -eq 1 ] &&
+   grep -q '^FAIL GPT-2 with the default attention (auto) did not run' run4.txt &&
+   grep -q 'with SHARDC_CUDA_SYNC=1: shardc cuda: error: an illegal memory access' run4.txt &&
+   grep -q 'again with SHARDC_CUDA_ATTN=wmma' run4.txt && grep -q 'largest batch that fits .*: 128 x 1024' run4.txt &&
+   grep -q 'MFU 32.5% of 989 TFLOP/s' run4.txt && [ \$(grep -c '^FAIL' run4.txt) -eq 2 ]"
+# the default attention paths (mma cudnn) where cuDNN cannot run (the emulator's runtime
+# has none): the probe fails, says why, and leaves cudnn out; no other stage
+dry 3 SHARDC_GPU_STAGES=none
+check "no cuDNN: one FAIL that says why and that the cudnn path is left out (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run3.txt) -eq 1 ] &&
+   grep -q '^FAIL cuDNN attention unavailable: this runtime was built without .* the cudnn path is left out' run3.txt"
+# a budget of 1 s: every extra of the GPT-2 stage (the wmma, mma, bias-gradient, tuned-GEMM and Zipf variants,
+# the two pinned profiles) and the build at the end are left out, each said so; the MFU, the memory
+# check and the default's profile still run
+dry 7 SHARDC_GPU_STAGES=gpt2,build SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000
+grep "left out for time" run7.txt | sed 's/^/   | /'
+check "a 1 s budget: eight extras left out for time, said so; the MFU, memory and profile still checked (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && [ \$(grep -c '^   left out for time: ' run7.txt) -eq 8 ] &&
+   grep -q '^   left out for time: GPT-2 with mma attention (SHARDC_CUDA_ATTN=mma), 14 steps (about 20 s; [0-9]* s of the 1 s budget used, 0 s kept' run7.txt &&
+   grep -q '^   left out for time: GPT-2.s profile with SHARDC_CUDA_ATTN=wmma' run7.txt &&
+   grep -q '^   left out for time: the build here and its programs. checks' run7.txt &&
+   ! grep -q ', 14 steps:\$' run7.txt && ! grep -q 'with SHARDC_CUDA_ATTN=mma:' run7.txt &&
+   grep -q 'MFU 32.5% of 989 TFLOP/s' run7.txt && grep -q '^   the device arena.s peak' run7.txt &&
+   grep -q 'nn.model:80 causal_attention' out7/gpt2-profile.txt &&
+   [ \$(grep -c '^FAIL' run7.txt) -eq 1 ] && grep -q 'done: [0-9]* passed, 1 failed, 8 left out for time' run7.txt"
+# MFU against the GPU's own peak: an H100 PCIe's 756 TFLOP/s (400000 tokens/s: 42.5%); a GPU the
+# script does not know: said so, and SHARDC_GPU_PEAK=500 taken (64.3%: the target met, exit 0)
+dry 8 FAKE_GPU_NAME="NVIDIA H100 PCIe" SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000
+check "an H100 PCIe: MFU against its 756 TFLOP/s, 42.5% (got $rc)" bash -c \
+  "[ $rc -eq 1 ] && grep -q \"^MFU against NVIDIA H100 PCIe's dense bf16 peak, 756 TFLOP/s\" run8.txt &&
+   grep -q 'MFU 42.5% of 756 TFLOP/s' run8.txt && grep -q '^FAIL GPT-2 MFU below the 45% target' run8.txt"
+dry 9 FAKE_GPU_NAME="NVIDIA Pretend 9000" SHARDC_GPU_PEAK=500 SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 \
+  SHARDC_GPU_ATTN_PATHS=mma TPS=400000
+check "a GPU not known: said so; SHARDC_GPU_PEAK=500 taken, 64.3%, the target met (got $rc)" bash -c \
+  "[ $rc -eq 0 ] && grep -q 'NVIDIA Pretend 9000: its bf16 peak is not known here' run9.txt &&
+   grep -q 'MFU against NVIDIA Pretend 9000.s dense bf16 peak, 500 TFLOP/s' run9.txt &&
+   grep -q 'MFU 64.3% of 500 TFLOP/s' run9.txt && grep -q '^ok   GPT-2 MFU >= 45%' run9.txt"
+wait "$main"; rc=$(cat rc.main)
 grep -E "^(==|ok|FAIL)|MFU|tokens/s" run.txt | sed 's/^/   | /'
 # 400000 tokens/s x (6 x 124439808 + 6 x 12 x 768 x 1024) FLOPs / 989e12 = 32.5%
 check "it ran the programs given (SHARDC_GPU_PREBUILT), building nothing" \
@@ -164,25 +220,6 @@ check "one GPU: the several-GPU layouts are left out, said so, no FAIL" \
   grep -q "^   one GPU: left out (the pipeline's channels, NCCL between devices" run.txt
 check "exit status 1 (the MFU target) and exactly one FAIL (got $rc, $(grep -c '^FAIL' run.txt))" \
   bash -c "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run.txt) -eq 1 ]"
-# 600000 tokens/s: 48.7%, the target met, and the script's exit status 0
-dry 2 SHARDC_GPU_STAGES=gpt2 TPS=600000 SHARDC_GPU_ATTN_PATHS=mma
-check "600000 tokens/s is 48.7% MFU: the target met, exit status 0 (got $rc)" bash -c \
-  "[ $rc -eq 0 ] && grep -q 'MFU 48.7% of 989 TFLOP/s' run2.txt && grep -q '^ok   GPT-2 MFU >= 45%' run2.txt"
-# 20% more memory than the plan: that check fails, and only it
-dry 5 SHARDC_GPU_STAGES=gpt2 TPS=600000 SHARDC_GPU_ATTN_PATHS=mma PEAK=$((total * 120 / 100))
-check "20% more device memory than planned: its FAIL, and no other (got $rc)" bash -c \
-  "[ $rc -eq 1 ] && grep -q '(+20.0% of the plan)' run5.txt &&
-   grep -q \"^FAIL GPT-2: the device memory it used differs from shardc plan's by more than 10%\" run5.txt &&
-   [ \$(grep -c '^FAIL' run5.txt) -eq 1 ]"
-# the default attention (auto) failing on the GPU (its trial runs paths not yet run on one):
-# one probe, not one per batch size, the why, and GPT-2 measured with wmma pinned
-dry 4 SHARDC_GPU_STAGES=gpt2 TPS=400000 SHARDC_GPU_ATTN_PATHS=mma GPT2_FAIL_AUTO=1
-check "auto failing: one try of it, the FAIL, then GPT-2 with wmma pinned, its MFU (got $rc)" bash -c \
-  "[ $rc -eq 1 ] && [ \$(grep -c '^   batch ' run4.txt) -eq 1 ] &&
-   grep -q '^FAIL GPT-2 with the default attention (auto) did not run' run4.txt &&
-   grep -q 'with SHARDC_CUDA_SYNC=1: shardc cuda: error: an illegal memory access' run4.txt &&
-   grep -q 'again with SHARDC_CUDA_ATTN=wmma' run4.txt && grep -q 'largest batch that fits .*: 128 x 1024' run4.txt &&
-   grep -q 'MFU 32.5% of 989 TFLOP/s' run4.txt && [ \$(grep -c '^FAIL' run4.txt) -eq 2 ]"
 # eight pretend GPUs (a process each, no EMU_SHARED_GPU): every several-GPU layout over the
 # emulated NCCL against one host rank and the same program over --comm mpi (2 steps: 8 emulated
 # ranks share two cores), and the stand-in GPT-2 at --dp 8 (90% scaling: 600000 x 0.9 tokens/s
@@ -205,37 +242,5 @@ check "8 GPUs: GPT-2 at --dp 8, with and without ZeRO-1: 43.9% MFU per GPU, 90.0
    grep -q '^ok   GPT-2 data-parallel on 8 GPUs (ZeRO-1) trained 14 steps' run6.txt && [ -s out6/gpt2-dp8-zero1.jsonl ]"
 check "8 GPUs: 12 runs, 12 comparisons of 2 losses, no FAIL, exit status 0 (got $rc)" bash -c \
   "[ $rc -eq 0 ] && [ \$(grep -c '^   steps 2/2' run6.txt) -eq 12 ] && ! grep -q '^FAIL' run6.txt"
-# the default attention paths (mma cudnn) where cuDNN cannot run (the emulator's runtime
-# has none): the probe fails, says why, and leaves cudnn out; no other stage
-dry 3 SHARDC_GPU_STAGES=none
-check "no cuDNN: one FAIL that says why and that the cudnn path is left out (got $rc)" bash -c \
-  "[ $rc -eq 1 ] && [ \$(grep -c '^FAIL' run3.txt) -eq 1 ] &&
-   grep -q '^FAIL cuDNN attention unavailable: this runtime was built without .* the cudnn path is left out' run3.txt"
-# a budget of 1 s: every extra of the GPT-2 stage (the wmma, mma, bias-gradient, tuned-GEMM and Zipf variants,
-# the two pinned profiles) and the build at the end are left out, each said so; the MFU, the memory
-# check and the default's profile still run
-dry 7 SHARDC_GPU_STAGES=gpt2,build SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000
-grep "left out for time" run7.txt | sed 's/^/   | /'
-check "a 1 s budget: eight extras left out for time, said so; the MFU, memory and profile still checked (got $rc)" bash -c \
-  "[ $rc -eq 1 ] && [ \$(grep -c '^   left out for time: ' run7.txt) -eq 8 ] &&
-   grep -q '^   left out for time: GPT-2 with mma attention (SHARDC_CUDA_ATTN=mma), 14 steps (about 20 s; [0-9]* s of the 1 s budget used, 0 s kept' run7.txt &&
-   grep -q '^   left out for time: GPT-2.s profile with SHARDC_CUDA_ATTN=wmma' run7.txt &&
-   grep -q '^   left out for time: the build here and its programs. checks' run7.txt &&
-   ! grep -q ', 14 steps:\$' run7.txt && ! grep -q 'with SHARDC_CUDA_ATTN=mma:' run7.txt &&
-   grep -q 'MFU 32.5% of 989 TFLOP/s' run7.txt && grep -q '^   the device arena.s peak' run7.txt &&
-   grep -q 'nn.model:80 causal_attention' out7/gpt2-profile.txt &&
-   [ \$(grep -c '^FAIL' run7.txt) -eq 1 ] && grep -q 'done: [0-9]* passed, 1 failed, 8 left out for time' run7.txt"
-# MFU against the GPU's own peak: an H100 PCIe's 756 TFLOP/s (400000 tokens/s: 42.5%); a GPU the
-# script does not know: said so, and SHARDC_GPU_PEAK=500 taken (64.3%: the target met, exit 0)
-dry 8 FAKE_GPU_NAME="NVIDIA H100 PCIe" SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 SHARDC_GPU_ATTN_PATHS=mma TPS=400000
-check "an H100 PCIe: MFU against its 756 TFLOP/s, 42.5% (got $rc)" bash -c \
-  "[ $rc -eq 1 ] && grep -q \"^MFU against NVIDIA H100 PCIe's dense bf16 peak, 756 TFLOP/s\" run8.txt &&
-   grep -q 'MFU 42.5% of 756 TFLOP/s' run8.txt && grep -q '^FAIL GPT-2 MFU below the 45% target' run8.txt"
-dry 9 FAKE_GPU_NAME="NVIDIA Pretend 9000" SHARDC_GPU_PEAK=500 SHARDC_GPU_STAGES=gpt2 SHARDC_GPU_BUDGET=1 \
-  SHARDC_GPU_ATTN_PATHS=mma TPS=400000
-check "a GPU not known: said so; SHARDC_GPU_PEAK=500 taken, 64.3%, the target met (got $rc)" bash -c \
-  "[ $rc -eq 0 ] && grep -q 'NVIDIA Pretend 9000: its bf16 peak is not known here' run9.txt &&
-   grep -q 'MFU against NVIDIA Pretend 9000.s dense bf16 peak, 500 TFLOP/s' run9.txt &&
-   grep -q 'MFU 64.3% of 500 TFLOP/s' run9.txt && grep -q '^ok   GPT-2 MFU >= 45%' run9.txt"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
