@@ -258,6 +258,13 @@ void sr_data_shuffle(sr_data *d, uint64_t seed)
     d->seed = seed;
 }
 
+void sr_data_mask_eod(sr_data *d, int32_t eod)
+{
+    d->mask_eod = 1;
+    d->eod = eod;
+    d->masked = 1;
+}
+
 /* one splitmix64 step */
 static uint64_t mix64(uint64_t x)
 {
@@ -343,12 +350,14 @@ sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_
                 in[t] = file_token(f, at + t);
                 tg[t] = f->loss && !f->loss[at + t + 1] ? -1 : file_token(f, at + t + 1);
             }
-            continue;
+        } else {
+            for (int t = 0; t < T; t++) {
+                in[t] = sr_data_token(d, base + t);
+                tg[t] = is_loss(d, base + t + 1) ? sr_data_token(d, base + t + 1) : -1;
+            }
         }
-        for (int t = 0; t < T; t++) {
-            in[t] = sr_data_token(d, base + t);
-            tg[t] = is_loss(d, base + t + 1) ? sr_data_token(d, base + t + 1) : -1;
-        }
+        for (int t = 0; d->mask_eod && t < T; t++)
+            if (in[t] == d->eod) tg[t] = -1;
     }
     return SR_OK;
 }
@@ -360,13 +369,16 @@ int64_t sr_data_loss_targets(const sr_data *d, int64_t step, int G, int T)
     int64_t c = 0;
     for (int j = 0; j < G; j++) {
         int64_t base = seq_base(d, step, E, G, T, j);
-        const sr_data_file *f = file_of(d, base + 1);
+        const sr_data_file *f = file_of(d, base);
         if (base + T + 1 <= f->first + f->n) { /* within one file: no search per token */
-            const uint8_t *l = f->loss ? f->loss + (base + 1 - f->first) : NULL;
-            for (int t = 0; t < T; t++) c += l ? l[t] : 1;
+            int64_t at = base - f->first;
+            const uint8_t *l = f->loss ? f->loss + at + 1 : NULL;
+            for (int t = 0; t < T; t++)
+                c += (l ? l[t] : 1) && !(d->mask_eod && file_token(f, at + t) == d->eod);
             continue;
         }
-        for (int t = 1; t <= T; t++) c += is_loss(d, base + t);
+        for (int t = 0; t < T; t++)
+            c += is_loss(d, base + t + 1) && !(d->mask_eod && sr_data_token(d, base + t) == d->eod);
     }
     return c;
 }

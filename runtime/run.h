@@ -24,7 +24,7 @@ typedef struct opts {
         *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm, *tokenizer, *export_dir;
     long steps;
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
-        top_k, threads, dp, tp, pp, zero, shuffle, decay_steps, keep_last;
+        top_k, threads, dp, tp, pp, zero, shuffle, decay_steps, keep_last, eod_mask_loss, eod_token;
     float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature,
         bucket_mb, comm_timeout, time_limit;
     unsigned long long seed;

@@ -73,6 +73,8 @@ static const flag flags[] = {
     {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin, text (tokenized by --tokenizer, else raw bytes) or JSON Lines records (prompt + completion: loss on the completion); a quoted glob reads many files"},
     {"val-data", F_STR, O(val_data), "FILE", "validation tokens (same formats)"},
     {"shuffle", F_INT, O(shuffle), "0|1", "1: visit the training sequences in a new random order each pass (from --seed)"},
+    {"eod-mask-loss", F_INT, O(eod_mask_loss), "0|1", "1: no loss on the token after an end-of-text token (packed documents: a document's first token is not predicted from the one before; Megatron's --eod-mask-loss)"},
+    {"eod-token", F_INT, O(eod_token), "ID", "the end-of-text token of --eod-mask-loss (default: the tokenizer's, else 50256 for GPT-2's vocabulary)"},
     {"steps", F_LONG, O(steps), "N", "optimizer steps in total (a resumed run continues to N)"},
     {"batch", F_INT, O(batch), "G", "sequences per optimizer step (global batch)"},
     {"seq", F_INT, O(seq), "T", "sequence length"},
@@ -153,6 +155,7 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->eval_batches = 8;
     o->temperature = 1.0f;
     o->init = "random";
+    o->eod_token = -1; /* the tokenizer's */
     /* the degrees the program was built for; dp = what the world leaves
      * (filled in once the world size is known, unless --dp is given) */
     o->tp = prog->tp > 0 ? prog->tp : 1;
@@ -324,6 +327,9 @@ static sr_status check_opts(const opts *o, const char *given, const sr_program *
     NEED(o->save_every >= 0, "--save-every must be >= 0 (got %d)", o->save_every);
     NEED(o->eval_every >= 0, "--eval-every must be >= 0 (got %d)", o->eval_every);
     NEED(o->shuffle == 0 || o->shuffle == 1, "--shuffle must be 0 or 1 (got %d)", o->shuffle);
+    NEED(o->eod_mask_loss == 0 || o->eod_mask_loss == 1, "--eod-mask-loss must be 0 or 1 (got %d)", o->eod_mask_loss);
+    NEED(o->eod_token >= -1, "--eod-token must be a token id >= 0 (got %d)", o->eod_token);
+    NEED(o->eod_token == -1 || o->eod_mask_loss, "--eod-token is the token --eod-mask-loss 1 masks after: give both");
     NEED(o->eval_batches >= 1, "--eval-batches must be >= 1 (got %d)", o->eval_batches);
     NEED(o->sample >= 0, "--sample must be >= 0 (got %d)", o->sample);
     NEED(o->temperature >= 0, "--temperature must be >= 0 (got %g)", (double)o->temperature);
@@ -377,7 +383,7 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
         case F_INT:
             if (f->off == O(dp) && *(const int *)p == 0) /* worked out from the world size */
                 snprintf(def, sizeof def, " (default: the ranks left, world / (tp x pp))");
-            else
+            else if (*(const int *)p >= 0) /* -1: the flag's text says what it is */
                 snprintf(def, sizeof def, " (default %d)", *(const int *)p);
             break;
         case F_FLOAT: snprintf(def, sizeof def, " (default %g)", (double)*(const float *)p); break;
@@ -1223,6 +1229,28 @@ static void report_records(run *r, const sr_data *d, const char *path)
             r->tok ? "" : "; any text read as bytes (no tokenizer)");
 }
 
+/* --eod-mask-loss 1: the end-of-text token (--eod-token, the tokenizer's, or
+ * GPT-2's 50256 for its vocabulary, padded or not), masked after in both data sets */
+static sr_status mask_eod(run *r)
+{
+    const opts *o = &r->o;
+    if (!o->eod_mask_loss) return SR_OK;
+    int nv = sr_classes(r->prog), id = o->eod_token;
+    const char *from = "--eod-token";
+    if (id < 0 && r->tok && sr_tok_eot(r->tok) >= 0) id = sr_tok_eot(r->tok), from = "the tokenizer's end of text";
+    if (id < 0 && nv >= 50257 && nv <= 50304) id = 50256, from = "GPT-2's <|endoftext|>";
+    if (id < 0)
+        return sr_seterr(SR_ERR_USAGE, "--eod-mask-loss: no end-of-text token is known for this "
+                         "model's vocabulary of %d%s: give --eod-token ID", nv,
+                         r->tok ? " (its tokenizer has none)" : " (no tokenizer)");
+    if (id >= nv)
+        return sr_seterr(SR_ERR_USAGE, "--eod-token %d is outside the model's vocabulary of %d", id, nv);
+    if (r->have_train) sr_data_mask_eod(&r->train, id);
+    if (r->have_val) sr_data_mask_eod(&r->val, id);
+    rt_info(r, "data: --eod-mask-loss: no loss on the token after token %d (%s)", id, from);
+    return SR_OK;
+}
+
 /* --tokenizer, else the one beside --init's parameters (a Hugging Face model
  * directory has one) or in --load's checkpoint (saved with it); 'none': no
  * tokenizer. */
@@ -1299,6 +1327,7 @@ static sr_status setup(run *r)
                 "tokenize text, pass --tokenizer", o->data, sr_classes(prog));
     report_records(r, &r->train, o->data);
     report_records(r, &r->val, o->val_data);
+    SR_CHECK(mask_eod(r));
 
     /* the parameters this rank holds: all, or its pipeline stages' */
     SR_CHECK(rt_param_layout(r));

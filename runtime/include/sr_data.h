@@ -59,7 +59,9 @@ typedef struct sr_data {
     uint64_t seed;
     int64_t records;         /* JSON Lines records in all files */
     int64_t n_loss;          /* tokens that count as targets: n_tokens unless masked */
-    int masked;              /* some file's loss mask has a 0 */
+    int masked;              /* some targets are not: a file's loss mask has a 0, or mask_eod */
+    int mask_eod;            /* sr_data_mask_eod: no target after token eod */
+    int32_t eod;
 } sr_data;
 
 /* JSON Lines records read into tokens and their mask (records.c). */
@@ -99,6 +101,11 @@ void sr_data_close(sr_data *d);
  * function of (seed, pass, position): resumable and layout-independent. */
 void sr_data_shuffle(sr_data *d, uint64_t seed);
 
+/* From now on a target whose input is token eod (end of a document) is -1,
+ * no loss: packed documents do not learn to predict a document's first
+ * token from the end of the one before (Megatron's --eod-mask-loss). */
+void sr_data_mask_eod(sr_data *d, int32_t eod);
+
 /* Token i (0 <= i < n_tokens). */
 int32_t sr_data_token(const sr_data *d, int64_t i);
 
@@ -115,11 +122,13 @@ sr_status sr_data_check(const sr_data *d, int G, int T);
  * inputs  = tokens[q*T     .. q*T + T)
  * targets = tokens[q*T + 1 .. q*T + T + 1).
  * inputs and targets are (n_seq, T); a target that is no loss token (masked
- * by records) is -1, which the loss leaves out. */
+ * by records, or after an end-of-document token: sr_data_mask_eod) is -1,
+ * which the loss leaves out. */
 sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_seq,
                         int n_seq, int32_t *inputs, int32_t *targets);
 /* The targets of step's whole global batch (G sequences) that count in the
- * loss: G*T unless the data is masked. The loss is their mean. */
+ * loss: G*T unless the data is masked (records, sr_data_mask_eod). The loss
+ * is their mean. */
 int64_t sr_data_loss_targets(const sr_data *d, int64_t step, int G, int T);
 
 #ifdef __cplusplus

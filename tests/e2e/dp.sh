@@ -41,6 +41,15 @@ check "records (loss on completions): dp=2 x 2 microbatches with ZeRO-1 gives th
 check "... and the same validation losses (mean over completion tokens; steps 0, 10, 20)" \
   same rec1.jsonl rec2.jsonl 1e-5 val_loss
 check "... 3 of them" [ "$(grep -c val_loss rec1.jsonl)" = 3 ]
+# --eod-mask-loss ('\n' as the end of text): no loss on the token after each newline, the
+# mean over the global batch's other targets, whichever rank and microbatch holds them
+eod="--eod-mask-loss 1 --eod-token 10 --val-data text.txt --eval-every 10"
+$run $eod --log eod1.jsonl
+$mpi -np 2 $run $eod --dp 2 --microbatches 2 --zero 1 --log eod2.jsonl
+check "--eod-mask-loss: dp=2 x 2 microbatches with ZeRO-1 gives the single-rank losses" same eod1.jsonl eod2.jsonl 1e-5
+check "... and validation losses" same eod1.jsonl eod2.jsonl 1e-5 val_loss
+check "... which are not those without it" bash -c \
+  "[ \"\$(grep -o '\"loss\":[^,]*' dp1.jsonl)\" != \"\$(grep -o '\"loss\":[^,]*' eod1.jsonl)\" ]"
 
 # every sequence of each global batch exactly once per step, same tokens as one rank
 mkdir -p b1 b4

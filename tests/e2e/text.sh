@@ -198,6 +198,19 @@ PY
 ./bpe1 $run --seq 16 --data recs.bin --log recb.jsonl
 check "text records train as their tokenized file, bit for bit" \
   cmp <(grep -o '"loss":[^,]*' recj.jsonl) <(grep -o '"loss":[^,]*' recb.jsonl)
+# --eod-mask-loss with the tokenizer's <|endoftext|> (id 0 here): no loss on the token after
+# each text's end; the records and their tokenized file train alike, not as without it
+./bpe1 $run --seq 16 --data recs.jsonl --tokenizer tok --eod-mask-loss 1 --log eodj.jsonl 2> /dev/null
+./bpe1 ${run/--quiet/} --seq 16 --data recs.bin --tokenizer tok --eod-mask-loss 1 --log eodb.jsonl 2> eodb_err.txt
+check "--eod-mask-loss, the tokenizer's end of text ($(grep -m1 eod-mask eodb_err.txt)): records and .bin alike, other losses" \
+  bash -c "grep -q 'no loss on the token after token 0 (the tokenizer.s end of text)' eodb_err.txt &&
+    cmp <(grep -o '\"loss\":[^,]*' eodj.jsonl) <(grep -o '\"loss\":[^,]*' eodb.jsonl) &&
+    ! cmp -s <(grep -o '\"loss\":[^,]*' eodj.jsonl) <(grep -o '\"loss\":[^,]*' recj.jsonl)"
+# without a tokenizer, GPT-2's vocabulary (50257, padded to 50304 or not) means <|endoftext|> 50256
+"$shardc" build "$src/examples/tinygpt.model" --set vocab_size=50257 --set n_layer=1 --set n_embd=32 --set n_head=2 -o g50k
+./g50k --steps 1 --batch 2 --seq 16 --data recs.bin --eod-mask-loss 1 --threads 1 2> g50k_err.txt; rc=$?
+check "a GPT-2 vocabulary without a tokenizer: --eod-mask-loss masks after 50256 (rc $rc: $(grep -m1 eod-mask g50k_err.txt))" \
+  bash -c "[ $rc = 0 ] && grep -q 'no loss on the token after token 50256 (GPT-2.s <|endoftext|>)' g50k_err.txt"
 # prompt-completion records: the loss targets are each completion's tokens and its <|endoftext|>
 for i in $(seq 200); do echo '{"prompt": "The model'"'"'s", "completion": " loss is"}'; done > pc.jsonl
 printf ' loss is' > completion.txt

@@ -193,11 +193,12 @@ def read_tokens(path):
     return toks.astype(np.int64)
 
 
-def get_batch(tokens, step, B, T):
+def get_batch(tokens, step, B, T, eod=None):
     """llm.c loader order: E = floor((n-1)/(B*T)) batches per epoch, step k starts at
     s = (k mod E)*B*T; row j = tokens[s+j*T : s+j*T+T], targets shifted by one.
     tokens may be (ids, mask): a target whose mask is 0 is -100, cross_entropy's
-    ignore_index, so the loss is the mean over the others."""
+    ignore_index, so the loss is the mean over the others; so is a target whose
+    input is eod (Megatron's --eod-mask-loss)."""
     tokens, mask = tokens if isinstance(tokens, tuple) else (tokens, None)
     E = (len(tokens) - 1) // (B * T)
     if E < 1:
@@ -208,6 +209,8 @@ def get_batch(tokens, step, B, T):
     y = torch.from_numpy(buf[1:].copy()).view(B, T)
     if mask is not None:
         y[torch.from_numpy(mask[s + 1:s + B * T + 1] == 0).view(B, T)] = -100
+    if eod is not None:
+        y[x == eod] = -100
     return x, y
 
 
@@ -236,7 +239,7 @@ def train(cfg, params, tokens, args, log=None, loss=None):
     plist = list(params.values())
     losses, norms, grads0 = [], [], None
     for k in range(args.steps):
-        x, y = get_batch(tokens, k, args.batch, args.seq)
+        x, y = get_batch(tokens, k, args.batch, args.seq, getattr(args, "eod_token", None))
         opt.zero_grad(set_to_none=True)
         loss = loss_of(params, x, y, cfg)
         loss.backward()
@@ -320,6 +323,7 @@ def add_run_args(p):
     p.add_argument("--beta2", type=float, default=0.999)
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--grad-clip", type=float, default=0.0, help="global-norm clip; <=0 disables")
+    p.add_argument("--eod-token", type=int, help="no loss on a target whose input is this token")
     p.add_argument("--out-losses")
     p.add_argument("--out-grads")
 

@@ -41,6 +41,16 @@ $py "$ref/gpt2_ref.py" run --config tiny.json --init tiny.init.safetensors --dat
 echo "== masked: tiny, prompt tokens' targets left out of the loss"
 $py "$ref/compare.py" --ref-losses masked.ref.json --log masked.ours.jsonl --ref-grads masked.ref.safetensors \
     --grads masked.ours.safetensors --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 --brief || fail=1
+# --eod-mask-loss: no loss on a target whose input is the end-of-text token (here the
+# stream's most frequent token, 4 of its 65); PyTorch: those targets -100
+eod=$($py -c "import sys; sys.path.insert(0, '$ref'); import gpt2_ref, numpy as np; print(np.bincount(gpt2_ref.read_tokens('tiny.tok')).argmax())")
+$py "$ref/gpt2_ref.py" run --config tiny.json --init tiny.init.safetensors --data tiny.tok $mopt --eod-token "$eod" \
+    --out-losses eod.ref.json --out-grads eod.ref.safetensors --quiet
+./tiny.bin --init tiny.init.safetensors --data tiny.tok $mopt --microbatches 2 --lr-schedule constant --warmup 0 \
+    --eod-mask-loss 1 --eod-token "$eod" --dump-grads eod.ours.safetensors --log eod.ours.jsonl --quiet --threads 1
+echo "== eod: tiny, no loss after token $eod (--eod-mask-loss 1)"
+$py "$ref/compare.py" --ref-losses eod.ref.json --log eod.ours.jsonl --ref-grads eod.ref.safetensors \
+    --grads eod.ours.safetensors --loss0-rtol 1e-5 --grad-rtol 1e-5 --loss-rtol 1e-4 --brief || fail=1
 # the same weights in Hugging Face's prefix-less form ("wte.weight", "h.0...")
 # load with --init and give bit-identical losses
 $py - "$w/tiny.init.safetensors" "$w/tiny.noprefix.safetensors" "$ref" <<'PY'
@@ -239,4 +249,4 @@ else
          "grouped-query attention, rope_theta and the llama3 scaling are not checked against it (scripts/setup.sh installs 4.44.2)"
   fi
 fi
-[ $fail -eq 0 ] && echo "$((4 + nhf + nllama)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }
+[ $fail -eq 0 ] && echo "$((5 + nhf + nllama)) passed, 0 failed" || { echo "reference FAILED"; exit 1; }

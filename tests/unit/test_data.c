@@ -531,6 +531,69 @@ static void test_records(void)
     }
 }
 
+/* --eod-mask-loss: a target whose input is the end-of-text token is -1, other targets as
+ * before (a window across two shards included); the per-step count agrees, in order and
+ * shuffled, and with a records mask under it */
+static void test_eod(void)
+{
+    uint16_t tok[700];
+    for (int i = 0; i < 700; i++) tok[i] = (uint16_t)(i % 9 == 4 || i % 23 == 0 ? 7 : 10 + (i * 37) % 50);
+    write_bin(tmp("eod_a.bin"), SR_DATA_MAGIC, 1, 300, tok, 300);
+    write_bin(tmp("eod_b.bin"), SR_DATA_MAGIC, 1, 400, tok + 300, 400);
+    sr_data d, plain;
+    if (sr_data_open(&d, tmp("eod_*.bin"), 64, NULL) != SR_OK) {
+        CHECK(0, "eod: open the shards");
+        return;
+    }
+    sr_data_mask_eod(&d, 7);
+    int ok = 1, masked = 0, agree = 1;
+    for (int sh = 0; sh < 2; sh++) {
+        if (sh) sr_data_shuffle(&d, 5);
+        for (long k = 0; k < 60; k++) {
+            int32_t in[4 * 11], tg[4 * 11];
+            ok &= sr_data_batch(&d, k, 4, 11, 0, 4, in, tg) == SR_OK;
+            for (int i = 0; i < 4 * 11; i++) {
+                int32_t next = i % 11 < 10 ? in[i + 1] : -2; /* the last target: checked below */
+                ok &= in[i] == 7 ? tg[i] == -1 : (next == -2 || tg[i] == next);
+                masked += in[i] == 7;
+            }
+            agree &= sr_data_loss_targets(&d, k, 4, 11) == targets_in(&d, k, 4, 11);
+        }
+    }
+    CHECK(ok && masked > 0, "eod: each target after token 7 is -1 (%d of them), the others the next token", masked);
+    CHECK(agree, "eod: sr_data_loss_targets counts the targets left, in order and shuffled");
+    sr_data_close(&d);
+    /* step 24 of 1 x 12: tokens 288 .. 300, across the border at 300 */
+    if (sr_data_open(&d, tmp("eod_*.bin"), 64, NULL) == SR_OK) {
+        sr_data_mask_eod(&d, 7);
+        int32_t in[12], tg[12];
+        int same = sr_data_batch(&d, 24, 1, 12, 0, 1, in, tg) == SR_OK, left = 0;
+        for (int t = 0; t < 12; t++) {
+            int32_t want = tok[288 + t] == 7 ? -1 : tok[288 + t + 1];
+            same &= in[t] == tok[288 + t] && tg[t] == want;
+            left += want >= 0;
+        }
+        CHECK(same && left < 12 && sr_data_loss_targets(&d, 24, 1, 12) == left,
+              "eod: a window across two shards, %d of its 12 targets left", left);
+        sr_data_close(&d);
+    }
+    /* records (the prompt's targets -1) with 'p' as the end of text: both masks */
+    if (sr_data_open(&plain, tmp("many.jsonl"), 256, NULL) == SR_OK) {
+        sr_data_mask_eod(&plain, 'p');
+        int both = 1;
+        for (long k = 0; k < 40; k++) {
+            int32_t in[5 * 13], tg[5 * 13];
+            both &= sr_data_batch(&plain, k, 5, 13, 0, 5, in, tg) == SR_OK;
+            for (int i = 0; i < 5 * 13; i++) both &= in[i] != 'p' || tg[i] == -1;
+            both &= sr_data_loss_targets(&plain, k, 5, 13) == targets_in(&plain, k, 5, 13);
+        }
+        CHECK(both, "eod over records: no target after 'p', and the count agrees");
+        sr_data_close(&plain);
+    } else {
+        CHECK(0, "eod: open many.jsonl");
+    }
+}
+
 static void cleanup(void)
 {
     DIR *dd = opendir(dir);
@@ -556,6 +619,7 @@ int main(void)
     test_shards();
     test_shuffle();
     test_records();
+    test_eod();
     cleanup();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -360,6 +360,25 @@ check "--keep-last 1 on a resumed run: only the step just saved (and the one lef
 "$BIN" --data train.txt --keep-last -1 >/dev/null 2>err
 check "--keep-last -1 is a usage error" sh -c "[ $? -eq 2 ] && grep -q -- '--keep-last must be >= 0' err"
 
+# --eod-mask-loss: the end-of-text token from --eod-token (a byte model has no tokenizer's);
+# no loss on the target after each newline, so other losses; usage errors in one line
+"$BIN" --data train.txt --batch 8 --seq 16 --steps 3 --log eod0.jsonl --quiet >/dev/null 2>&1
+"$BIN" --data train.txt --batch 8 --seq 16 --steps 3 --log eod1.jsonl --eod-mask-loss 1 --eod-token 10 >/dev/null 2>err
+rc=$?
+l0=$(losses eod0.jsonl | tr '\n' ' ') l1=$(losses eod1.jsonl | tr '\n' ' ')
+check "--eod-mask-loss 1 --eod-token 10: trains, says so, other losses than without ($l1 against $l0)" \
+    sh -c "[ $rc -eq 0 ] && grep -q 'data: --eod-mask-loss: no loss on the token after token 10 (--eod-token)' err &&
+           [ \$(grep -c '\"loss\"' eod1.jsonl) -eq 3 ] && [ '$l0' != '$l1' ] && [ -n '$l0' ]"
+for bad in "--eod-mask-loss 1|no end-of-text token is known for this model's vocabulary of 256 (no tokenizer): give --eod-token ID" \
+    "--eod-mask-loss 2|--eod-mask-loss must be 0 or 1 (got 2)" \
+    "--eod-token 10|--eod-token is the token --eod-mask-loss 1 masks after: give both" \
+    "--eod-mask-loss 1 --eod-token 300|--eod-token 300 is outside the model's vocabulary of 256"; do
+    "$BIN" --data train.txt --steps 1 ${bad%%|*} >/dev/null 2>err
+    rc=$?
+    check "${bad%%|*}: a usage error, one line ($(head -1 err))" \
+        sh -c "[ $rc -eq 2 ] && grep -qF -- \"${bad#*|}\" err && [ \$(grep -c error err) -eq 1 ]"
+done
+
 # ---------------------------------------------------------------- sampling, grads
 "$BIN" --load ck --steps 0 --sample 20 --prompt ab --quiet >s1 2>err
 rc=$?
