@@ -373,8 +373,12 @@ int64_t sr_data_loss_targets(const sr_data *d, int64_t step, int G, int T)
         if (base + T + 1 <= f->first + f->n) { /* within one file: no search per token */
             int64_t at = base - f->first;
             const uint8_t *l = f->loss ? f->loss + at + 1 : NULL;
-            for (int t = 0; t < T; t++)
-                c += (l ? l[t] : 1) && !(d->mask_eod && file_token(f, at + t) == d->eod);
+            if (d->mask_eod)
+                for (int t = 0; t < T; t++) c += (l ? l[t] : 1) && file_token(f, at + t) != d->eod;
+            else if (l)
+                for (int t = 0; t < T; t++) c += l[t];
+            else
+                c += T;
             continue;
         }
         for (int t = 0; t < T; t++)
