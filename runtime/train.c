@@ -1096,6 +1096,15 @@ static int pick(const float *logits, int V, float temp, int top_k, float u, cand
     return c[n - 1].id;
 }
 
+/* The end-of-text token: the tokenizer's, else GPT-2's 50256 for its vocabulary
+ * (50257, padded or not); -1 when neither is known */
+static int known_eot(const run *r)
+{
+    int nv = sr_classes(r->prog);
+    if (r->tok && sr_tok_eot(r->tok) >= 0) return sr_tok_eot(r->tok);
+    return nv >= 50257 && nv <= 50304 ? 50256 : -1;
+}
+
 static sr_status sample(run *r)
 {
     const opts *o = &r->o;
@@ -1126,7 +1135,7 @@ static sr_status sample(run *r)
         memcpy(toks, pt, pn * sizeof *toks);
     } else {
         /* <|endoftext|> starts GPT-2 vocabularies as in llm.c; byte models a newline */
-        int eot = r->tok ? sr_tok_eot(r->tok) : -1;
+        int eot = known_eot(r);
         toks[n++] = eot >= 0 ? eot : byte_model ? '\n' : (nv >= 50257 ? 50256 : 0);
     }
     free(pt);
@@ -1229,16 +1238,16 @@ static void report_records(run *r, const sr_data *d, const char *path)
             r->tok ? "" : "; any text read as bytes (no tokenizer)");
 }
 
-/* --eod-mask-loss 1: the end-of-text token (--eod-token, the tokenizer's, or
- * GPT-2's 50256 for its vocabulary, padded or not), masked after in both data sets */
+/* --eod-mask-loss 1: the end-of-text token (--eod-token, else known_eot), masked
+ * after in both data sets */
 static sr_status mask_eod(run *r)
 {
     const opts *o = &r->o;
     if (!o->eod_mask_loss) return SR_OK;
-    int nv = sr_classes(r->prog), id = o->eod_token;
-    const char *from = "--eod-token";
-    if (id < 0 && r->tok && sr_tok_eot(r->tok) >= 0) id = sr_tok_eot(r->tok), from = "the tokenizer's end of text";
-    if (id < 0 && nv >= 50257 && nv <= 50304) id = 50256, from = "GPT-2's <|endoftext|>";
+    int nv = sr_classes(r->prog), id = o->eod_token >= 0 ? o->eod_token : known_eot(r);
+    const char *from = o->eod_token >= 0                       ? "--eod-token"
+                       : r->tok && sr_tok_eot(r->tok) == id ? "the tokenizer's end of text"
+                                                             : "GPT-2's <|endoftext|>";
     if (id < 0)
         return sr_seterr(SR_ERR_USAGE, "--eod-mask-loss: no end-of-text token is known for this "
                          "model's vocabulary of %d%s: give --eod-token ID", nv,
