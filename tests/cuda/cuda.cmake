@@ -83,12 +83,19 @@ if(TARGET shardrt_cuda_emu)
   set_tests_properties(cuda_kernels_emu_shuffle PROPERTIES PASS_REGULAR_EXPRESSION "resume order of threads and blocks: shuffle.* 0 failed")
 
   # the race check: test_kernels_emu built again with the kernels under ThreadSanitizer, in a
-  # build directory of its own (racecheck.sh; not from a build that is that one)
+  # build directory of its own (racecheck.sh; not from a build that is that one). The build
+  # (one large compile: a core for a minute and a half) is a test of its own that shares the
+  # machine; the runs, which keep both cores busy, run alone after it
   if(NOT SHARDC_SANITIZE_THREAD)
-    add_test(NAME cuda_kernels_racecheck COMMAND bash ${_tc}/racecheck.sh ${_root} ${CMAKE_BINARY_DIR}/racecheck)
-    set_tests_properties(cuda_kernels_racecheck PROPERTIES TIMEOUT 900
+    add_test(NAME cuda_kernels_racecheck_build
+      COMMAND bash ${_tc}/racecheck.sh ${_root} ${CMAKE_BINARY_DIR}/racecheck build)
+    add_test(NAME cuda_kernels_racecheck
+      COMMAND bash ${_tc}/racecheck.sh ${_root} ${CMAKE_BINARY_DIR}/racecheck check)
+    set_tests_properties(cuda_kernels_racecheck_build cuda_kernels_racecheck PROPERTIES TIMEOUT 900
       ENVIRONMENT "${SHARDC_TEST_ENV};CC=${CMAKE_C_COMPILER};CXX=${CMAKE_CXX_COMPILER}"
       PASS_REGULAR_EXPRESSION "[1-9][0-9]* passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
+    set_tests_properties(cuda_kernels_racecheck_build PROPERTIES FIXTURES_SETUP racecheck)
+    set_tests_properties(cuda_kernels_racecheck PROPERTIES FIXTURES_REQUIRED racecheck)
   endif()
 
   # the same with cudnn_standin.cpp answering srk_cudnn.h on the host: SHARDC_CUDA_ATTN=cudnn's
