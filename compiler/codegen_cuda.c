@@ -727,6 +727,9 @@ int drv_build_cuda(Program *P, const char *src, const char *out_bin, const char 
     if (emulate) {
         vec_push(&a, (void *)setting("CXX", SHARDC_CXX));
         push_words(&a, "-std=c++20 -O2 -fopenmp -Wall -Wextra -Werror -x c++");
+        /* the library's prebuilt kernel instances are the configured kernels' (srk.cuh):
+         * kernels from elsewhere (SHARDC_CUDA_INCLUDE) compile their own */
+        if (strcmp(kinc, SHARDC_CUDA_KERNEL_INCLUDE) != 0) vec_push(&a, "-DSRK_NO_PREBUILT");
     } else {
         vec_push(&a, (void *)setting("SHARDC_NVCC", SHARDC_NVCC));
         /* one CUDA runtime in the binary: libshardrt's NCCL backend links the shared one */

@@ -78,8 +78,21 @@ if(SHARDC_CUDA_EMU)
   target_compile_definitions(comm_nccl_emu PRIVATE SR_HAVE_NCCL=1 srcomm_nccl_ops=srcomm_nccl_emu_ops)
   target_compile_options(comm_nccl_emu PRIVATE ${SHARDC_WARN})
   target_link_libraries(comm_nccl_emu PRIVATE MPI::MPI_C)
+  # the kernel wrappers' instances that generated programs use (emu/srk_prebuilt.inc), compiled
+  # here once, in four parts side by side: an emulated program's compile leaves them out. Not
+  # in the race check's build, whose kernel test compiles its instances itself, as before
+  set(_srk_prebuilt "")
+  if(SHARDC_SANITIZE_THREAD)
+    add_compile_definitions(SRK_NO_PREBUILT)
+  else()
+    foreach(_k 0 1 2 3)
+      file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/srk_prebuilt_${_k}.cpp
+        CONTENT "#define SRK_PREBUILT_PART ${_k}\n#include \"emu/srk_prebuilt.cpp\"\n")
+      list(APPEND _srk_prebuilt ${CMAKE_CURRENT_BINARY_DIR}/srk_prebuilt_${_k}.cpp)
+    endforeach()
+  endif()
   add_library(shardrt_cuda_emu STATIC ${_srk_cu} ${_srk_dir}/attention_cudnn.cpp ${_srk_dir}/emu/cuda_emu.cpp ${_srk_dir}/emu/nccl_emu.cpp
-    $<TARGET_OBJECTS:comm_nccl_emu>)
+    ${_srk_prebuilt} $<TARGET_OBJECTS:comm_nccl_emu>)
   # .cu sources as C++ against emu/cuda_emu.h
   set_source_files_properties(${_srk_cu} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-x;c++")
   set_target_properties(shardrt_cuda_emu PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)

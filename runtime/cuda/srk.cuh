@@ -24,4 +24,16 @@
 #include "srk_matmul.cuh"
 #include "srk_tp.cuh"
 
+/* On the emulator the wrapper instances that generated programs use are compiled once, into
+ * libshardrt_cuda_emu (emu/srk_prebuilt.cpp, the list in emu/srk_prebuilt.inc): a program's
+ * compile declares them and leaves them out (seconds, not fifteen). An instance not on the
+ * list is compiled where it is used, as before. nvcc builds compile every one in place.
+ * SRK_NO_PREBUILT turns it off (scripts/emu-prebuilt.sh, which remakes the list). */
+#if !defined(__CUDACC__) && !defined(SRK_NO_PREBUILT)
+#ifndef SRK_PREBUILT
+#define SRK_PREBUILT(...) extern template __VA_ARGS__;
+#endif
+#include "emu/srk_prebuilt.inc"
+#endif
+
 #endif /* SRK_CUH */
