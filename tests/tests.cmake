@@ -107,7 +107,7 @@ endforeach()
 # timings of its own yet, as on CI's fresh clone): cuda_train_emu started late ran its last
 # three minutes beside an idle core, as the tests that run alone wait for every other to end.
 # The figures are seconds at -j2 on two cores (CI's machine), roughly.
-foreach(tc cuda_train_emu:375 e2e_pipeline_parallel:110 reference_pytorch:105 cuda_nvcc_resources:100
+foreach(tc cuda_train_emu:260 e2e_pipeline_parallel:110 reference_pytorch:105 cuda_nvcc_resources:100
            cuda_kernels_racecheck_build:90 cuda_comm_mpi:75 fuzz_front_60s:65 e2e_tensor_parallel:56
            e2e_gpu_deps:50 e2e_build:49 plan:39)
   string(REPLACE ":" ";" tc "${tc}")
