@@ -10,7 +10,7 @@
 # A list that misses an instance costs time, never a wrong build: that one is compiled in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD build=$(realpath "${1:-build}")
+build=$(realpath "${1:-build}")
 shardc=$build/shardc
 [ -x "$shardc" ] || { echo "emu-prebuilt.sh: $shardc is missing: build shardc first" >&2; exit 1; }
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
