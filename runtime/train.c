@@ -1097,12 +1097,12 @@ static int pick(const float *logits, int V, float temp, int top_k, float u, cand
 }
 
 /* The end-of-text token: the tokenizer's, else GPT-2's 50256 for its vocabulary
- * (50257, padded or not); -1 when neither is known */
-static int known_eot(const run *r)
+ * (50257, padded or not); -1 when neither is known. *from (if given) says which */
+static int known_eot(const run *r, const char **from)
 {
-    int nv = sr_classes(r->prog);
-    if (r->tok && sr_tok_eot(r->tok) >= 0) return sr_tok_eot(r->tok);
-    return nv >= 50257 && nv <= 50304 ? 50256 : -1;
+    int nv = sr_classes(r->prog), tok = r->tok ? sr_tok_eot(r->tok) : -1;
+    if (from) *from = tok >= 0 ? "the tokenizer's end of text" : "GPT-2's <|endoftext|>";
+    return tok >= 0 ? tok : nv >= 50257 && nv <= 50304 ? 50256 : -1;
 }
 
 static sr_status sample(run *r)
@@ -1135,7 +1135,7 @@ static sr_status sample(run *r)
         memcpy(toks, pt, pn * sizeof *toks);
     } else {
         /* <|endoftext|> starts GPT-2 vocabularies as in llm.c; byte models a newline */
-        int eot = known_eot(r);
+        int eot = known_eot(r, NULL);
         toks[n++] = eot >= 0 ? eot : byte_model ? '\n' : (nv >= 50257 ? 50256 : 0);
     }
     free(pt);
@@ -1244,10 +1244,8 @@ static sr_status mask_eod(run *r)
 {
     const opts *o = &r->o;
     if (!o->eod_mask_loss) return SR_OK;
-    int nv = sr_classes(r->prog), id = o->eod_token >= 0 ? o->eod_token : known_eot(r);
-    const char *from = o->eod_token >= 0                       ? "--eod-token"
-                       : r->tok && sr_tok_eot(r->tok) == id ? "the tokenizer's end of text"
-                                                             : "GPT-2's <|endoftext|>";
+    const char *from = "--eod-token";
+    int nv = sr_classes(r->prog), id = o->eod_token >= 0 ? o->eod_token : known_eot(r, &from);
     if (id < 0)
         return sr_seterr(SR_ERR_USAGE, "--eod-mask-loss: no end-of-text token is known for this "
                          "model's vocabulary of %d%s: give --eod-token ID", nv,
