@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -67,7 +68,11 @@ static void close_file(sr_data_file *f)
 
 void sr_data_close(sr_data *d)
 {
-    for (int i = 0; i < d->n_files; i++) close_file(&d->files[i]);
+    for (int i = 0; i < d->n_parts; i++) sr_data_close(&d->parts[i]);
+    for (int i = 0; !d->n_parts && i < d->n_files; i++) close_file(&d->files[i]);
+    free(d->parts);
+    free(d->share);
+    free(d->cursor);
     free(d->files);
     free(d->path);
     memset(d, 0, sizeof *d);
@@ -207,9 +212,93 @@ static int is_pattern(const char *path)
     return strpbrk(path, "*?[") != NULL;
 }
 
+/* A number's word: all of it a finite double */
+static int is_number(const char *w, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(w, &end);
+    return end != w && *end == '\0' && errno == 0 && isfinite(*v);
+}
+
+/* 1 when path reads as a blend: no such file, words separated by blanks, the first a number */
+static int is_blend(const char *path)
+{
+    double v;
+    char first[64];
+    size_t n = strcspn(path, " \t");
+    if (path[n] == '\0' || n == 0 || n >= sizeof first || access(path, F_OK) == 0) return 0;
+    memcpy(first, path, n);
+    first[n] = '\0';
+    return is_number(first, &v);
+}
+
+/* "W1 PATH1 W2 PATH2 ...": each path opened as a part, the weights made integer
+ * shares of a million (the picks then agree on every rank and build) */
+static sr_status open_blend(sr_data *d, const char *spec, int vocab, const sr_tokenizer *tok)
+{
+    char *words = strdup(spec), *save = NULL;
+    int n = 0, cap = 0;
+    char **w = NULL;
+    sr_status s = words ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory opening %s", spec);
+    for (char *t = words ? strtok_r(words, " \t", &save) : NULL; t && s == SR_OK; t = strtok_r(NULL, " \t", &save)) {
+        if (n == cap) {
+            char **g = realloc(w, sizeof *w * (size_t)(cap = cap ? 2 * cap : 8));
+            if (!g) s = sr_seterr(SR_ERR_NOMEM, "out of memory opening %s", spec);
+            else w = g;
+        }
+        if (s == SR_OK) w[n++] = t;
+    }
+    double *weight = s == SR_OK ? calloc((size_t)n / 2 + 1, sizeof *weight) : NULL, sum = 0;
+    if (s == SR_OK && !weight) s = sr_seterr(SR_ERR_NOMEM, "out of memory opening %s", spec);
+    if (s == SR_OK && n % 2)
+        s = sr_seterr(SR_ERR_USAGE, "data blend \"%s\" has %d words: a blend is pairs of a weight and a "
+                      "file or pattern, as \"0.7 web_*.bin 0.3 code.bin\"", spec, n);
+    for (int i = 0; s == SR_OK && i < n; i += 2) {
+        if (!is_number(w[i], &weight[i / 2]) || !(weight[i / 2] > 0))
+            s = sr_seterr(SR_ERR_USAGE, "data blend \"%s\": the weight of %s, \"%s\", is not a positive number",
+                          spec, w[i + 1], w[i]);
+        else
+            sum += weight[i / 2];
+    }
+    int np = n / 2;
+    d->path = strdup(spec);
+    d->parts = calloc((size_t)np, sizeof *d->parts);
+    d->share = calloc((size_t)np, sizeof *d->share);
+    d->cursor = calloc((size_t)(1 + 2 * np), sizeof *d->cursor);
+    if (s == SR_OK && (!d->path || !d->parts || !d->share || !d->cursor))
+        s = sr_seterr(SR_ERR_NOMEM, "out of memory opening %s", spec);
+    d->is_bin = 1;
+    for (int i = 0; s == SR_OK && i < np; i++) {
+        d->share[i] = llround(weight[i] / sum * 1e6);
+        if (d->share[i] < 1) {
+            s = sr_seterr(SR_ERR_USAGE, "data blend \"%s\": the weight of %s, %s, is under a millionth of "
+                          "the total %g; raise it or leave the file out", spec, w[2 * i + 1], w[2 * i], sum);
+            break;
+        }
+        s = sr_data_open(&d->parts[i], w[2 * i + 1], vocab, tok);
+        if (s != SR_OK) break;
+        const sr_data *p = &d->parts[i];
+        d->n_parts++;
+        d->share_sum += d->share[i];
+        d->n_tokens += p->n_tokens;
+        d->is_bin &= p->is_bin;
+        d->n_files += p->n_files;
+        d->records += p->records;
+        d->n_loss += p->n_loss;
+        d->masked |= p->masked;
+    }
+    free(weight);
+    free(w);
+    free(words);
+    if (s != SR_OK) sr_data_close(d);
+    return s;
+}
+
 sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokenizer *tok)
 {
     memset(d, 0, sizeof *d);
+    if (is_blend(path)) return open_blend(d, path, vocab, tok);
     glob_t g;
     memset(&g, 0, sizeof g);
     size_t n = 1;
@@ -252,10 +341,17 @@ sr_status sr_data_open(sr_data *d, const char *path, int vocab, const sr_tokeniz
     return s;
 }
 
+/* one splitmix64 step */
+static uint64_t mix64(uint64_t x)
+{
+    return sr_mix64(x + 0x9e3779b97f4a7c15ull);
+}
+
 void sr_data_shuffle(sr_data *d, uint64_t seed)
 {
     d->shuffle = 1;
     d->seed = seed;
+    for (int i = 0; i < d->n_parts; i++) sr_data_shuffle(&d->parts[i], mix64(seed ^ mix64((uint64_t)i + 1)));
 }
 
 void sr_data_mask_eod(sr_data *d, int32_t eod)
@@ -263,12 +359,7 @@ void sr_data_mask_eod(sr_data *d, int32_t eod)
     d->mask_eod = 1;
     d->eod = eod;
     d->masked = 1;
-}
-
-/* one splitmix64 step */
-static uint64_t mix64(uint64_t x)
-{
-    return sr_mix64(x + 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < d->n_parts; i++) sr_data_mask_eod(&d->parts[i], eod);
 }
 
 /* A bijection of [0, n) keyed by key, in O(1) memory: a 4-round Feistel
@@ -293,15 +384,34 @@ static int64_t permute(int64_t i, int64_t n, uint64_t key)
     return (int64_t)x;
 }
 
+int64_t sr_data_part_windows(const sr_data *part, int T)
+{
+    return T > 0 && part->n_tokens > 0 ? (part->n_tokens - 1) / T : 0;
+}
+
 int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T)
 {
     if (G <= 0 || T <= 0 || d->n_tokens < 1) return 0;
-    return (d->n_tokens - 1) / ((int64_t)G * T);
+    if (!d->n_parts) return (d->n_tokens - 1) / ((int64_t)G * T);
+    int64_t e = INT64_MAX; /* part i's pass lasts about W_i * share_sum / share_i sequences */
+    for (int i = 0; i < d->n_parts; i++) {
+        int64_t w = (int64_t)((double)sr_data_part_windows(&d->parts[i], T) * (double)d->share_sum /
+                              (double)d->share[i]) / G;
+        if (w < e) e = w;
+    }
+    return e > 1 ? e : 1;
 }
 
 sr_status sr_data_check(const sr_data *d, int G, int T)
 {
     if (G <= 0 || T <= 0) return sr_seterr(SR_ERR_ARG, "batch %d x %d is not positive", G, T);
+    for (int i = 0; i < d->n_parts; i++)
+        if (sr_data_part_windows(&d->parts[i], T) == 0)
+            return sr_seterr(SR_ERR_FORMAT,
+                             "%s, of the data blend, has %ld tokens, fewer than one sequence of %d + 1; "
+                             "use more data or a smaller --seq",
+                             d->parts[i].path, (long)d->parts[i].n_tokens, T);
+    if (d->n_parts) return SR_OK;
     if (sr_data_batches_per_epoch(d, G, T) == 0 && d->n_files > 1)
         return sr_seterr(SR_ERR_FORMAT,
                          "the %d files of %s have %ld tokens, fewer than one batch of %d x %d + 1; "
@@ -323,12 +433,93 @@ static int is_loss(const sr_data *d, int64_t i)
     return !f->loss || f->loss[i - f->first];
 }
 
+/* Slot q of a pass of n slots, in pass p's order. */
+static int64_t pass_slot(const sr_data *d, int64_t q, int64_t n, int64_t p)
+{
+    return d->shuffle ? permute(q, n, mix64(d->seed ^ mix64((uint64_t)p))) : q;
+}
+
 /* The first stream token of sequence j of step's global batch (E batches a pass). */
 static int64_t seq_base(const sr_data *d, int64_t step, int64_t E, int G, int T, int j)
 {
-    int64_t q = (step % E) * G + j; /* the sequence's slot in this pass */
-    if (d->shuffle) q = permute(q, E * G, mix64(d->seed ^ mix64((uint64_t)(step / E))));
-    return q * T;
+    return pass_slot(d, (step % E) * G + j, E * G, step / E) * T; /* the sequence's slot in this pass */
+}
+
+/* The blend's part the sequence after cnt[] (each part's count so far) comes
+ * from: the one furthest below its share of s + 1 sequences. */
+static int blend_pick(const sr_data *d, int64_t s, const int64_t *cnt)
+{
+    int best = 0;
+    int64_t best_gap = INT64_MIN;
+    for (int i = 0; i < d->n_parts; i++) {
+        int64_t gap = d->share[i] * (s + 1) - d->share_sum * cnt[i];
+        if (gap > best_gap) best = i, best_gap = gap;
+    }
+    return best;
+}
+
+/* Each part's count before sequence s0 (the cursor walked there, from 0 when
+ * past it), copied into the scratch counts that blend_take moves on. */
+static int64_t *blend_seek(const sr_data *d, int64_t s0)
+{
+    int64_t *cur = d->cursor, *cnt = cur + 1, n = d->n_parts;
+    if (cur[0] > s0) memset(cur, 0, sizeof *cur * (size_t)(1 + n));
+    for (; cur[0] < s0; cur[0]++) cnt[blend_pick(d, cur[0], cnt)]++;
+    memcpy(cnt + n, cnt, sizeof *cnt * (size_t)n);
+    return cnt + n;
+}
+
+/* Blend sequence s (cnt: each part's count before it, then counting it): its
+ * part, and the first token of its window there. */
+static const sr_data *blend_take(const sr_data *d, int64_t s, int64_t *cnt, int T, int64_t *base)
+{
+    int i = blend_pick(d, s, cnt);
+    const sr_data *p = &d->parts[i];
+    int64_t c = cnt[i]++, w = sr_data_part_windows(p, T);
+    *base = pass_slot(p, c % w, w, c / w) * T;
+    return p;
+}
+
+/* One sequence from stream token base: inputs (T), targets (T, -1 where no loss). */
+static void read_seq(const sr_data *d, int64_t base, int T, int32_t *in, int32_t *tg)
+{
+    const sr_data_file *f = file_of(d, base);
+    if (base + T + 1 <= f->first + f->n) { /* within one file, as nearly every window is */
+        int64_t at = base - f->first;
+        for (int t = 0; t < T; t++) {
+            in[t] = file_token(f, at + t);
+            tg[t] = f->loss && !f->loss[at + t + 1] ? -1 : file_token(f, at + t + 1);
+        }
+    } else {
+        for (int t = 0; t < T; t++) {
+            in[t] = sr_data_token(d, base + t);
+            tg[t] = is_loss(d, base + t + 1) ? sr_data_token(d, base + t + 1) : -1;
+        }
+    }
+    for (int t = 0; d->mask_eod && t < T; t++)
+        if (in[t] == d->eod) tg[t] = -1;
+}
+
+/* The loss targets of the sequence read_seq reads from base. */
+static int64_t count_seq(const sr_data *d, int64_t base, int T)
+{
+    if (!d->masked) return T;
+    int64_t c = 0;
+    const sr_data_file *f = file_of(d, base);
+    if (base + T + 1 <= f->first + f->n) { /* within one file: no search per token */
+        int64_t at = base - f->first;
+        const uint8_t *l = f->loss ? f->loss + at + 1 : NULL;
+        if (d->mask_eod)
+            for (int t = 0; t < T; t++) c += (l ? l[t] : 1) && file_token(f, at + t) != d->eod;
+        else if (l)
+            for (int t = 0; t < T; t++) c += l[t];
+        else
+            c += T;
+        return c;
+    }
+    for (int t = 0; t < T; t++)
+        c += is_loss(d, base + t + 1) && !(d->mask_eod && sr_data_token(d, base + t) == d->eod);
+    return c;
 }
 
 sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_seq,
@@ -339,50 +530,28 @@ sr_status sr_data_batch(const sr_data *d, int64_t step, int G, int T, int first_
         return sr_seterr(SR_ERR_ARG,
                          "sequences [%d, %d) of step %ld are outside a global batch of %d",
                          first_seq, first_seq + n_seq, (long)step, G);
-    int64_t E = sr_data_batches_per_epoch(d, G, T);
-    for (int j = 0; j < n_seq; j++) {
-        int64_t base = seq_base(d, step, E, G, T, first_seq + j);
-        int32_t *in = inputs + (size_t)j * T, *tg = targets + (size_t)j * T;
-        const sr_data_file *f = file_of(d, base);
-        if (base + T + 1 <= f->first + f->n) { /* within one file, as nearly every window is */
-            int64_t at = base - f->first;
-            for (int t = 0; t < T; t++) {
-                in[t] = file_token(f, at + t);
-                tg[t] = f->loss && !f->loss[at + t + 1] ? -1 : file_token(f, at + t + 1);
-            }
-        } else {
-            for (int t = 0; t < T; t++) {
-                in[t] = sr_data_token(d, base + t);
-                tg[t] = is_loss(d, base + t + 1) ? sr_data_token(d, base + t + 1) : -1;
-            }
-        }
-        for (int t = 0; d->mask_eod && t < T; t++)
-            if (in[t] == d->eod) tg[t] = -1;
+    int64_t E = sr_data_batches_per_epoch(d, G, T), s0 = step * G, base;
+    int64_t *cnt = d->n_parts ? blend_seek(d, s0) : NULL;
+    for (int j = 0; cnt && j < first_seq; j++) blend_take(d, s0 + j, cnt, T, &base); /* the ranks before */
+    for (int j = first_seq; j < first_seq + n_seq; j++) {
+        const sr_data *src = d;
+        if (cnt) src = blend_take(d, s0 + j, cnt, T, &base);
+        else base = seq_base(d, step, E, G, T, j);
+        read_seq(src, base, T, inputs + (size_t)(j - first_seq) * T, targets + (size_t)(j - first_seq) * T);
     }
     return SR_OK;
 }
 
 int64_t sr_data_loss_targets(const sr_data *d, int64_t step, int G, int T)
 {
-    int64_t E = sr_data_batches_per_epoch(d, G, T);
+    int64_t E = sr_data_batches_per_epoch(d, G, T), c = 0, base;
     if (!d->masked || E == 0) return (int64_t)G * T;
-    int64_t c = 0;
+    int64_t *cnt = d->n_parts ? blend_seek(d, step * G) : NULL;
     for (int j = 0; j < G; j++) {
-        int64_t base = seq_base(d, step, E, G, T, j);
-        const sr_data_file *f = file_of(d, base);
-        if (base + T + 1 <= f->first + f->n) { /* within one file: no search per token */
-            int64_t at = base - f->first;
-            const uint8_t *l = f->loss ? f->loss + at + 1 : NULL;
-            if (d->mask_eod)
-                for (int t = 0; t < T; t++) c += (l ? l[t] : 1) && file_token(f, at + t) != d->eod;
-            else if (l)
-                for (int t = 0; t < T; t++) c += l[t];
-            else
-                c += T;
-            continue;
-        }
-        for (int t = 0; t < T; t++)
-            c += is_loss(d, base + t + 1) && !(d->mask_eod && sr_data_token(d, base + t) == d->eod);
+        const sr_data *src = d;
+        if (cnt) src = blend_take(d, step * G + j, cnt, T, &base);
+        else base = seq_base(d, step, E, G, T, j);
+        c += count_seq(src, base, T);
     }
     return c;
 }

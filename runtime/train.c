@@ -70,8 +70,8 @@ typedef struct flag {
 
 #define O(f) offsetof(opts, f)
 static const flag flags[] = {
-    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin, text (tokenized by --tokenizer, else raw bytes) or JSON Lines records (prompt + completion: loss on the completion); a quoted glob reads many files"},
-    {"val-data", F_STR, O(val_data), "FILE", "validation tokens (same formats)"},
+    {"data", F_STR, O(data), "FILE", "training tokens: llm.c .bin, text (tokenized by --tokenizer, else raw bytes) or JSON Lines records (prompt + completion: loss on the completion); a quoted glob reads many files; a quoted \"W1 FILE1 W2 FILE2 ...\" blends sources by weight"},
+    {"val-data", F_STR, O(val_data), "FILE", "validation tokens (same formats, a blend too)"},
     {"shuffle", F_INT, O(shuffle), "0|1", "1: visit the training sequences in a new random order each pass (from --seed)"},
     {"eod-mask-loss", F_INT, O(eod_mask_loss), "0|1", "1: no loss on the token after an end-of-text token (packed documents: a document's first token is not predicted from the one before; Megatron's --eod-mask-loss)"},
     {"eod-token", F_INT, O(eod_token), "ID", "the end-of-text token of --eod-mask-loss (default: the tokenizer's, else 50256 for GPT-2's vocabulary)"},
@@ -1332,8 +1332,10 @@ static sr_status setup(run *r)
     if (r->have_train && !r->train.is_bin && !r->train.records && !r->tok && sr_classes(prog) != 256)
         rt_info(r, "note: %s is read as raw bytes (token ids 0-255) for a vocabulary of %d; to "
                 "tokenize text, pass --tokenizer", o->data, sr_classes(prog));
-    report_records(r, &r->train, o->data);
-    report_records(r, &r->val, o->val_data);
+    for (int i = 0; i < r->train.n_parts; i++) report_records(r, &r->train.parts[i], r->train.parts[i].path);
+    for (int i = 0; i < r->val.n_parts; i++) report_records(r, &r->val.parts[i], r->val.parts[i].path);
+    if (!r->train.n_parts) report_records(r, &r->train, o->data);
+    if (!r->val.n_parts) report_records(r, &r->val, o->val_data);
     SR_CHECK(mask_eod(r));
 
     /* the parameters this rank holds: all, or its pipeline stages' */
@@ -1411,15 +1413,27 @@ static sr_status setup(run *r)
         r->log = fopen(o->log, r->loaded ? "a" : "w"); /* a resumed run continues its log */
         if (!r->log) return sr_seterr(SR_ERR_IO, "cannot open log file %s: %s", o->log, strerror(errno));
     }
-    char files[48] = "";
-    if (r->have_train && r->train.n_files > 1) snprintf(files, sizeof files, " in %d files", r->train.n_files);
+    char files[48] = "", pass[48] = "";
+    const sr_data *td = &r->train;
+    if (td->n_parts) snprintf(files, sizeof files, " in %d sources", td->n_parts);
+    else if (td->n_files > 1) snprintf(files, sizeof files, " in %d files", td->n_files);
+    if (r->have_train && !td->n_parts)
+        snprintf(pass, sizeof pass, " (%lld batches per pass)",
+                 (long long)sr_data_batches_per_epoch(td, o->batch, o->seq));
     if (r->have_train)
         rt_info(r, "%s: %lld parameters; batch %d x %d over %d data rank%s in %d microbatch%s; steps "
-             "%ld..%ld; %s has %lld tokens%s (%lld batches per pass)",
+             "%ld..%ld; %s has %lld tokens%s%s",
              prog->name ? prog->name : "model", (long long)r->n_full, o->batch, o->seq, dp, dp == 1 ? "" : "s",
-             o->microbatches, o->microbatches == 1 ? "" : "es", r->start_step, o->steps, o->data,
-             (long long)r->train.n_tokens, files,
-             (long long)sr_data_batches_per_epoch(&r->train, o->batch, o->seq));
+             o->microbatches, o->microbatches == 1 ? "" : "es", r->start_step, o->steps,
+             td->n_parts ? "the data blend" : o->data, (long long)td->n_tokens, files, pass);
+    for (int i = 0; i < r->train.n_parts; i++) { /* how often a run reads each source (Megatron prints epochs) */
+        const sr_data *p = &r->train.parts[i];
+        double share = (double)r->train.share[i] / (double)r->train.share_sum;
+        int64_t win = sr_data_part_windows(p, o->seq);
+        rt_info(r, "data: %.1f%% of the sequences from %s: %lld tokens, %lld sequences a pass; steps %ld..%ld "
+                "read %.2f passes", 100.0 * share, p->path, (long long)p->n_tokens, (long long)win, r->start_step,
+                o->steps, share * (double)(o->steps - r->start_step) * o->batch / (double)win);
+    }
     return SR_OK;
 }
 

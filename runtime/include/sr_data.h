@@ -12,6 +12,11 @@
  *  - anything else: text, tokenized at open by a tokenizer when one is given
  *    (sr_tokenizer.h), else raw bytes, one token per byte (vocabulary 256).
  *
+ * A blend, "W1 PATH1 W2 PATH2 ..." (Megatron-LM's weighted --data-path), mixes
+ * sources, each a file or pattern as above: every sequence comes from the
+ * source furthest below its share W/sum(W) so far, and each source is read in
+ * windows of its own, one pass after another.
+ *
  * Batches follow llm.c's sequential order and are a pure function of the
  * optimizer step, so a run resumed from a checkpoint, or split over any number
  * of data-parallel ranks and microbatches, reads exactly the same tokens.
@@ -62,6 +67,15 @@ typedef struct sr_data {
     int masked;              /* some targets are not: a file's loss mask has a 0, or mask_eod */
     int mask_eod;            /* sr_data_mask_eod: no target after token eod */
     int32_t eod;
+    /* a blend: n_parts sources (0: one file or pattern), parts[i] taking share[i]
+     * of every share_sum sequences (the weights as integers: exact arithmetic
+     * on every rank); the totals above are the parts' */
+    int n_parts;
+    struct sr_data *parts;
+    int64_t *share, share_sum;
+    int64_t *cursor;         /* [0]: sequence s, [1..n_parts]: each part's sequences
+                              * before s, then n_parts of scratch; moved by the
+                              * (const) readers, so one thread reads a blend */
 } sr_data;
 
 /* JSON Lines records read into tokens and their mask (records.c). */
@@ -86,7 +100,8 @@ sr_status sr_data_read_records(const char *path, const char *bytes, size_t n, co
 sr_status sr_map_file(const char *path, const char *what, void **map, size_t *size);
 
 /* Opens and validates token files: format, size, and every token < vocab.
- * `path` is a file, or a pattern with * ? [ (glob(3), matches in sorted
+ * `path` is a file, a blend "W1 PATH1 W2 PATH2 ..." (a path that does not
+ * exist but reads as positive weights and paths), or a pattern with * ? [ (glob(3), matches in sorted
  * order, like llm.c's -i "fineweb_train_*.bin") whose files are read as one
  * stream, one after the other. A file that is not an llm.c .bin is
  * tokenized with `tok` when it is not NULL (the whole file, once, held in
@@ -106,14 +121,19 @@ void sr_data_shuffle(sr_data *d, uint64_t seed);
  * token from the end of the one before (Megatron's --eod-mask-loss). */
 void sr_data_mask_eod(sr_data *d, int32_t eod);
 
-/* Token i (0 <= i < n_tokens). */
+/* The part's sequences a pass: W = floor((n_tokens - 1) / T). */
+int64_t sr_data_part_windows(const sr_data *part, int T);
+
+/* Token i (0 <= i < n_tokens) of a file or pattern. */
 int32_t sr_data_token(const sr_data *d, int64_t i);
 
 /* Batches per pass over the data for global batch G x T:
- * E = floor((n_tokens - 1) / (G*T)). 0 when the file is too short. */
+ * E = floor((n_tokens - 1) / (G*T)). 0 when the file is too short. A blend:
+ * the batches before a part starts its second pass (at least 1). */
 int64_t sr_data_batches_per_epoch(const sr_data *d, int G, int T);
 /* SR_OK if the file holds at least one batch of G x T (+1 target), else
- * SR_ERR_FORMAT: "file X has N tokens, fewer than one batch of G x T + 1". */
+ * SR_ERR_FORMAT: "file X has N tokens, fewer than one batch of G x T + 1".
+ * A blend's parts need one sequence each (T + 1 tokens). */
 sr_status sr_data_check(const sr_data *d, int G, int T);
 
 /* Sequences [first_seq, first_seq + n_seq) of the global batch of optimizer
@@ -121,6 +141,11 @@ sr_status sr_data_check(const sr_data *d, int G, int T);
  * (shuffled: q = P_p(q), P_p a permutation of [0, E*G) for pass p = step / E),
  * inputs  = tokens[q*T     .. q*T + T)
  * targets = tokens[q*T + 1 .. q*T + T + 1).
+ * A blend: sequence s = step * G + j is number c of part i, the part whose
+ * count so far is furthest below its share (share[i] * (s + 1) - share_sum *
+ * count[i] largest, the first on a tie), read from window c mod W_i of the
+ * part's pass c / W_i (W_i = floor((n_i - 1) / T), shuffled within the pass
+ * as above).
  * inputs and targets are (n_seq, T); a target that is no loss token (masked
  * by records, or after an end-of-document token: sr_data_mask_eod) is -1,
  * which the loss leaves out. */

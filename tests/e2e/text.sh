@@ -53,6 +53,44 @@ check "--shuffle 1 at dp=2 x 2 microbatches: the single-rank shuffled losses" sa
 check "--shuffle 1 resumed from step 3: bit for bit" \
   cmp <(grep -o '"loss":[^,]*' shuf.jsonl | tail -3) <(grep -o '"loss":[^,]*' shuf_r.jsonl)
 
+# a blend (Megatron-LM's weighted --data-path): the sequences of the documented
+# rule (a Python copy of it over the dumped batches), the same at dp=2 x 2
+# microbatches with a blended validation set, resumable bit for bit
+blend="2 $fix/text.bin 1 shard_2.bin"
+./bpe1 ${run/--quiet/} --data "$blend" --val-data "$blend" --eval-every 3 --log bl.jsonl --dump-batches bl_d \
+  --save blck --save-every 3 > /dev/null 2> bl_err.txt
+check "a blend says what each source gives ($(grep -m1 'from shard_2' bl_err.txt))" \
+  grep -q '^data: 33.3% of the sequences from shard_2.bin: 251 tokens, 7 sequences a pass; steps 0..6 read 1.14 passes' bl_err.txt
+check "a blend of 2 parts: each sequence the window the rule picks" $py - "$fix/text.bin" shard_2.bin bl_d/batches-rank0.txt <<'PY'
+import struct, sys
+def load(path):
+    b = open(path, "rb").read(); n = struct.unpack("<3i", b[:12])[2]
+    return struct.unpack("<%dH" % n, b[1024:1024 + 2 * n])
+parts, T, G = [load(sys.argv[1]), load(sys.argv[2])], 32, 4
+share = [round(2 / 3 * 1e6), round(1 / 3 * 1e6)]; total = sum(share); count = [0, 0]
+def fnv(x, y):
+    h = 1469598103934665603
+    for a, b in zip(x, y):
+        h = ((h ^ a) * 1099511628211) % 2**64; h = ((h ^ b) * 1099511628211) % 2**64
+    return h
+want = {}
+for s in range(6 * G):   # the part furthest below its share of s + 1 (the first on a tie); its window c mod W
+    i = max(range(2), key=lambda p: (share[p] * (s + 1) - total * count[p], -p))
+    c = count[i]; count[i] += 1; toks = parts[i]; w = (len(toks) - 1) // T; q = (c % w) * T
+    want[(s // G, s % G)] = fnv(toks[q:q + T], toks[q + 1:q + T + 1])
+got = {(int(k), int(j)): int(h, 16) for k, j, h in (l.split() for l in open(sys.argv[3]))}
+print(f"  {len(got)} sequences dumped, {count[1]} from the second part, {sum(got[x] == want[x] for x in want)} as the rule says")
+sys.exit(0 if got == want and count[1] == 8 else 1)
+PY
+$mpi -np 2 ./bpe1 $run --dp 2 --microbatches 2 --data "$blend" --val-data "$blend" --eval-every 3 --log bl2.jsonl
+check "the blend at dp=2 x 2 microbatches: the single-rank losses" same bl.jsonl bl2.jsonl 1e-5
+check "... and its blended validation losses" same bl.jsonl bl2.jsonl 1e-5 val_loss
+./bpe1 $run --data "$blend" --load blck/step-00000003 --log bl_r.jsonl
+check "the blend resumed from step 3: bit for bit" \
+  cmp <(grep -o '"loss":[^,]*' bl.jsonl | tail -3) <(grep -o '"loss":[^,]*' bl_r.jsonl)
+./bpe1 $run --data "0.5 $fix/text.bin 0.5" 2> err.txt; rc=$?
+check "a blend without its last file: exit 2 ($(head -1 err.txt))" sh -c "[ $rc -eq 2 ] && grep -q 'pairs of a weight' err.txt"
+
 # sampling: decoded text = the token ids decoded by GPT-2's byte map in Python
 smp="--steps 0 --load ckpt --batch 4 --seq 32 --sample 40 --temperature 1 --quiet"
 ./bpe1 $smp --tokenizer tok > s_text.txt

@@ -594,6 +594,123 @@ static void test_eod(void)
     }
 }
 
+/* A .bin whose token i is from + i. */
+static void make_counting_from(const char *name, int n, int from)
+{
+    uint16_t *tok = malloc((size_t)n * sizeof *tok);
+    for (int i = 0; i < n; i++) tok[i] = (uint16_t)(from + i);
+    write_bin(tmp(name), SR_DATA_MAGIC, 1, n, tok, n);
+    free(tok);
+}
+
+/* A blend "3 A 1 B": every sequence a whole window of one part, A's share of
+ * every prefix within one sequence of 3/4, each part read pass after pass (in
+ * order, or shuffled: each window once a pass), any slice of a batch the
+ * whole batch's, in any order of steps; bad blends refused */
+static void test_blend(void)
+{
+    make_counting_from("blend_a.bin", 1000, 0);      /* W = 99 windows of T = 10 */
+    make_counting_from("blend_b.bin", 500, 20000);   /* W = 49 */
+    char spec[1200];
+    snprintf(spec, sizeof spec, "3 %s  1\t%s", tmp("blend_a.bin"), tmp("blend_b.bin"));
+    sr_data d;
+    if (sr_data_open(&d, spec, 65536, NULL) != SR_OK) {
+        CHECK(0, "blend opens");
+        return;
+    }
+    const int G = 8, T = 10, K = 60; /* 480 sequences: A's second pass and beyond, B's too */
+    CHECK(d.n_parts == 2 && d.n_tokens == 1500 && d.share[0] == 750000 && d.share[1] == 250000,
+          "blend: 2 parts, 1500 tokens, shares 750000 and 250000 of a million");
+    CHECK(sr_data_check(&d, G, T) == SR_OK && sr_data_batches_per_epoch(&d, G, T) == 16,
+          "blend: checked by its parts; 16 batches before a part's second pass (A: 99 x 4/3 / 8)");
+    static int32_t all[60][8 * 10];
+    int32_t in[8 * 10], tg[8 * 10], a[10], b[10];
+    int64_t na = 0, nb = 0, s = 0;
+    int whole = 1, share_ok = 1, order = 1, slices = 1;
+    for (int k = 0; k < K; k++) {
+        whole &= sr_data_batch(&d, k, G, T, 0, G, in, tg) == SR_OK;
+        memcpy(all[k], in, sizeof in);
+        for (int j = 0; j < G; j++, s++) {
+            int32_t *x = in + j * T, *y = tg + j * T, from = x[0] >= 20000 ? 20000 : 0;
+            int64_t w = from ? 49 : 99, c = from ? nb++ : na++;
+            whole &= (x[0] - from) % T == 0;
+            for (int t = 0; t < T; t++) whole &= x[t] == x[0] + t && y[t] == x[0] + t + 1;
+            order &= x[0] - from == (c % w) * T; /* unshuffled: window c mod W */
+            share_ok &= 4 * na > 3 * (s + 1) - 4 && 4 * na < 3 * (s + 1) + 4; /* |na - 3/4 (s+1)| < 1 */
+        }
+    }
+    CHECK(whole && share_ok && order && na == 360 && nb == 120,
+          "blend: whole windows of one part; A's count within one of 3/4 of every prefix (360 of 480); each "
+          "part's windows in order, pass after pass");
+    int steps[] = {5, 2, 5, 0, 59, 58};
+    for (int i = 0; i < 6; i++) { /* the cursor goes back and forth */
+        int k = steps[i];
+        sr_data_batch(&d, k, G, T, 0, G, in, tg);
+        slices &= memcmp(in, all[k], sizeof in) == 0;
+        for (int j = G - 1; j >= 0; j--) {
+            slices &= sr_data_batch(&d, k, G, T, j, 1, a, b) == SR_OK;
+            slices &= memcmp(a, in + j * T, sizeof a) == 0 && memcmp(b, tg + j * T, sizeof b) == 0;
+        }
+    }
+    CHECK(slices, "blend: a step's batch the same read again after others, before or after it; any slice of it the whole batch's");
+    sr_data_mask_eod(&d, 5); /* token 5: the targets after it are left out */
+    int agree = 1;
+    for (int k = 0; k < 20; k++) agree &= sr_data_loss_targets(&d, k, G, T) == targets_in(&d, k, G, T);
+    CHECK(agree && d.parts[0].mask_eod && sr_data_loss_targets(&d, 0, G, T) == G * T - 1,
+          "blend: --eod-mask-loss reaches the parts; sr_data_loss_targets counts the batch's targets");
+    sr_data_close(&d);
+
+    /* shuffled: B's 49 windows each once in each of its passes, in another order */
+    int once = 1, moved = 0;
+    if (sr_data_open(&d, spec, 65536, NULL) == SR_OK) {
+        sr_data_shuffle(&d, 7);
+        char seen[49] = {0};
+        nb = 0;
+        for (int k = 0; k < K; k++) {
+            sr_data_batch(&d, k, G, T, 0, G, in, tg);
+            for (int j = 0; j < G; j++) {
+                if (in[j * T] < 20000) continue;
+                int q = (in[j * T] - 20000) / T;
+                if (nb % 49 == 0) memset(seen, 0, sizeof seen);
+                once &= !seen[q];
+                seen[q] = 1;
+                moved += q != nb % 49;
+                nb++;
+            }
+        }
+        sr_data_close(&d);
+    }
+    CHECK(once && moved > 90 && nb == 120, "blend shuffled: each window of a part once a pass, %d of %ld moved",
+          moved, (long)nb);
+
+    struct {
+        const char *spec;
+        sr_status want;
+        const char *says;
+    } bad[] = {{"0.7 %s 0.3", SR_ERR_USAGE, "pairs of a weight"},
+               {"1 %s 0 %s", SR_ERR_USAGE, "is not a positive number"},
+               {"1 %s nan %s", SR_ERR_USAGE, "is not a positive number"},
+               {"1 %s 1e-9 %s", SR_ERR_USAGE, "under a millionth"},
+               {"1 %s 1 %s_missing", SR_ERR_IO, "_missing"}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(spec, sizeof spec, bad[i].spec, tmp("blend_a.bin"), tmp("blend_b.bin"));
+        sr_status st = sr_data_open(&d, spec, 65536, NULL);
+        CHECK(st == bad[i].want && contains(sr_errmsg(), bad[i].says), "blend \"%s\" refused: %s", bad[i].spec,
+              sr_errmsg());
+    }
+    make_counting_from("blend_c.bin", 20, 0);
+    snprintf(spec, sizeof spec, "1 %s 1 %s", tmp("blend_a.bin"), tmp("blend_c.bin"));
+    int ok = sr_data_open(&d, spec, 65536, NULL) == SR_OK;
+    CHECK(ok && sr_data_check(&d, G, T) == SR_OK && sr_data_check(&d, G, 20) == SR_ERR_FORMAT &&
+          contains(sr_errmsg(), "blend_c.bin") && contains(sr_errmsg(), "fewer than one sequence of 20 + 1"),
+          "blend: a part shorter than a sequence is named: %s", sr_errmsg());
+    if (ok) sr_data_close(&d);
+    make_counting("1 x.bin", 300); /* a file whose name reads as a blend is the file */
+    ok = sr_data_open(&d, tmp("1 x.bin"), 65536, NULL) == SR_OK;
+    CHECK(ok && d.n_parts == 0 && d.n_tokens == 300, "a file named \"1 x.bin\" is read as that file");
+    if (ok) sr_data_close(&d);
+}
+
 static void cleanup(void)
 {
     DIR *dd = opendir(dir);
@@ -620,6 +737,7 @@ int main(void)
     test_shuffle();
     test_records();
     test_eod();
+    test_blend();
     cleanup();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
