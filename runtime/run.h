@@ -25,7 +25,7 @@ typedef struct opts {
     long steps;
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
         top_k, threads, dp, tp, pp, zero, shuffle, decay_steps, keep_last, eod_mask_loss, eod_token;
-    float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature,
+    float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature, top_p,
         bucket_mb, comm_timeout, time_limit;
     unsigned long long seed;
     int quiet, help, version;

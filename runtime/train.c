@@ -104,6 +104,7 @@ static const flag flags[] = {
     {"sample", F_INT, O(sample), "N", "after training, generate N tokens"},
     {"temperature", F_FLOAT, O(temperature), "F", "sampling temperature (0 = greedy)"},
     {"top-k", F_INT, O(top_k), "K", "sample from the K most likely tokens (0 = all)"},
+    {"top-p", F_FLOAT, O(top_p), "P", "sample from the most likely tokens whose probabilities add up to P (nucleus sampling; 1 = all)"},
     {"prompt", F_STR, O(prompt), "TEXT", "sampling prompt (through the tokenizer, or bytes for a byte-level model)"},
     {"tokenizer", F_STR, O(tokenizer), "PATH|none", "byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2) for text data, --prompt and samples: tokenizer.json, vocab.json, gpt2_tokenizer.bin or their directory (default: the one with --init's or --load's files)"},
     {"threads", F_INT, O(threads), "N", "CPU threads (0 = OpenMP/OpenBLAS default)"},
@@ -154,6 +155,7 @@ static void set_defaults(opts *o, const sr_program *prog)
     o->save_every = d->save_every;
     o->eval_batches = 8;
     o->temperature = 1.0f;
+    o->top_p = 1.0f;
     o->init = "random";
     o->eod_token = -1; /* the tokenizer's */
     /* the degrees the program was built for; dp = what the world leaves
@@ -261,6 +263,7 @@ static void warn_idle_flags(const run *r)
         {"prompt", no_sample, "without --sample N"},
         {"temperature", no_sample, "without --sample N"},
         {"top-k", no_sample, "without --sample N"},
+        {"top-p", no_sample, "without --sample N"},
         {"decay-steps", strcmp(o->lr_schedule, "wsd") != 0 && o->decay_steps > 0, "unless --lr-schedule is wsd"},
         {"min-lr", strcmp(o->lr_schedule, "constant") == 0 && o->min_lr > 0, "with --lr-schedule constant"},
     };
@@ -334,6 +337,7 @@ static sr_status check_opts(const opts *o, const char *given, const sr_program *
     NEED(o->sample >= 0, "--sample must be >= 0 (got %d)", o->sample);
     NEED(o->temperature >= 0, "--temperature must be >= 0 (got %g)", (double)o->temperature);
     NEED(o->top_k >= 0, "--top-k must be >= 0 (got %d)", o->top_k);
+    NEED(o->top_p > 0 && o->top_p <= 1, "--top-p must be in (0, 1] (got %g)", (double)o->top_p);
     NEED(o->threads >= 0, "--threads must be >= 0 (got %d)", o->threads);
     NEED(!o->tokenizer || *o->tokenizer, "--tokenizer needs a path or 'none'");
     NEED(!(o->load && o->init && strcmp(o->init, "random") != 0),
@@ -1070,8 +1074,10 @@ static int cmp_cand(const void *a, const void *b)
 }
 
 /* One token from logits (V): greedy at temperature 0, else softmax of
- * logits/temperature over the top-k candidates, drawn with uniform u. */
-static int pick(const float *logits, int V, float temp, int top_k, float u, cand *c)
+ * logits/temperature over the top-k candidates, then over the fewest most
+ * likely of them whose probabilities add up to top_p (the one that crosses
+ * it kept, as Hugging Face's TopPLogitsWarper), drawn with uniform u. */
+static int pick(const float *logits, int V, float temp, int top_k, float top_p, float u, cand *c)
 {
     int best = 0;
     for (int j = 1; j < V; j++)
@@ -1082,12 +1088,17 @@ static int pick(const float *logits, int V, float temp, int top_k, float u, cand
         c[j].id = j;
     }
     int n = V;
-    if (top_k > 0 && top_k < V) {
-        qsort(c, (size_t)V, sizeof *c, cmp_cand);
-        n = top_k;
-    }
+    if ((top_k > 0 && top_k < V) || top_p < 1) qsort(c, (size_t)V, sizeof *c, cmp_cand);
+    if (top_k > 0 && top_k < V) n = top_k;
     double mx = logits[best], z = 0;
     for (int j = 0; j < n; j++) z += exp(((double)c[j].logit - mx) / temp);
+    if (top_p < 1) { /* the nucleus: n cut to the prefix that reaches top_p of z */
+        double keep = 0;
+        int m = 0;
+        while (m < n && keep < (double)top_p * z) keep += exp(((double)c[m++].logit - mx) / temp);
+        n = m > 0 ? m : 1;
+        z = keep;
+    }
     double acc = 0, target = (double)u * z;
     for (int j = 0; j < n; j++) {
         acc += exp(((double)c[j].logit - mx) / temp);
@@ -1173,7 +1184,7 @@ static sr_status sample(run *r)
                 memcpy(row, row + (size_t)V, (size_t)V * sizeof(float));
             if (s != SR_OK) break;
             float u = sr_rand_uniform(o->seed, SAMPLE_STREAM, (uint64_t)i);
-            tok = pick(row, nv, o->temperature, o->top_k, u, c);
+            tok = pick(row, nv, o->temperature, o->top_k, o->top_p, u, c);
         }
         /* the last stage picks; every pipeline rank learns the token (the others add 0) */
         if (r->pipe) {

@@ -58,19 +58,21 @@ check "--min-lr above --lr with --steps 0 (no step, no schedule) runs" [ $? -eq 
 # flags the run would ignore: a warning each, and the run goes on; with what they need, or
 # values that ask for nothing, none
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --eval-every 2 --eval-batches 3 --prompt ab \
-    --temperature 0.5 --top-k 3 --decay-steps 2 --min-lr 0.001 --lr-schedule constant --keep-last 2 >out 2>err
+    --temperature 0.5 --top-k 3 --top-p 0.9 --decay-steps 2 --min-lr 0.001 --lr-schedule constant --keep-last 2 \
+    >out 2>err
 rc=$?
-check "nine flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
-    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 9 ] &&
+check "ten flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
+    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 10 ] &&
      grep -q 'warning: --keep-last has no effect without --save DIR' err &&
      grep -q 'warning: --save-every has no effect without --save DIR' err &&
      grep -q 'warning: --eval-batches has no effect without --val-data FILE' err &&
      grep -q 'warning: --top-k has no effect without --sample N' err &&
+     grep -q 'warning: --top-p has no effect without --sample N' err &&
      grep -q 'warning: --decay-steps has no effect unless --lr-schedule is wsd' err &&
      grep -q 'warning: --min-lr has no effect with --lr-schedule constant' err"
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --save ckw0 --val-data val.txt --eval-every 2 \
-    --eval-batches 3 --sample 2 --prompt ab --temperature 0.5 --top-k 3 --lr-schedule wsd --decay-steps 2 \
-    --min-lr 0.001 --keep-last 2 >out 2>err
+    --eval-batches 3 --sample 2 --prompt ab --temperature 0.5 --top-k 3 --top-p 0.9 --lr-schedule wsd \
+    --decay-steps 2 --min-lr 0.001 --keep-last 2 >out 2>err
 rc=$?
 "$BIN" --data train.txt --steps 1 --quiet --save-every 0 --eval-every 0 --decay-steps 0 --min-lr 0 --keep-last 0 >>out 2>>err
 check "the same flags with what they need, or asking for nothing: no warning" \
@@ -387,6 +389,43 @@ check "--sample 20 prints prompt + 20 bytes + newline" sh -c "[ $rc -eq 0 ] && [
 check "sampling is deterministic" cmp -s s1 s2
 "$BIN" --load ck --steps 0 --sample 30 --temperature 0 --top-k 5 --quiet >s3 2>err
 check "greedy sampling runs" sh -c "[ $? -eq 0 ] && [ \$(wc -c <s3) -eq 32 ]"
+"$BIN" --load ck --steps 0 --sample 20 --prompt ab --top-p 1 --quiet >s4 2>err
+check "--top-p 1 samples as without it" cmp -s s1 s4
+"$BIN" --load ck --steps 0 --sample 200 --prompt ab --top-p 0.3 --quiet >s5 2>err
+rc=$?
+"$BIN" --load ck --steps 0 --sample 200 --prompt ab --quiet >s6 2>&1
+# every token --top-p 0.3 drew is in the nucleus of the bigram's distribution after the one
+# before (the fewest most likely bytes reaching 0.3: W[prev] + bias of the checkpoint, softmax);
+# the draws without it leave the nucleus, so the check can fail
+nucleus() { python3 - "$1" "$2" ck <<'PY'
+import glob, json, math, struct, sys
+out, p = open(sys.argv[1], "rb").read().rstrip(b"\n"), float(sys.argv[2])
+f = open(sorted(glob.glob(sys.argv[3] + "/step-*/model.safetensors"))[-1], "rb").read()
+n = struct.unpack("<Q", f[:8])[0]; hdr = json.loads(f[8:8 + n])
+def tensor(name):
+    a, b = hdr[name]["data_offsets"]
+    return struct.unpack("<%df" % ((b - a) // 4), f[8 + n + a:8 + n + b])
+W, bias = tensor("wte.weight"), tensor("bias")
+inside = wide = 0
+for prev, tok in zip(out[1:-1], out[2:]):   # after the prompt's first byte
+    logit = [W[prev * 256 + j] + bias[j] for j in range(256)]
+    mx = max(logit); e = [math.exp(x - mx) for x in logit]; z = sum(e)
+    order = sorted(range(256), key=lambda j: (-logit[j], j)); keep, acc = [], 0.0
+    for j in order:
+        if acc >= p * z: break
+        keep.append(j); acc += e[j]
+    inside += tok in keep; wide += len(keep) > 1
+print(f"  {inside} of {len(out) - 2} draws in the nucleus ({wide} of them from more than one byte)")
+sys.exit(0 if inside == len(out) - 2 and wide > len(out) // 2 else 1)
+PY
+}
+drew_in() { [ "$rc" -eq 0 ] && [ "$(wc -c <s5)" -eq 203 ] && nucleus s5 0.3; }
+check "--top-p 0.3: every draw in the nucleus" drew_in
+left() { ! nucleus s6 0.3 >/dev/null; }
+check "... which draws without --top-p leave" left
+"$BIN" --load ck --steps 0 --sample 2 --top-p 0 >/dev/null 2>err
+rc=$?
+check "--top-p 0: a usage error ($(head -1 err))" sh -c "[ $rc -eq 2 ] && grep -q -- '--top-p must be in (0, 1\] (got 0)' err"
 "$BIN" --data train.txt --steps 1 --dump-grads g.safetensors --quiet >/dev/null 2>err
 check "--dump-grads writes a safetensors file with the parameter names" \
     sh -c "[ $? -eq 0 ] && [ -s g.safetensors ] && grep -a -q '\"wte.weight\"' g.safetensors"
