@@ -23,7 +23,7 @@ typedef struct opts {
     const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
         *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm, *tokenizer, *export_dir;
     long steps;
-    int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample,
+    int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample, sample_every,
         top_k, threads, dp, tp, pp, zero, shuffle, decay_steps, keep_last, eod_mask_loss, eod_token;
     float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature, top_p,
         bucket_mb, comm_timeout, time_limit;

@@ -102,6 +102,7 @@ static const flag flags[] = {
     {"eval-batches", F_INT, O(eval_batches), "N", "validation batches per evaluation"},
     {"log", F_STR, O(log), "FILE", "append one JSON line per step and per evaluation"},
     {"sample", F_INT, O(sample), "N", "after training, generate N tokens"},
+    {"sample-every", F_INT, O(sample_every), "N", "also print a sample of --sample N tokens every N steps while training (0 = only at the end)"},
     {"temperature", F_FLOAT, O(temperature), "F", "sampling temperature (0 = greedy)"},
     {"top-k", F_INT, O(top_k), "K", "sample from the K most likely tokens (0 = all)"},
     {"top-p", F_FLOAT, O(top_p), "P", "sample from the most likely tokens whose probabilities add up to P (nucleus sampling; 1 = all)"},
@@ -261,6 +262,7 @@ static void warn_idle_flags(const run *r)
         {"eval-every", no_val && o->eval_every > 0, "without --val-data FILE"},
         {"eval-batches", no_val, "without --val-data FILE"},
         {"prompt", no_sample, "without --sample N"},
+        {"sample-every", no_sample && o->sample_every > 0, "without --sample N"},
         {"temperature", no_sample, "without --sample N"},
         {"top-k", no_sample, "without --sample N"},
         {"top-p", no_sample, "without --sample N"},
@@ -335,6 +337,7 @@ static sr_status check_opts(const opts *o, const char *given, const sr_program *
     NEED(o->eod_token == -1 || o->eod_mask_loss, "--eod-token is the token --eod-mask-loss 1 masks after: give both");
     NEED(o->eval_batches >= 1, "--eval-batches must be >= 1 (got %d)", o->eval_batches);
     NEED(o->sample >= 0, "--sample must be >= 0 (got %d)", o->sample);
+    NEED(o->sample_every >= 0, "--sample-every must be >= 0 (got %d)", o->sample_every);
     NEED(o->temperature >= 0, "--temperature must be >= 0 (got %g)", (double)o->temperature);
     NEED(o->top_k >= 0, "--top-k must be >= 0 (got %d)", o->top_k);
     NEED(o->top_p > 0 && o->top_p <= 1, "--top-p must be in (0, 1] (got %g)", (double)o->top_p);
@@ -805,7 +808,7 @@ static sr_status handshake(run *r)
     h = mix(h, (uint64_t)prog->recompute * 2 + (uint64_t)prog->sequence_parallel);
     for (int j = 0; j < prog->n_tp_partial_grads; j++) h = mix(h, (uint64_t)prog->tp_partial_grads[j]);
     long step_shape[] = {o->steps, o->batch, o->seq, o->microbatches, o->dp, o->tp, o->pp, o->zero, o->eval_every,
-                    o->save_every, o->eval_batches, o->sample, (long)(o->bucket_mb * 1000)};
+                    o->save_every, o->eval_batches, o->sample, o->sample_every, (long)(o->bucket_mb * 1000)};
     for (size_t i = 0; i < sizeof step_shape / sizeof step_shape[0]; i++) h = mix(h, (uint64_t)step_shape[i]);
     h = mix_str(h, o->schedule);
     h = mix(h, (uint64_t)(o->val_data != NULL));
@@ -939,6 +942,8 @@ static void report_stop(run *r, long end, int saved)
                 why, end, o->steps);
 }
 
+static sr_status sample(run *r, long step);
+
 static sr_status train(run *r)
 {
     const opts *o = &r->o;
@@ -1013,6 +1018,10 @@ static sr_status train(run *r)
         if (r->have_val && o->eval_every > 0 && (k + 1) % o->eval_every == 0) {
             SR_CHECK(run_eval(r, k + 1));
             last_eval = k + 1;
+        }
+        if (o->sample > 0 && o->sample_every > 0 && (k + 1) % o->sample_every == 0 && k + 1 < o->steps) {
+            SR_CHECK(rt_params_settle(r)); /* as for an evaluation; the last step's sample is --sample's */
+            SR_CHECK(sample(r, k + 1));
         }
         if (o->save && o->save_every > 0 && (k + 1) % o->save_every == 0) {
             double ts = now_s();
@@ -1116,7 +1125,9 @@ static int known_eot(const run *r, const char **from)
     return tok >= 0 ? tok : nv >= 50257 && nv <= 50304 ? 50256 : -1;
 }
 
-static sr_status sample(run *r)
+/* --sample tokens from the model as it is; step >= 0: a sample while training
+ * (--sample-every), printed under a line naming the step */
+static sr_status sample(run *r, long step)
 {
     const opts *o = &r->o;
     const sr_program *prog = r->prog;
@@ -1204,6 +1215,7 @@ static sr_status sample(run *r)
             fputc('\n', stderr);
             r->line_open = 0;
         }
+        if (step >= 0) printf("--- sample at step %ld ---\n", step);
         if (r->tok) {
             for (size_t i = 0; i < n; i++) {
                 size_t len;
@@ -1536,7 +1548,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     if (catching) catch_stop_signals(old_handlers);
     if (s == SR_OK) s = train(&r);
     if (catching) release_stop_signals(old_handlers);
-    if (s == SR_OK && r.o.sample > 0 && !r.stopped) s = sample(&r); /* every rank: the forward is collective */
+    if (s == SR_OK && r.o.sample > 0 && !r.stopped) s = sample(&r, -1); /* every rank: the forward is collective */
     if (r.line_open) fputc('\n', stderr);
     int code = s == SR_OK ? (r.stopped ? 3 : 0) : s == SR_ERR_USAGE ? 2 : 1;
     /* rank 0 speaks for all about errors every rank shares (flags, files);

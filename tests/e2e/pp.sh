@@ -204,6 +204,18 @@ check "pp=2, pp=2 interleaved and pp=4 evaluate the loss of one rank ($v1; $v2, 
   $py -c "import sys; sys.exit(0 if '$v1' and len({'$v1', '$v2', '$v2v', '$v4'}) == 1 else 1)"
 check "pp=2, pp=2 interleaved and pp=4 sample the tokens of one rank" identical ev1.out ev2.out ev2v.out ev4.out
 
+# --sample-every: a sample while training, through the pipeline and after ZeRO-1's
+# gathers settle, and the training and the last sample are those without it, bit for bit
+sm="--data text.txt --batch 8 --seq 32 --threads 1 --steps 4 --sample 16 --quiet --pp 2 --dp 2 --zero 1 --microbatches 2"
+$mpi -np 4 ./p2 $sm --log sm0.jsonl > sm0.out
+$mpi -np 4 ./p2 $sm --sample-every 2 --log sm1.jsonl --save smck --save-every 2 > sm1.out
+$mpi -np 4 ./p2 ${sm/--steps 4/--steps 2} --load smck/step-00000002 > sm2.out # step 2's parameters, sampled
+sampled_mid() { cmp -s <(tail -c +26 sm1.out | head -c "$(wc -c < sm2.out)") sm2.out && [ -s sm2.out ] &&
+  [ "$(grep -c '^--- sample at step' sm1.out)" -eq 1 ] && grep -q '^--- sample at step 2 ---$' sm1.out &&
+  cmp -s <(tail -c "$(wc -c < sm0.out)" sm1.out) sm0.out && [ "$(wc -c < sm1.out)" -gt $((2 * $(wc -c < sm0.out))) ] &&
+  cmp -s <(grep -o '"loss":[^,]*' sm0.jsonl) <(grep -o '"loss":[^,]*' sm1.jsonl) && [ -s sm0.jsonl ]; }
+check "--sample-every 2 at pp=2 x dp=2 ZeRO-1: one sample at step 2 (step 2's checkpoint's), then the run's as without it, losses bit for bit" sampled_mid
+
 # model states: a pipeline rank holds only its stages' parameters, their
 # gradients and AdamW moments (the start-up line of every rank); the ranks'
 # parameters add up to the whole model plus the tied embedding's second copy

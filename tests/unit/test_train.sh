@@ -58,20 +58,21 @@ check "--min-lr above --lr with --steps 0 (no step, no schedule) runs" [ $? -eq 
 # flags the run would ignore: a warning each, and the run goes on; with what they need, or
 # values that ask for nothing, none
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --eval-every 2 --eval-batches 3 --prompt ab \
-    --temperature 0.5 --top-k 3 --top-p 0.9 --decay-steps 2 --min-lr 0.001 --lr-schedule constant --keep-last 2 \
-    >out 2>err
+    --temperature 0.5 --top-k 3 --top-p 0.9 --sample-every 2 --decay-steps 2 --min-lr 0.001 --lr-schedule constant \
+    --keep-last 2 >out 2>err
 rc=$?
-check "ten flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
-    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 10 ] &&
+check "eleven flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
+    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 11 ] &&
      grep -q 'warning: --keep-last has no effect without --save DIR' err &&
      grep -q 'warning: --save-every has no effect without --save DIR' err &&
      grep -q 'warning: --eval-batches has no effect without --val-data FILE' err &&
      grep -q 'warning: --top-k has no effect without --sample N' err &&
      grep -q 'warning: --top-p has no effect without --sample N' err &&
+     grep -q 'warning: --sample-every has no effect without --sample N' err &&
      grep -q 'warning: --decay-steps has no effect unless --lr-schedule is wsd' err &&
      grep -q 'warning: --min-lr has no effect with --lr-schedule constant' err"
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --save ckw0 --val-data val.txt --eval-every 2 \
-    --eval-batches 3 --sample 2 --prompt ab --temperature 0.5 --top-k 3 --top-p 0.9 --lr-schedule wsd \
+    --eval-batches 3 --sample 2 --sample-every 2 --prompt ab --temperature 0.5 --top-k 3 --top-p 0.9 --lr-schedule wsd \
     --decay-steps 2 --min-lr 0.001 --keep-last 2 >out 2>err
 rc=$?
 "$BIN" --data train.txt --steps 1 --quiet --save-every 0 --eval-every 0 --decay-steps 0 --min-lr 0 --keep-last 0 >>out 2>>err
@@ -423,6 +424,17 @@ drew_in() { [ "$rc" -eq 0 ] && [ "$(wc -c <s5)" -eq 203 ] && nucleus s5 0.3; }
 check "--top-p 0.3: every draw in the nucleus" drew_in
 left() { ! nucleus s6 0.3 >/dev/null; }
 check "... which draws without --top-p leave" left
+"$BIN" --data train.txt --steps 5 --sample 4 --sample-every 2 --log se1.jsonl --quiet >se1.out 2>err
+rc=$?
+"$BIN" --data train.txt --steps 5 --sample 4 --log se0.jsonl --quiet >se0.out 2>&1
+sampled_every() { [ "$rc" -eq 0 ] &&
+    [ "$(grep -a '^--- sample' se1.out | tr '\n' ,)" = '--- sample at step 2 ---,--- sample at step 4 ---,' ] &&
+    [ "$(wc -c <se1.out)" -eq $((3 * 6 + 2 * 25)) ] && cmp -s <(tail -c 6 se1.out) se0.out &&
+    [ -n "$(losses se0.jsonl)" ] && [ "$(losses se0.jsonl)" = "$(losses se1.jsonl)" ]; }
+check "--sample-every 2 over 5 steps: samples after steps 2 and 4, then --sample's; the losses as without" sampled_every
+"$BIN" --data train.txt --steps 1 --sample 2 --sample-every -1 >/dev/null 2>err
+rc=$?
+check "--sample-every -1: a usage error" sh -c "[ $rc -eq 2 ] && grep -q -- '--sample-every must be >= 0 (got -1)' err"
 "$BIN" --load ck --steps 0 --sample 2 --top-p 0 >/dev/null 2>err
 rc=$?
 check "--top-p 0: a usage error ($(head -1 err))" sh -c "[ $rc -eq 2 ] && grep -q -- '--top-p must be in (0, 1\] (got 0)' err"
