@@ -147,6 +147,8 @@ void sr_st_close(sr_st_file *f)
     free(f->meta_keys);
     free(f->meta_values);
     if (f->map) munmap(f->map, f->map_len);
+    for (int i = 0; i < f->n_shards; i++) sr_st_close(&f->shards[i]);
+    free(f->shards);
     free(f->path);
     memset(f, 0, sizeof *f);
 }
@@ -395,8 +397,87 @@ sr_status sr_st_open(sr_st_file *f, const char *path)
     f->data_len = size - 8 - hlen;
     s = parse_header(f, b + 8, hlen);
     if (s == SR_OK) s = check_checksum(f);
+    for (int i = 0; s == SR_OK && i < f->n; i++) f->tensors[i].bytes = f->data + f->tensors[i].begin;
     if (s == SR_OK) return SR_OK;
 fail:
+    sr_st_close(f);
+    return s;
+}
+
+/* index.json's directory joined with a shard's name */
+static char *beside(const char *index_path, const char *name)
+{
+    const char *slash = strrchr(index_path, '/');
+    size_t d = slash ? (size_t)(slash - index_path) + 1 : 0, n = strlen(name);
+    char *p = malloc(d + n + 1);
+    if (!p) return NULL;
+    memcpy(p, index_path, d);
+    memcpy(p + d, name, n + 1);
+    return p;
+}
+
+sr_status sr_st_open_index(sr_st_file *f, const char *index_path)
+{
+    memset(f, 0, sizeof *f);
+    sr_json *root = NULL;
+    f->path = strdup(index_path);
+    sr_status s = f->path ? sr_json_parse_file(index_path, &root) : sr_seterr(SR_ERR_NOMEM, "out of memory");
+    const sr_json *map = s == SR_OK ? sr_json_get(root, "weight_map") : NULL;
+    if (s == SR_OK && (!map || map->type != SR_JSON_OBJECT || map->n == 0))
+        s = sr_seterr(SR_ERR_FORMAT, "%s has no \"weight_map\" of tensor names to files; it is not a "
+                      "safetensors index", index_path);
+    /* the shards, each opened once, in the order the map first names them */
+    int *shard_of = s == SR_OK ? calloc((size_t)map->n, sizeof *shard_of) : NULL, total = 0;
+    const char **names = s == SR_OK ? calloc((size_t)map->n, sizeof *names) : NULL; /* the shards' */
+    f->shards = s == SR_OK ? calloc((size_t)map->n, sizeof *f->shards) : NULL;
+    if (s == SR_OK && (!shard_of || !names || !f->shards)) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+    for (int i = 0; s == SR_OK && i < map->n; i++) {
+        const char *file = sr_json_string(&map->items[i]);
+        if (!file || !*file || strchr(file, '/')) {
+            s = sr_seterr(SR_ERR_FORMAT, "%s: tensor '%s' maps to %s, not the name of a file beside it",
+                          index_path, map->items[i].key, file ? file : "no string");
+            break;
+        }
+        int k = 0;
+        while (k < f->n_shards && strcmp(names[k], file) != 0) k++;
+        if (k == f->n_shards) {
+            char *path = beside(index_path, file);
+            s = path ? sr_st_open(&f->shards[k], path) : sr_seterr(SR_ERR_NOMEM, "out of memory");
+            free(path);
+            if (s != SR_OK) break;
+            names[f->n_shards++] = file;
+            total += f->shards[k].n;
+        }
+        shard_of[i] = k;
+    }
+    /* every tensor a map entry names is in its shard */
+    for (int i = 0; s == SR_OK && i < map->n; i++)
+        if (!sr_st_find(&f->shards[shard_of[i]], map->items[i].key))
+            s = sr_seterr(SR_ERR_FORMAT, "%s maps tensor '%s' to %s, which has no such tensor; the "
+                          "download is incomplete or from another revision", index_path, map->items[i].key,
+                          f->shards[shard_of[i]].path);
+    free(shard_of);
+    free(names);
+    sr_json_free(root);
+    /* one table of every shard's tensors, sorted by name, each name once */
+    f->tensors = s == SR_OK ? calloc((size_t)total + 1, sizeof *f->tensors) : NULL;
+    if (s == SR_OK && !f->tensors) s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+    if (f->tensors) f->n = total; /* names NULL until copied: sr_st_close frees what there is */
+    int n = 0;
+    for (int k = 0; s == SR_OK && k < f->n_shards; k++)
+        for (int i = 0; i < f->shards[k].n; i++) {
+            f->tensors[n] = f->shards[k].tensors[i];
+            f->tensors[n].name = strdup(f->shards[k].tensors[i].name);
+            if (!f->tensors[n++].name) {
+                s = sr_seterr(SR_ERR_NOMEM, "out of memory");
+                break;
+            }
+        }
+    if (s == SR_OK) qsort(f->tensors, (size_t)n, sizeof *f->tensors, cmp_name);
+    for (int i = 1; s == SR_OK && i < n; i++)
+        if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0)
+            s = sr_seterr(SR_ERR_FORMAT, "%s: two of its shards hold tensor '%s'", index_path, f->tensors[i].name);
+    if (s == SR_OK) return SR_OK;
     sr_st_close(f);
     return s;
 }
@@ -460,7 +541,8 @@ static float half_to_float(uint16_t h)
 
 sr_status sr_st_read_f32(const sr_st_file *f, const sr_st_tensor *t, float *out)
 {
-    const unsigned char *p = f->data + t->begin;
+    (void)f;
+    const unsigned char *p = t->bytes;
     int64_t n = t->numel;
     int le = host_is_le();
     if (strcmp(t->dtype, "F32") == 0) {

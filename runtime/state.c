@@ -345,17 +345,26 @@ sr_status rt_init_from(run *r, const char *path)
 {
     char *file = NULL;
     sr_status s = SR_OK;
-    if (is_dir(path)) {
+    char *one = is_dir(path) ? path_join(path, "model.safetensors") : NULL;
+    char *index = is_dir(path) ? path_join(path, "model.safetensors.index.json") : NULL;
+    if (index && is_file(index) && one && !is_file(one)) { /* a sharded Hugging Face checkpoint */
+        file = index;
+        index = NULL;
+    } else if (is_dir(path)) {
         char *step = NULL;
-        SR_CHECK(rt_resolve_ckpt(path, &step));
-        file = path_join(step, "model.safetensors");
+        s = rt_resolve_ckpt(path, &step);
+        file = s == SR_OK ? path_join(step, "model.safetensors") : NULL;
         free(step);
     } else {
         file = strdup(path);
     }
+    free(one);
+    free(index);
+    if (s != SR_OK) return s;
     if (!file) return sr_seterr(SR_ERR_NOMEM, "out of memory");
     sr_st_file f;
-    s = sr_st_open(&f, file);
+    size_t len = strlen(file);
+    s = len > 5 && !strcmp(file + len - 5, ".json") ? sr_st_open_index(&f, file) : sr_st_open(&f, file);
     if (s == SR_OK) {
         s = load_tensors(r, &f, r->params, "", HF_PREFIX);
         sr_st_close(&f);

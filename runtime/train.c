@@ -91,7 +91,7 @@ static const flag flags[] = {
     {"grad-clip", F_FLOAT, O(grad_clip), "F", "clip the global gradient norm to F (0 = off)"},
     {"dropout", F_FLOAT, O(dropout), "P", "dropout probability during training"},
     {"seed", F_U64, O(seed), "N", "seed of initialization, dropout and sampling"},
-    {"init", F_STR, O(init), "random|PATH", "random, or parameters from a model.safetensors (or its directory)"},
+    {"init", F_STR, O(init), "random|PATH", "random, or parameters from a model.safetensors, a sharded model.safetensors.index.json (Hugging Face), or their directory"},
     {"load", F_STR, O(load), "DIR", "resume from a checkpoint (root with 'latest', or a step directory)"},
     {"save", F_STR, O(save), "DIR", "write checkpoints to DIR/step-NNNNNNNN"},
     {"save-every", F_INT, O(save_every), "N", "checkpoint every N steps (0 = only at the end)"},

@@ -34,6 +34,7 @@ typedef struct sr_st_tensor {
     int64_t dims[SR_ST_MAX_DIMS];
     int64_t numel;
     uint64_t begin, end;            /* byte range in the data section */
+    const unsigned char *bytes;     /* its data, in whichever file holds it */
 } sr_st_tensor;
 
 typedef struct sr_st_file {
@@ -46,6 +47,8 @@ typedef struct sr_st_file {
     uint64_t data_len;
     void *map;                      /* whole file, mmap'ed */
     size_t map_len;
+    int n_shards;                   /* sr_st_open_index: the shard files the tensors are in */
+    struct sr_st_file *shards;
 } sr_st_file;
 
 /* Opens and validates a safetensors file; a file with our checksum in its
@@ -53,6 +56,13 @@ typedef struct sr_st_file {
  * it (SR_ERR_FORMAT naming both values). On failure *f is closed. */
 sr_status sr_st_open(sr_st_file *f, const char *path);
 void sr_st_close(sr_st_file *f);
+/* Opens a Hugging Face sharded checkpoint by its index
+ * (model.safetensors.index.json: "weight_map" from tensor name to shard file,
+ * the files beside it) as one file: every shard's tensors, each where its
+ * shard holds it. SR_ERR_FORMAT if the index is not one, a tensor it maps is
+ * not in its shard, or two shards hold one name; a shard's own errors as
+ * sr_st_open's. On failure *f is closed. */
+sr_status sr_st_open_index(sr_st_file *f, const char *index_path);
 
 /* Tensor by exact name, or NULL. */
 const sr_st_tensor *sr_st_find(const sr_st_file *f, const char *name);

@@ -196,6 +196,33 @@ check "--init DIR uses the tokenizer beside the weights ($(head -1 hf_err.txt))"
   grep -q "^tokenizer: hf/tokenizer.json (tokenizer.json, 1000 tokens)" hf_err.txt
 check "... and samples what --load with --tokenizer did" cmp s_prompt.txt s_hf.txt
 
+# a sharded Hugging Face checkpoint (model.safetensors.index.json and its shards, as the
+# hub serves models over 5 GB): --init of the directory loads what the one file holds
+mkdir hfs && cp "$fix/tokenizer.json" hfs/
+$py - hf/model.safetensors hfs <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+hdr = json.loads(b[8:8 + n]); hdr.pop("__metadata__", None); data = b[8 + n:]
+names = sorted(hdr); half = len(names) // 2; wmap = {}
+for i, part in enumerate([names[:half], names[half:]]):
+    fname = "model-%05d-of-00002.safetensors" % (i + 1); h, blob = {}, b""
+    for k in part:
+        a, e = hdr[k]["data_offsets"]
+        h[k] = {"dtype": hdr[k]["dtype"], "shape": hdr[k]["shape"], "data_offsets": [len(blob), len(blob) + e - a]}
+        blob += data[a:e]; wmap[k] = fname
+    j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+    open(sys.argv[2] + "/" + fname, "wb").write(struct.pack("<Q", len(j)) + j + blob)
+json.dump({"metadata": {"total_size": len(data)}, "weight_map": wmap}, open(sys.argv[2] + "/model.safetensors.index.json", "w"))
+PY
+./bpe1 --init hf --steps 0 --batch 4 --seq 32 --save one > /dev/null 2>&1
+./bpe1 --init hfs --steps 0 --batch 4 --seq 32 --save two > /dev/null 2> hfs_err.txt
+check "--init of a sharded checkpoint (2 shards and their index): the parameters of the one file, byte for byte" \
+  cmp one/step-00000000/model.safetensors two/step-00000000/model.safetensors
+check "... and it says so ($(grep initialized hfs_err.txt))" grep -q 'initialized parameters from hfs/model.safetensors.index.json' hfs_err.txt
+rm hfs/model-00002-of-00002.safetensors
+./bpe1 --init hfs --steps 0 --batch 4 --seq 32 2> err.txt; rc=$?
+check "a missing shard: exit 1 ($(head -1 err.txt))" sh -c "[ $rc -eq 1 ] && grep -q 'cannot open hfs/model-00002-of-00002.safetensors' err.txt"
+
 # shardc tokenize: text files into one llm.c token file, once
 check "shardc tokenize writes Hugging Face's tokens of text.txt, byte for byte (text.bin)" \
   sh -c "'$shardc' tokenize --tokenizer tok -o tk.bin '$fix/text.txt' 2> tk_err.txt && cmp tk.bin '$fix/text.bin'"

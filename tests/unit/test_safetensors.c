@@ -446,6 +446,64 @@ static void cleanup(void)
     rmdir(dir);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A Hugging Face sharded checkpoint: two shards (one F32 by us, one BF16 by
+ * hand) and their index read as one file; an index that lies is refused */
+static void test_index(void)
+{
+    static const float a[6] = {1, -2.5f, 3, 4, 5, 6}, b[2] = {0.5f, -8};
+    int64_t da[2] = {2, 3}, db[1] = {2};
+    sr_st_entry e[2] = {{"model.layers.0.w", 2, da, a}, {"model.norm.weight", 1, db, b}};
+    int ok = sr_st_write(tmp("model-00001-of-00002.safetensors"), e, 2, NULL, 0) == SR_OK;
+    static const unsigned char bf[4] = {0x80, 0x3f, 0x00, 0xc0}, bf6[6] = {0x80, 0x3f, 0x00, 0xc0, 0, 0}; /* bf16 1, -2 */
+    write_raw(tmp("model-00002-of-00002.safetensors"),
+              "{\"lm_head.weight\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", bf, 4);
+    write_text(tmp("model.safetensors.index.json"),
+               "{\"metadata\": {\"total_size\": 36}, \"weight_map\": {\"lm_head.weight\": "
+               "\"model-00002-of-00002.safetensors\", \"model.layers.0.w\": \"model-00001-of-00002.safetensors\", "
+               "\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}}");
+    sr_st_file f;
+    sr_status s = sr_st_open_index(&f, tmp("model.safetensors.index.json"));
+    CHECK(ok && s == SR_OK && f.n == 3 && f.n_shards == 2, "an index of 2 shards opens as one file of 3 tensors");
+    if (s != SR_OK) return;
+    float out[6] = {0};
+    const sr_st_tensor *t = sr_st_find(&f, "model.layers.0.w");
+    CHECK(t && sr_st_read_f32(&f, t, out) == SR_OK && memcmp(out, a, sizeof a) == 0, "a tensor of shard 1");
+    t = sr_st_find_alias(&f, "layers.0.w", "model.");
+    CHECK(t && t->dims[0] == 2 && t->dims[1] == 3, "found by an alias, as --init looks names up");
+    t = sr_st_find(&f, "lm_head.weight");
+    CHECK(t && sr_st_read_f32(&f, t, out) == SR_OK && out[0] == 1.0f && out[1] == -2.0f,
+          "a BF16 tensor of shard 2, converted");
+    s = sr_st_load(&f, "model.norm.weight", NULL, 1, db, out);
+    CHECK(s == SR_OK && out[1] == -8.0f && sr_st_find(&f, "nothing") == NULL, "sr_st_load through the index");
+    sr_st_close(&f);
+
+    struct {
+        const char *index, *says;
+    } bad[] = {
+        {"{\"metadata\": {}}", "has no \"weight_map\""},
+        {"{\"weight_map\": {\"x\": \"model-00003-of-00002.safetensors\"}}", "model-00003-of-00002.safetensors"},
+        {"{\"weight_map\": {\"gone\": \"model-00001-of-00002.safetensors\"}}", "maps tensor 'gone' to"},
+        {"{\"weight_map\": {\"lm_head.weight\": \"../model-00002-of-00002.safetensors\"}}", "not the name of a file"},
+        {"{\"weight_map\": {\"lm_head.weight\": \"model-00002-of-00002.safetensors\", \"model.norm.weight\": "
+         "\"model-00001-of-00002.safetensors\", \"x\": \"dup.safetensors\"}}", "two of its shards hold"},
+        {"{\"weight_map\": ", "invalid JSON"},
+    };
+    write_raw(tmp("dup.safetensors"), "{\"lm_head.weight\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+              "\"x\":{\"dtype\":\"BF16\",\"shape\":[],\"data_offsets\":[4,6]}}", bf6, 6);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(tmp("bad.index.json"), bad[i].index);
+        s = sr_st_open_index(&f, tmp("bad.index.json"));
+        CHECK(s != SR_OK && contains(sr_errmsg(), bad[i].says), "a bad index refused: %s", sr_errmsg());
+    }
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -459,6 +517,7 @@ int main(void)
     test_conversions();
     test_corrupt();
     test_json();
+    test_index();
     cleanup();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
