@@ -1254,7 +1254,8 @@ static void set_threads(int n)
 /* JSON Lines records: how many, and how much of the stream the loss sees */
 static void report_records(run *r, const sr_data *d, const char *path)
 {
-    if (!d->records) return;
+    for (int i = 0; i < d->n_parts; i++) report_records(r, &d->parts[i], d->parts[i].path); /* a blend's */
+    if (!d->records || d->n_parts) return;
     rt_info(r, "data: %s: %lld records, %lld tokens, %lld of them loss targets (%.1f%%)%s", path,
             (long long)d->records, (long long)d->n_tokens, (long long)d->n_loss,
             100.0 * (double)d->n_loss / (double)(d->n_tokens > 0 ? d->n_tokens : 1),
@@ -1355,10 +1356,8 @@ static sr_status setup(run *r)
     if (r->have_train && !r->train.is_bin && !r->train.records && !r->tok && sr_classes(prog) != 256)
         rt_info(r, "note: %s is read as raw bytes (token ids 0-255) for a vocabulary of %d; to "
                 "tokenize text, pass --tokenizer", o->data, sr_classes(prog));
-    for (int i = 0; i < r->train.n_parts; i++) report_records(r, &r->train.parts[i], r->train.parts[i].path);
-    for (int i = 0; i < r->val.n_parts; i++) report_records(r, &r->val.parts[i], r->val.parts[i].path);
-    if (!r->train.n_parts) report_records(r, &r->train, o->data);
-    if (!r->val.n_parts) report_records(r, &r->val, o->val_data);
+    report_records(r, &r->train, o->data);
+    report_records(r, &r->val, o->val_data);
     SR_CHECK(mask_eod(r));
 
     /* the parameters this rank holds: all, or its pipeline stages' */
