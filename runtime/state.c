@@ -345,12 +345,13 @@ sr_status rt_init_from(run *r, const char *path)
 {
     char *file = NULL;
     sr_status s = SR_OK;
-    char *one = is_dir(path) ? path_join(path, "model.safetensors") : NULL;
-    char *index = is_dir(path) ? path_join(path, "model.safetensors.index.json") : NULL;
+    int dir = is_dir(path);
+    char *one = dir ? path_join(path, "model.safetensors") : NULL;
+    char *index = dir ? path_join(path, "model.safetensors.index.json") : NULL;
     if (index && is_file(index) && one && !is_file(one)) { /* a sharded Hugging Face checkpoint */
         file = index;
         index = NULL;
-    } else if (is_dir(path)) {
+    } else if (dir) {
         char *step = NULL;
         s = rt_resolve_ckpt(path, &step);
         file = s == SR_OK ? path_join(step, "model.safetensors") : NULL;
