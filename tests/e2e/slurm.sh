@@ -11,18 +11,25 @@ for b in srun salloc sinfo slurmctld slurmd munged; do
 done
 
 # ---- the cluster ------------------------------------------------------------
-sl=$w/slurm; mkdir -p $sl/munge $sl/state $sl/spool $sl/log
+sl=$w/slurm; mkdir -p $sl/munge $sl/state $sl/spool $sl/log $sl/tmp
 chmod 755 $w $sl; chmod 700 $sl/munge
 head -c 1024 /dev/urandom > $sl/munge/munge.key; chmod 400 $sl/munge/munge.key
-# ports from the process id, so that two runs on one machine do not collide
-port=$(( 20000 + ($$ % 20000) * 2 ))
+# job ids from the process id: Open MPI names its shared-memory segments after
+# the PMIx namespace (slurm.pmix.JOB.STEP), so two clusters both at job 1 on one
+# machine would map each other's segments (a crash or a hang); TmpFS below keeps
+# Slurm's PMIx directories (spmix_appdir_UID_JOB.STEP) in the scratch directory
+first_job=$(( ($$ % 60000) * 1000 + 1 ))
 host=$(hostname -s)
 user=$(id -un)
-cat > $sl/slurm.conf <<EOF
+export SLURM_CONF=$sl/slurm.conf
+# write_conf PORT: the cluster's slurm.conf, slurmctld on PORT and slurmd on PORT+1
+write_conf() { cat > $sl/slurm.conf <<EOF
 ClusterName=shardc-test
+FirstJobId=$first_job
 SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
+SlurmctldPort=$1
+SlurmdPort=$(($1 + 1))
+MessageTimeout=5
 AuthType=auth/munge
 AuthInfo=socket=$sl/munge/sock
 CredType=cred/munge
@@ -30,6 +37,7 @@ SlurmUser=$user
 SlurmdUser=$user
 StateSaveLocation=$sl/state
 SlurmdSpoolDir=$sl/spool
+TmpFS=$sl/tmp
 SlurmctldPidFile=$sl/slurmctld.pid
 SlurmdPidFile=$sl/slurmd.pid
 SlurmctldLogFile=$sl/log/slurmctld.log
@@ -46,26 +54,39 @@ SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
-export SLURM_CONF=$sl/slurm.conf
-stop_cluster() { # stop the daemons and wait for them (at most 10 s) before removing their files
-  local pids=""
-  for f in $sl/slurmd.pid $sl/slurmctld.pid $sl/munge/pid; do [ -f $f ] && pids="$pids $(cat $f)"; done
+}
+# stop_daemons [all]: stop slurmd and slurmctld (munged too with "all") and
+# wait for them, at most 10 s
+stop_daemons() {
+  local pids="" f
+  for f in $sl/slurmd.pid $sl/slurmctld.pid ${1:+$sl/munge/pid}; do [ -f $f ] && pids="$pids $(cat $f)"; done
   [ -n "$pids" ] && kill $pids 2> /dev/null
   for i in $(seq 40); do kill -0 $pids 2> /dev/null || break; sleep 0.25; done
+  rm -f $sl/slurmd.pid $sl/slurmctld.pid
+}
+stop_cluster() { # before removing the daemons' files
+  stop_daemons all
   [ "$fail" -eq 0 ] || tail -n 15 $sl/log/slurmctld.log $sl/log/slurmd.log
   rm -rf "$w"
 }
 trap stop_cluster EXIT
-munged -f --socket=$sl/munge/sock --key-file=$sl/munge/munge.key --log-file=$sl/log/munged.log \
+# every start and query bounded: a daemon that does not answer costs a retry on
+# other ports (the first pair, from the process id, may be taken), not the
+# test's whole timeout
+idle() { [ "$(timeout 10 sinfo -h -o %t 2> /dev/null)" = idle ]; }
+timeout 20 munged -f --socket=$sl/munge/sock --key-file=$sl/munge/munge.key --log-file=$sl/log/munged.log \
   --pid-file=$sl/munge/pid --seed-file=$sl/munge/seed || { cat $sl/log/munged.log; echo "FAIL munged"; exit 1; }
-slurmctld -f $SLURM_CONF -i || { cat $sl/log/slurmctld.log; echo "FAIL slurmctld"; exit 1; }
-slurmd -f $SLURM_CONF || { cat $sl/log/slurmd.log; echo "FAIL slurmd"; exit 1; }
-for i in $(seq 60); do
-  [ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && break; sleep 0.5
+for try in 1 2 3; do
+  port=$(( 20000 + (($$ + 7919 * (try - 1)) % 20000) * 2 ))
+  write_conf $port
+  echo "starting slurmctld and slurmd on ports $port and $((port + 1)) (try $try of 3)"
+  timeout 20 slurmctld -f $SLURM_CONF -i && timeout 20 slurmd -f $SLURM_CONF &&
+    for i in $(seq 60); do idle && break; sleep 0.5; done
+  idle && break
+  timeout 10 sinfo; tail -n 20 $sl/log/slurmctld.log $sl/log/slurmd.log
+  stop_daemons
+  [ $try -lt 3 ] || { echo "FAIL the one-node cluster did not come up"; exit 1; }
 done
-if [ "$(sinfo -h -o %t 2>/dev/null)" != idle ]; then
-  sinfo; tail -n 20 $sl/log/slurmctld.log $sl/log/slurmd.log; echo "FAIL the one-node cluster did not come up"; exit 1
-fi
 ok "one-node Slurm cluster up ($(sinfo -V), node $host idle)"
 
 # ---- programs under srun ----------------------------------------------------
