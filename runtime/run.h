@@ -12,6 +12,7 @@
 #include "sr_comm.h"
 #include "sr_data.h"
 #include "sr_dp.h"
+#include "sr_mc.h"
 #include "sr_program.h"
 #include "sr_trace.h"
 
@@ -21,10 +22,11 @@
 
 typedef struct opts {
     const char *data, *val_data, *lr_schedule, *init, *load, *save, *log, *prompt,
-        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm, *tokenizer, *export_dir;
+        *dump_grads, *trace, *dump_batches, *comm_stats, *schedule, *recompute, *comm, *tokenizer, *export_dir,
+        *eval_mc, *eval_mc_out;
     long steps;
     int batch, seq, microbatches, warmup, save_every, eval_every, eval_batches, sample, sample_every,
-        top_k, threads, dp, tp, pp, zero, shuffle, decay_steps, keep_last, eod_mask_loss, eod_token;
+        top_k, threads, dp, tp, pp, zero, shuffle, decay_steps, keep_last, eod_mask_loss, eod_token, eval_mc_examples;
     float lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip, dropout, temperature, top_p,
         bucket_mb, comm_timeout, time_limit;
     unsigned long long seed;
@@ -54,6 +56,8 @@ typedef struct run {
     int32_t *inputs, *targets;  /* (B, T) in backend memory */
     sr_data train, val;
     int have_train, have_val;
+    sr_mc mc;                   /* --eval-mc's examples (have_mc) */
+    int have_mc;
     sr_tokenizer *tok;          /* --tokenizer (or --init's): text data, prompt, samples */
     FILE *log;
     FILE *batches;              /* --dump-batches */

@@ -98,8 +98,11 @@ static const flag flags[] = {
     {"keep-last", F_INT, O(keep_last), "N", "keep the N newest step directories under --save, removing older ones (0 = all)"},
     {"time-limit", F_FLOAT, O(time_limit), "MIN", "stop before a step that would end over MIN minutes after the start, saving with --save (0 = none)"},
     {"export", F_STR, O(export_dir), "DIR", "at the end, write DIR as a Hugging Face model directory (vocabulary padding cut)"},
-    {"eval-every", F_INT, O(eval_every), "N", "validation loss every N steps (0 = only at the end)"},
+    {"eval-every", F_INT, O(eval_every), "N", "evaluate (--val-data, --eval-mc) every N steps (0 = only at the end)"},
     {"eval-batches", F_INT, O(eval_batches), "N", "validation batches per evaluation"},
+    {"eval-mc", F_STR, O(eval_mc), "FILE", "at each evaluation, multiple-choice accuracy on FILE (llm.c's HellaSwag .bin, or HellaSwag's JSON Lines)"},
+    {"eval-mc-examples", F_INT, O(eval_mc_examples), "N", "score the first N examples of --eval-mc (0 = all)"},
+    {"eval-mc-out", F_STR, O(eval_mc_out), "FILE", "append each scored example's completion losses to FILE (JSON Lines)"},
     {"log", F_STR, O(log), "FILE", "append one JSON line per step and per evaluation"},
     {"sample", F_INT, O(sample), "N", "after training, generate N tokens"},
     {"sample-every", F_INT, O(sample_every), "N", "also print a sample of --sample N tokens every N steps while training (0 = only at the end)"},
@@ -259,7 +262,9 @@ static void warn_idle_flags(const run *r)
     const struct { const char *flag; int idle; const char *why; } w[] = {
         {"save-every", !o->save && o->save_every > 0, "without --save DIR"},
         {"keep-last", !o->save && o->keep_last > 0, "without --save DIR"},
-        {"eval-every", no_val && o->eval_every > 0, "without --val-data FILE"},
+        {"eval-every", no_val && !o->eval_mc && o->eval_every > 0, "without --val-data FILE or --eval-mc FILE"},
+        {"eval-mc-examples", !o->eval_mc, "without --eval-mc FILE"},
+        {"eval-mc-out", !o->eval_mc, "without --eval-mc FILE"},
         {"eval-batches", no_val, "without --val-data FILE"},
         {"prompt", no_sample, "without --sample N"},
         {"sample-every", no_sample && o->sample_every > 0, "without --sample N"},
@@ -336,6 +341,7 @@ static sr_status check_opts(const opts *o, const char *given, const sr_program *
     NEED(o->eod_token >= -1, "--eod-token must be a token id >= 0 (got %d)", o->eod_token);
     NEED(o->eod_token == -1 || o->eod_mask_loss, "--eod-token is the token --eod-mask-loss 1 masks after: give both");
     NEED(o->eval_batches >= 1, "--eval-batches must be >= 1 (got %d)", o->eval_batches);
+    NEED(o->eval_mc_examples >= 0, "--eval-mc-examples must be >= 0 (got %d)", o->eval_mc_examples);
     NEED(o->sample >= 0, "--sample must be >= 0 (got %d)", o->sample);
     NEED(o->sample_every >= 0, "--sample-every must be >= 0 (got %d)", o->sample_every);
     NEED(o->temperature >= 0, "--temperature must be >= 0 (got %g)", (double)o->temperature);
@@ -620,16 +626,156 @@ static sr_status evaluate(run *r, double *out)
     return SR_OK;
 }
 
+static sr_status fetch_logits(run *r, const sr_exec *e, size_t pos, int npos, float *out);
+
+/* -log softmax(logits)[target] at row p of npos rows as fetch_logits leaves
+ * them (tp blocks of Vl columns), over the nv classes */
+static double token_loss(const float *out, int p, int npos, int Vl, int tp, int nv, int target)
+{
+    double mx = -INFINITY, z = 0, xt = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int q = 0; q < tp; q++) {
+            const float *x = out + ((size_t)q * npos + (size_t)p) * Vl;
+            for (int j = 0; j < Vl && q * Vl + j < nv; j++) {
+                if (pass == 0) mx = x[j] > mx ? x[j] : mx;
+                else z += exp((double)x[j] - mx);
+            }
+            if (pass == 1 && target >= q * Vl && target < (q + 1) * Vl) xt = x[target - q * Vl];
+        }
+    return mx + log(z) - xt;
+}
+
+/* the logits rows scored at a time (2 * MC_ROWS * V floats of room) */
+#define MC_ROWS 32
+
+/* --eval-mc: each completion's summed loss after its example's context
+ * (cut from the left where the two are longer than --seq: the completion
+ * whole). The examples are dealt round-robin over the data ranks, each rank's
+ * completions B rows to a forward (its tensor and pipeline group in step);
+ * the last stage sums the losses, then every rank has them all. Rank 0 then
+ * counts the right answers: least summed loss (acc), least loss per token
+ * (acc_norm, llm.c's HellaSwag figure). */
+static sr_status mc_eval(run *r, long step)
+{
+    const opts *o = &r->o;
+    const sr_mc *mc = &r->mc;
+    int T = o->seq, V = r->prog->vocab, tp = r->grid.tp, Vl = V / tp, nv = sr_classes(r->prog);
+    int ne = o->eval_mc_examples > 0 && o->eval_mc_examples < mc->n ? o->eval_mc_examples : mc->n;
+    int64_t nc = mc->first[ne];
+    double *loss = calloc((size_t)nc + 1, sizeof *loss);
+    float *out = malloc(2 * (size_t)MC_ROWS * V * sizeof *out);
+    int64_t *comp = malloc((size_t)r->B * sizeof *comp);
+    int *ex = malloc((size_t)r->B * sizeof *ex), *cut = malloc((size_t)r->B * sizeof *cut);
+    sr_status s = (loss && out && comp && ex && cut) ? SR_OK : sr_seterr(SR_ERR_NOMEM, "out of memory for --eval-mc");
+    int i = r->grid.dp_rank;
+    int64_t k = i < ne ? mc->first[i] : 0;
+    while (s == SR_OK) {
+        int rows = 0; /* the next B completions of this data rank's examples */
+        for (; rows < r->B && i < ne; rows++) {
+            ex[rows] = i;
+            comp[rows] = k;
+            if (++k == mc->first[i + 1]) {
+                i += r->grid.dp;
+                k = i < ne ? mc->first[i] : 0;
+            }
+        }
+        if (rows == 0) break;
+        for (int j = 0; j < rows; j++) { /* context then completion, the completion's tokens the targets */
+            int32_t *in = r->h_inputs + (size_t)j * T, *tg = r->h_targets + (size_t)j * T;
+            int lc = mc->ctx_len[ex[j]], L = lc + mc->comp_len[comp[j]];
+            cut[j] = L - 1 > T ? L - 1 - T : 0;
+            for (int t = 0; t < T; t++) {
+                int a = cut[j] + t, b = a + 1;
+                in[t] = b < L ? (a < lc ? mc->tok[mc->ctx[ex[j]] + a] : mc->tok[mc->comp[comp[j]] + a - lc]) : 0;
+                tg[t] = b < L && b >= lc ? mc->tok[mc->comp[comp[j]] + b - lc] : -1;
+            }
+        }
+        push_tokens(r, rows);
+        sr_exec e;
+        rt_exec_init(r, &e, rows, 0.0f, step);
+        int last;
+        s = forward_whole(r, &e, &last);
+        if (s != SR_OK || !last) continue;
+        if (!e.logits && !e.logits_bf16) {
+            s = sr_seterr(SR_ERR_STATE, "model %s has no logits output; --eval-mc needs them",
+                          r->prog->name ? r->prog->name : "?");
+            break;
+        }
+        for (int j = 0; j < rows && s == SR_OK; j++) {
+            int lc = mc->ctx_len[ex[j]], lm = mc->comp_len[comp[j]];
+            size_t p0 = (size_t)j * T + (size_t)(lc - 1 - cut[j]); /* predicts the completion's first token */
+            for (int a = 0; a < lm && s == SR_OK; a += MC_ROWS) {
+                int np = lm - a < MC_ROWS ? lm - a : MC_ROWS;
+                s = fetch_logits(r, &e, p0 + (size_t)a, np, out);
+                for (int p = 0; p < np && s == SR_OK; p++)
+                    loss[comp[j]] += token_loss(out, p, np, Vl, tp, nv, mc->tok[mc->comp[comp[j]] + a + p]);
+            }
+        }
+    }
+    /* the last stage's sums to every pipeline rank, every data rank's to all */
+    if (s == SR_OK && r->pipe) s = sr_comm_allreduce_double(r->grid.pp_comm, loss, (int)nc);
+    if (s == SR_OK && r->grid.dp > 1) s = sr_comm_allreduce_double(r->grid.dp_comm, loss, (int)nc);
+    if (s == SR_OK && r->rank0) {
+        FILE *f = o->eval_mc_out ? fopen(o->eval_mc_out, "a") : NULL;
+        if (o->eval_mc_out && !f) s = sr_seterr(SR_ERR_IO, "cannot open --eval-mc-out %s for appending", o->eval_mc_out);
+        int right = 0, right_norm = 0, n_cut = 0;
+        for (int x = 0; x < ne && s == SR_OK; x++) {
+            int64_t a = mc->first[x], n = mc->first[x + 1] - a;
+            int best = 0, best_norm = 0;
+            for (int c = 1; c < n; c++) { /* the first of equal losses */
+                if (loss[a + c] < loss[a + best]) best = c;
+                if (loss[a + c] / mc->comp_len[a + c] < loss[a + best_norm] / mc->comp_len[a + best_norm]) best_norm = c;
+            }
+            int longest = 0;
+            for (int c = 0; c < n; c++) longest = mc->comp_len[a + c] > longest ? mc->comp_len[a + c] : longest;
+            n_cut += mc->ctx_len[x] + longest - 1 > T;
+            right += best == mc->label[x];
+            right_norm += best_norm == mc->label[x];
+            if (f) {
+                fprintf(f, "{\"step\":%ld,\"example\":%d,\"label\":%d,\"pred\":%d,\"pred_norm\":%d,\"losses\":[", step, x,
+                        mc->label[x], best, best_norm);
+                for (int c = 0; c < n; c++) fprintf(f, "%s%.9g", c ? "," : "", loss[a + c]);
+                fprintf(f, "],\"tokens\":[");
+                for (int c = 0; c < n; c++) fprintf(f, "%s%d", c ? "," : "", mc->comp_len[a + c]);
+                fprintf(f, "]}\n");
+            }
+        }
+        if (f && fclose(f) != 0 && s == SR_OK) s = sr_seterr(SR_ERR_IO, "cannot write --eval-mc-out %s", o->eval_mc_out);
+        if (s == SR_OK) {
+            char cuts[96] = "";
+            if (n_cut > 0) snprintf(cuts, sizeof cuts, " (%d with contexts cut from the left to fit --seq %d)", n_cut, T);
+            rt_info(r, "step %ld: %s: acc_norm %.4f (%d/%d), acc %.4f (%d/%d)%s", step, o->eval_mc,
+                    (double)right_norm / ne, right_norm, ne, (double)right / ne, right, ne, cuts);
+            if (r->log) {
+                fprintf(r->log, "{\"step\":%ld,\"mc_acc_norm\":%.9g,\"mc_acc\":%.9g,\"mc_examples\":%d}\n", step,
+                        (double)right_norm / ne, (double)right / ne, ne);
+                fflush(r->log);
+            }
+        }
+    }
+    free(loss);
+    free(out);
+    free(comp);
+    free(ex);
+    free(cut);
+    return s;
+}
+
+/* an evaluation: the validation loss (--val-data), the multiple-choice
+ * accuracy (--eval-mc) */
 static sr_status run_eval(run *r, long step)
 {
-    double vl;
     SR_CHECK(rt_params_settle(r));
-    SR_CHECK(evaluate(r, &vl));
-    rt_info(r, "step %ld: val loss %.6f", step, vl);
-    if (r->log) {
-        fprintf(r->log, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, (double)(float)vl);
-        fflush(r->log);
+    if (r->have_val) {
+        double vl;
+        SR_CHECK(evaluate(r, &vl));
+        rt_info(r, "step %ld: val loss %.6f", step, vl);
+        if (r->log) {
+            fprintf(r->log, "{\"step\":%ld,\"val_loss\":%.9g}\n", step, (double)(float)vl);
+            fflush(r->log);
+        }
     }
+    if (r->have_mc) SR_CHECK(mc_eval(r, step));
     return SR_OK;
 }
 
@@ -812,6 +958,7 @@ static sr_status handshake(run *r)
     for (size_t i = 0; i < sizeof step_shape / sizeof step_shape[0]; i++) h = mix(h, (uint64_t)step_shape[i]);
     h = mix_str(h, o->schedule);
     h = mix(h, (uint64_t)(o->val_data != NULL));
+    h = mix(mix(h, (uint64_t)(o->eval_mc != NULL)), (uint64_t)o->eval_mc_examples);
     /* rank 0's hash to everyone, 16 bits a float (exact), then agree */
     float mine[4], root[4];
     for (int k = 0; k < 4; k++) mine[k] = root[k] = (float)((h >> (16 * k)) & 0xffff);
@@ -954,7 +1101,7 @@ static sr_status train(run *r)
     double save_s = 0; /* how long the last --save-every checkpoint took */
     long end = o->steps > r->start_step ? o->steps : r->start_step; /* earlier if stopped */
     /* the starting point of the validation curve */
-    if (r->have_val && o->eval_every > 0 && r->start_step == 0 && o->steps > 0) {
+    if ((r->have_val || r->have_mc) && o->eval_every > 0 && r->start_step == 0 && o->steps > 0) {
         SR_CHECK(run_eval(r, 0));
         last_eval = 0;
     }
@@ -1015,7 +1162,7 @@ static sr_status train(run *r)
             if (note && *note) rt_info(r, "%s", note);
         }
         progress(r, k, loss, lr, norm, tok_s, ms, t1 - t_begin);
-        if (r->have_val && o->eval_every > 0 && (k + 1) % o->eval_every == 0) {
+        if ((r->have_val || r->have_mc) && o->eval_every > 0 && (k + 1) % o->eval_every == 0) {
             SR_CHECK(run_eval(r, k + 1));
             last_eval = k + 1;
         }
@@ -1056,7 +1203,7 @@ static sr_status train(run *r)
     }
     rt_pipe_report(r);
     /* stopped early: the checkpoint only; the resumed run evaluates and exports at its end */
-    if (r->have_val && last_eval != end && !r->stopped) SR_CHECK(run_eval(r, end));
+    if ((r->have_val || r->have_mc) && last_eval != end && !r->stopped) SR_CHECK(run_eval(r, end));
     int trained = o->steps > r->start_step;
     if (o->save && last_saved != end && (trained || !r->loaded)) SR_CHECK(rt_checkpoint(r, end));
     if (r->stopped) {
@@ -1127,6 +1274,32 @@ static int known_eot(const run *r, const char **from)
 
 /* --sample tokens from the model as it is; step >= 0: a sample while training
  * (--sample-every), printed under a line naming the step */
+/* npos rows of the last stage's logits, from row pos of e's (B, T) grid on,
+ * into out (2 * npos * V floats of room): under tensor parallelism, where
+ * each rank holds V/tp columns, as tp blocks of npos rows of V/tp columns
+ * (rank q's block first holds columns q*V/tp on), as the all-gather leaves
+ * them; one whole row when npos is 1 */
+static sr_status fetch_logits(run *r, const sr_exec *e, size_t pos, int npos, float *out)
+{
+    int Vl = r->prog->vocab / r->grid.tp;
+    size_t n = (size_t)npos * Vl;
+    float *mine = out + (size_t)npos * r->prog->vocab;
+    if (e->logits) {
+        r->be->d2h(mine, e->logits + pos * (size_t)Vl, n * sizeof(float));
+    } else { /* bf16 bits into the upper half of mine's float room, widened in place
+              * upwards (float j never reaches the bits of j + 1 on) */
+        uint16_t *bits = (uint16_t *)(mine + n) - n;
+        r->be->d2h(bits, e->logits_bf16 + pos * (size_t)Vl, n * sizeof(uint16_t));
+        for (size_t j = 0; j < n; j++) {
+            uint32_t u = (uint32_t)bits[j] << 16;
+            memcpy(&mine[j], &u, sizeof u);
+        }
+    }
+    if (r->grid.tp > 1) return sr_comm_allgather(r->grid.tp_comm, mine, out, (int64_t)n, "logits", NULL);
+    memcpy(out, mine, n * sizeof(float));
+    return SR_OK;
+}
+
 static sr_status sample(run *r, long step)
 {
     const opts *o = &r->o;
@@ -1175,24 +1348,7 @@ static sr_status sample(run *r, long step)
         if (s != SR_OK) break;
         double tok = -1; /* -1: no logits */
         if (last && (e.logits || e.logits_bf16)) {
-            /* under tensor parallelism each rank holds V/tp columns of the logits */
-            int Vl = V / r->grid.tp;
-            float *mine = row + (size_t)V;
-            if (e.logits) {
-                r->be->d2h(mine, e.logits + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(float));
-            } else { /* bf16 bits into the upper half of the row's float room, widened in place
-                      * upwards (float j never reaches the bits of j + 1 on) */
-                uint16_t *bits = (uint16_t *)(mine + Vl) - Vl;
-                r->be->d2h(bits, e.logits_bf16 + (w - 1) * (size_t)Vl, (size_t)Vl * sizeof(uint16_t));
-                for (int j = 0; j < Vl; j++) {
-                    uint32_t u = (uint32_t)bits[j] << 16;
-                    memcpy(&mine[j], &u, sizeof u);
-                }
-            }
-            if (r->grid.tp > 1)
-                s = sr_comm_allgather(r->grid.tp_comm, row + (size_t)V, row, Vl, "logits for sampling", NULL);
-            else
-                memcpy(row, row + (size_t)V, (size_t)V * sizeof(float));
+            s = fetch_logits(r, &e, w - 1, 1, row);
             if (s != SR_OK) break;
             float u = sr_rand_uniform(o->seed, SAMPLE_STREAM, (uint64_t)i);
             tok = pick(row, nv, o->temperature, o->top_k, o->top_p, u, c);
@@ -1317,6 +1473,27 @@ static sr_status open_tokenizer(run *r)
     return SR_OK;
 }
 
+/* --eval-mc FILE: its examples, each completion short enough to follow at
+ * least one context token within --seq */
+static sr_status open_mc(run *r)
+{
+    const char *path = r->o.eval_mc;
+    int nv = sr_classes(r->prog);
+    SR_CHECK(sr_mc_open(path, r->tok, nv, &r->mc));
+    r->have_mc = 1;
+    const sr_mc *mc = &r->mc;
+    if (mc->from_text && !r->tok && nv != 256)
+        return sr_seterr(SR_ERR_USAGE, "--eval-mc %s is text (JSON Lines) for a vocabulary of %d: pass --tokenizer "
+                         "(its bytes are tokens only for a byte-level model)", path, nv);
+    for (int i = 0; i < mc->n; i++)
+        for (int64_t k = mc->first[i]; k < mc->first[i + 1]; k++)
+            if (mc->comp_len[k] > r->o.seq)
+                return sr_seterr(SR_ERR_USAGE, "--eval-mc %s example %d: completion %d has %d tokens, more than "
+                                 "--seq %d leaves after one context token", path, i, (int)(k - mc->first[i]),
+                                 mc->comp_len[k], r->o.seq);
+    return SR_OK;
+}
+
 static sr_status setup(run *r)
 {
     const sr_program *prog = r->prog;
@@ -1353,6 +1530,7 @@ static sr_status setup(run *r)
         r->have_val = 1;
         SR_CHECK(sr_data_check(&r->val, o->batch, o->seq));
     }
+    if (o->eval_mc) SR_CHECK(open_mc(r));
     if (r->have_train && !r->train.is_bin && !r->train.records && !r->tok && sr_classes(prog) != 256)
         rt_info(r, "note: %s is read as raw bytes (token ids 0-255) for a vocabulary of %d; to "
                 "tokenize text, pass --tokenizer", o->data, sr_classes(prog));
@@ -1466,6 +1644,7 @@ static void cleanup(run *r)
     if (r->batches) fclose(r->batches);
     if (r->have_train) sr_data_close(&r->train);
     if (r->have_val) sr_data_close(&r->val);
+    if (r->have_mc) sr_mc_close(&r->mc);
     if (r->be) {
         void *bufs[] = {r->params, r->grads, r->m, r->v, r->work, r->inputs, r->targets, r->gshard};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)

@@ -218,6 +218,61 @@ assert t["transformer.h.0.attn.c_attn.weight"].shape == (64, 192), t["transforme
 assert t["transformer.wte.weight"].shape == (256, 64)
 PY
 # a binary built for one degree refuses another, with the fix in the message
+# --eval-mc after 5 steps of training: every layout scores each completion as
+# the single rank does (examples dealt over data ranks, logits over tensor
+# ranks, a padded vocabulary's padding left out, the last pipeline stage's
+# sums shared); HellaSwag's JSON Lines as its bytes and the llm.c .bin of
+# the same tokens give the same scores
+$py - <<'PY'
+import json, random, struct
+random.seed(3)
+words = "the a cat dog sat ran on to mat park and then saw bird it where".split()
+ex, stream = [], []
+for i in range(11):
+    ctx = " ".join(random.choice(words) for _ in range(random.randint(2, 14)))
+    ends = [" ".join(random.choice(words) for _ in range(random.randint(1, 6))) for _ in range(2 + i % 3)]
+    ex.append({"ctx": ctx, "endings": ends, "label": str(i % len(ends)) if i == 4 else i % len(ends)})
+    body = [len(ctx)] + list(ctx.encode())
+    for e in ends:
+        body += [len(e) + 1] + list((" " + e).encode())
+    stream += [65535, 2 * (5 + len(body)), i, i % len(ends), len(ends)] + body
+open("mc.jsonl", "w").write("".join(json.dumps(e) + "\n" for e in ex))
+open("mc.bin", "wb").write(struct.pack("<256i", 20240522, 1, len(ex), *([0] * 253)) + struct.pack(f"<{len(stream)}H", *stream))
+PY
+# same_mc A B TOL: two --eval-mc-out files score the same examples alike
+same_mc() { $py - "$1" "$2" "$3" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+tol = float(sys.argv[3])
+keys = lambda r: (r["step"], r["example"], r["label"], r["tokens"])
+if not a or [keys(x) for x in a] != [keys(y) for y in b]:
+    print(f"  {len(a)} vs {len(b)} examples, or other examples"); sys.exit(1)
+worst = max(abs(u - v) / abs(u) for x, y in zip(a, b) for u, v in zip(x["losses"], y["losses"]))
+print(f"  {len(a)} examples, worst relative loss difference {worst:.2e} (tolerance {tol:g})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+mcrun="${run/--steps 20/--steps 5} --eval-every 5"
+./tg1 $mcrun --eval-mc mc.jsonl --eval-mc-out mc1.jsonl --log mc1.log 2> mc1.err
+./tg1 $mcrun --eval-mc mc.bin --eval-mc-out mcb.jsonl
+check "--eval-mc: HellaSwag's JSON Lines and the llm.c .bin of its bytes score alike, bit for bit" cmp mc1.jsonl mcb.jsonl
+check "... at steps 0 and 5 (--eval-every 5), 11 examples each, acc and acc_norm logged" sh -c \
+  "[ \"\$(grep -c '\"mc_acc_norm\":.*\"mc_examples\":11' mc1.log)\" = 2 ] && [ \"\$(grep -c '\"example\":' mc1.jsonl)\" = 22 ]"
+$mpi -np 2 ./tg1 $mcrun --dp 2 --eval-mc mc.jsonl --eval-mc-out mcd2.jsonl
+check "--eval-mc at dp=2 (the examples dealt over the data ranks): the single rank's scores" same_mc mc1.jsonl mcd2.jsonl 1e-5
+$mpi -np 4 ./tg2 $mcrun --tp 2 --dp 2 --eval-mc mc.jsonl --eval-mc-out mcd2t2.jsonl
+check "--eval-mc at dp=2 x tp=2 (the logits' columns over the tensor ranks)" same_mc mc1.jsonl mcd2t2.jsonl 1e-5
+./vp1 $mcrun --eval-mc mc.jsonl --eval-mc-out mcv1.jsonl
+$mpi -np 4 ./vp4 $mcrun --tp 4 --eval-mc mc.jsonl --eval-mc-out mcv4.jsonl
+check "--eval-mc with a padded vocabulary at tp=4 (rank 3's columns all padding)" same_mc mcv1.jsonl mcv4.jsonl 1e-5
+check "... and the padding out of the softmax: the unpadded model's scores" same_mc mc1.jsonl mcv1.jsonl 1e-5
+./l1 $mcrun --eval-mc mc.jsonl --eval-mc-out mcl1.jsonl
+$mpi -np 4 ./lpp $mcrun --pp 2 --dp 2 --eval-mc mc.jsonl --eval-mc-examples 7 --eval-mc-out mclpp.jsonl
+check "--eval-mc in a 2-stage pipeline x dp=2, its first 7 examples: the single rank's" \
+  same_mc <(grep -E '"example":[0-6],' mcl1.jsonl) mclpp.jsonl 1e-5
+./l1 $mcrun --eval-mc mc.jsonl --seq 8 > mcseq.out 2>&1; rc=$?
+check "--eval-mc with a completion longer than --seq: exit 2 naming it" sh -c \
+  "[ $rc -eq 2 ] && grep -q 'mc.jsonl example [0-9]*: completion [0-9]* has [0-9]* tokens, more than --seq 8' mcseq.out"
 $mpi -np 2 ./tg1 $run --tp 2 > wrong.txt 2>&1; rc=$?
 check "tp mismatch with the build is a clear usage error (exit $rc)" [ $rc -ne 0 ]
 check "tp mismatch with the build is a clear usage error (exit $rc): the message" grep -q "rebuild it with shardc build --tp 2" wrong.txt

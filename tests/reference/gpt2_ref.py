@@ -9,6 +9,8 @@ Subcommands (see --help of each):
   init    random initial weights -> MODEL.safetensors
   tokens  random llm.c token file -> FILE.bin
   run     K AdamW steps -> LOSSES.json (+ step-0 gradients -> GRADS.safetensors)
+  mcset   a random multiple-choice set in llm.c's eval file format -> FILE.bin
+  mc      each completion's summed loss after its context -> LOSSES.json
 """
 import argparse
 import json
@@ -27,6 +29,7 @@ PREFIX = "transformer."
 LN_EPS = 1e-5
 TOKEN_MAGIC = 20240520
 TOKEN_VERSION = 1
+MC_MAGIC, MC_VERSION = 20240522, 1
 
 
 # ----------------------------------------------------------------------------- config / names
@@ -291,6 +294,72 @@ def cmd_records(a):
         f.write(json.dumps({"input_ids": ids.tolist(), "completion_mask": mask[:a.n]}) + "\n")
 
 
+def cmd_mcset(a):
+    """n examples of random tokens: a context of 1 to 3*seq/4 tokens (some
+    cut to fit, one of exactly 1), 2 to 5 completions of 1 to seq/2 tokens
+    (one of exactly seq), laid out as llm.c's data_common.write_evalfile
+    does (written here from its documented layout)."""
+    rng = np.random.default_rng(a.seed)
+    words = []
+    for i in range(a.n):
+        nc = int(rng.integers(2, 6))
+        ctx = rng.integers(0, a.vocab, size=1 if i == 1 else int(rng.integers(1, 3 * a.seq // 4 + 1)))
+        comps = [rng.integers(0, a.vocab, size=int(rng.integers(1, a.seq // 2 + 1))) for _ in range(nc)]
+        if i == 2:
+            comps[0] = rng.integers(0, a.vocab, size=a.seq)  # the longest that fits: one context token
+        ex = [len(ctx)] + ctx.tolist()
+        for c in comps:
+            ex += [len(c)] + c.tolist()
+        head = [65535, 2 * (5 + len(ex)), i, int(rng.integers(0, nc)), nc]
+        words += head + ex
+    header = np.zeros(256, dtype="<i4")
+    header[0], header[1], header[2] = MC_MAGIC, MC_VERSION, a.n
+    with open(a.out, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(words, dtype="<u2").tobytes())
+
+
+def read_mcset(path):
+    """[(label, context, [completion, ...])] of an llm.c eval file."""
+    raw = open(path, "rb").read()
+    header = np.frombuffer(raw[:1024], dtype="<i4")
+    if header[0] != MC_MAGIC or header[1] != MC_VERSION:
+        raise SystemExit(f"{path}: bad eval file header {header[:3]}")
+    w = np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64)
+    out, at = [], 0
+    for _ in range(int(header[2])):
+        assert w[at] == 65535
+        end, label, nc = at + w[at + 1] // 2, int(w[at + 3]), int(w[at + 4])
+        q, parts = at + 5, []
+        for _ in range(nc + 1):
+            parts.append(w[q + 1:q + 1 + w[q]])
+            q += 1 + w[q]
+        assert q == end
+        out.append((label, parts[0], parts[1:]))
+        at = end
+    return out
+
+
+def cmd_mc(a):
+    """Each completion's summed cross-entropy after its context, the two cut
+    from the left to seq+1 tokens: one sequence per completion, unpadded."""
+    cfg = load_config(a.config)
+    params = load_params(a.init, cfg)
+    res = []
+    with torch.no_grad():
+        for label, ctx, comps in read_mcset(a.mc):
+            losses = []
+            for c in comps:
+                toks = torch.tensor(np.concatenate([ctx, c])[-(a.seq + 1):])
+                logits = forward(params, toks[None, :-1], cfg)[0]
+                tgt = toks[1:].clone()
+                tgt[:len(toks) - 1 - len(c)] = -100
+                losses.append(F.cross_entropy(logits, tgt, reduction="sum").item())
+            res.append({"label": label, "losses": losses, "tokens": [len(c) for c in comps]})
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+
+
 def cmd_run(a):
     cfg = load_config(a.config)
     params = load_params(a.init, cfg)
@@ -348,6 +417,18 @@ def main(argv=None):
         p.add_argument("--vocab", type=int, required=True)
         p.add_argument("--seed", type=int, default=0)
         p.set_defaults(fn=fn)
+
+    p = sub.add_parser("mcset", help="write a random multiple-choice set (llm.c's eval file)")
+    for k in ("--out", "--n", "--vocab", "--seq"):
+        p.add_argument(k, required=True, type=str if k == "--out" else int)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_mcset)
+
+    p = sub.add_parser("mc", help="score a multiple-choice set: each completion's summed loss")
+    for k in ("--config", "--init", "--mc", "--out"):
+        p.add_argument(k, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.set_defaults(fn=cmd_mc)
 
     p = sub.add_parser("run", help="train K steps, record losses and step-0 gradients")
     add_run_args(p)

@@ -68,6 +68,37 @@ if [ "$(head -3 tiny.ours.jsonl | grep -o '"loss":[^,]*')" = "$(grep -o '"loss":
 else
   echo "FAIL prefix-less checkpoint"; fail=1
 fi
+# --eval-mc: each completion's summed loss after its context (cut from the
+# left to fit --seq), against the reference's, and the accuracies rank 0
+# prints are the counts of examples whose least loss (summed, per token) is
+# the label's
+$py "$ref/gpt2_ref.py" mcset --out mc.bin --n 24 --vocab 64 --seq 16 --seed 5
+$py "$ref/gpt2_ref.py" mc --config tiny.json --init tiny.init.safetensors --mc mc.bin --seq 16 --out mc.ref.json
+./tiny.bin --init tiny.init.safetensors --steps 0 --batch 4 --seq 16 --eval-mc mc.bin --eval-mc-out mc.ours.jsonl \
+    --log mc.log.jsonl --threads 1 2> mc.err
+if $py - mc.ref.json mc.ours.jsonl mc.log.jsonl mc.err mc.bin "$ref" <<'PY'
+import json, re, sys
+ref = json.load(open(sys.argv[1]))
+ours = [json.loads(l) for l in open(sys.argv[2])]
+log = [json.loads(l) for l in open(sys.argv[3]) if "mc_acc" in l]
+err = open(sys.argv[4]).read()
+assert len(ours) == len(ref) == 24 and len(log) == 1, (len(ours), len(ref), len(log))
+worst = max(abs(a - b) / abs(b) for o, r in zip(ours, ref) for a, b in zip(o["losses"], r["losses"]))
+argmin = lambda v: min(range(len(v)), key=lambda i: (v[i], i))
+acc = sum(argmin(r["losses"]) == r["label"] for r in ref)
+acc_norm = sum(argmin([l / n for l, n in zip(r["losses"], r["tokens"])]) == r["label"] for r in ref)
+print(f"  {sum(len(r['losses']) for r in ref)} completions, worst relative loss difference {worst:.2e}; "
+      f"acc {acc}/24, acc_norm {acc_norm}/24 from the reference's losses")
+assert worst <= 1e-5
+assert all(o["tokens"] == r["tokens"] and o["label"] == r["label"] for o, r in zip(ours, ref))
+assert abs(log[0]["mc_acc"] - acc / 24) < 1e-8 and abs(log[0]["mc_acc_norm"] - acc_norm / 24) < 1e-8, log[0]
+assert f"acc_norm {acc_norm / 24:.4f} ({acc_norm}/24), acc {acc / 24:.4f} ({acc}/24)" in err, err
+sys.path.insert(0, sys.argv[6]); import gpt2_ref
+cut = sum(len(ctx) + max(map(len, comps)) - 1 > 16 for _, ctx, comps in gpt2_ref.read_mcset(sys.argv[5]))
+assert cut > 0 and f"({cut} with contexts cut from the left to fit --seq 16)" in err, (cut, err)
+PY
+then echo "ok   --eval-mc: every completion's loss as PyTorch's, and the accuracies its losses give"
+else echo "FAIL --eval-mc against the reference"; fail=1; fi
 # a checkpoint we save loads into Hugging Face transformers' GPT2LMHeadModel
 # and gives the loss our program computes on the next batch
 nhf=0
