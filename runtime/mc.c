@@ -145,8 +145,8 @@ static sr_status read_bin(mc_build *b, const char *path, const unsigned char *p,
         for (int part = 0; part <= nc && s == SR_OK; part++) { /* the context, then each completion */
             int n = q < end ? WORD(q) : -1;
             if (n < 0 || q + 1 + (size_t)n > end) {
-                s = sr_seterr(SR_ERR_FORMAT, "%s %s: its %s runs past the example's %zu bytes; the file is corrupt",
-                              path, where, part ? "completions" : "context", words * 2);
+                s = sr_seterr(SR_ERR_FORMAT, "%s %s: its %s past the example's %zu bytes; the file is corrupt",
+                              path, where, part ? "completions run" : "context runs", words * 2);
                 break;
             }
             for (int k = 0; k < n; k++) t[k] = WORD(q + 1 + k);
@@ -263,15 +263,16 @@ sr_status sr_mc_open(const char *path, const sr_tokenizer *tok, int vocab, sr_mc
     sr_buf f;
     SR_CHECK(sr_buf_read_file(&f, path));
     mc_build b = {mc, 0, 0, 0};
+    const char *d = f.data ? f.data : ""; /* NULL for an empty file */
     int32_t magic = 0;
-    if (f.len >= 4) memcpy(&magic, f.data, 4);
-    size_t lead = f.len >= 3 && !memcmp(f.data, "\xef\xbb\xbf", 3) ? 3 : 0; /* a byte order mark */
-    lead += strspn(f.data + lead, " \t\r\n");
+    if (f.len >= 4) memcpy(&magic, d, 4);
+    size_t lead = f.len >= 3 && !memcmp(d, "\xef\xbb\xbf", 3) ? 3 : 0; /* a byte order mark */
+    lead += strspn(d + lead, " \t\r\n");
     sr_status s;
     if (magic == SR_MC_MAGIC && f.len >= 1024)
-        s = read_bin(&b, path, (const unsigned char *)f.data, f.len, vocab);
-    else if (lead < f.len && f.data[lead] == '{' && (mc->from_text = 1))
-        s = read_jsonl(&b, path, f.data + lead, f.len - lead, tok, vocab);
+        s = read_bin(&b, path, (const unsigned char *)d, f.len, vocab);
+    else if (lead < f.len && d[lead] == '{' && (mc->from_text = 1))
+        s = read_jsonl(&b, path, d + lead, f.len - lead, tok, vocab);
     else
         s = sr_seterr(SR_ERR_FORMAT, "%s is neither an llm.c eval file (magic %d, as dev/data/hellaswag.py writes) "
                       "nor JSON Lines of HellaSwag examples", path, SR_MC_MAGIC);

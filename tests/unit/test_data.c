@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "sr_data.h"
+#include "sr_mc.h"
 
 static int n_pass, n_fail;
 static char dir[256];
@@ -721,6 +722,104 @@ static void cleanup(void)
     rmdir(dir);
 }
 
+/* an llm.c eval file of words (after the 256-int header), as write_evalfile lays it out */
+static void write_eval(const char *path, int32_t n, const uint16_t *w, size_t nw)
+{
+    unsigned char h[1024] = {0};
+    put32(h, SR_MC_MAGIC);
+    put32(h + 4, SR_MC_VERSION);
+    put32(h + 8, n);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(h, 1, sizeof h, f);
+    for (size_t i = 0; i < nw; i++) fputc(w[i] & 0xff, f), fputc(w[i] >> 8, f);
+    fclose(f);
+}
+
+static void test_mc(void)
+{
+    /* two examples: context [7 8], completions [1] [2 3] [4], label 2; context [9],
+     * completions [5 6] [0], label 0 */
+    const uint16_t good[] = {65535, 2 * 15, 0, 2, 3, 2, 7, 8, 1, 1, 2, 2, 3, 1, 4,
+                             65535, 2 * 12, 1, 0, 2, 1, 9, 2, 5, 6, 1, 0};
+    write_eval(tmp("mc.bin"), 2, good, sizeof good / sizeof good[0]);
+    sr_mc mc;
+    sr_status s = sr_mc_open(tmp("mc.bin"), NULL, 64, &mc);
+    int ok = s == SR_OK && mc.n == 2 && mc.max_choices == 3 && mc.first[0] == 0 && mc.first[1] == 3 &&
+             mc.first[2] == 5 && mc.label[0] == 2 && mc.label[1] == 0 && !mc.from_text;
+    if (ok) {
+        int32_t want_ctx[] = {7, 8}, want_c1[] = {2, 3}, want_c3[] = {5, 6};
+        ok = mc.ctx_len[0] == 2 && !memcmp(mc.tok + mc.ctx[0], want_ctx, sizeof want_ctx) && mc.comp_len[1] == 2 &&
+             !memcmp(mc.tok + mc.comp[1], want_c1, sizeof want_c1) && mc.ctx_len[1] == 1 && mc.tok[mc.ctx[1]] == 9 &&
+             mc.comp_len[3] == 2 && !memcmp(mc.tok + mc.comp[3], want_c3, sizeof want_c3) && mc.comp_len[4] == 1 &&
+             mc.tok[mc.comp[4]] == 0;
+    }
+    CHECK(ok, "eval file: 2 examples, their contexts, completions and labels");
+    if (s == SR_OK) sr_mc_close(&mc);
+
+    /* HellaSwag's JSON Lines as bytes: each ending after a blank; a label in a string */
+    const char *js = "{\"ctx\": \"ab\", \"endings\": [\"c\", \"de\"], \"label\": 1}\n\n"
+                     "{\"ctx\": \"x\", \"endings\": [\"y\", \"z\", \"w\"], \"label\": \"2\", \"split\": \"val\"}\n";
+    write_bytes(tmp("mc.jsonl"), js, strlen(js));
+    s = sr_mc_open(tmp("mc.jsonl"), NULL, 256, &mc);
+    ok = s == SR_OK && mc.n == 2 && mc.from_text && mc.first[2] == 5 && mc.label[0] == 1 && mc.label[1] == 2 &&
+         mc.ctx_len[0] == 2 && mc.tok[mc.ctx[0]] == 'a' && mc.comp_len[1] == 3 && mc.tok[mc.comp[1]] == ' ' &&
+         mc.tok[mc.comp[1] + 2] == 'e' && mc.comp_len[4] == 2 && mc.tok[mc.comp[4] + 1] == 'w';
+    CHECK(ok, "HellaSwag JSON Lines: contexts, \" \" + each ending, labels (one a string), a blank line skipped");
+    if (s == SR_OK) sr_mc_close(&mc);
+
+    /* a corrupt eval file: one word changed, cut short, or more after the examples */
+    static const struct {
+        int at, value, n, words; /* good with word at = value (at < 0: unchanged), n examples, words kept */
+        const char *want;
+    } bin[] = {
+        {15, 0, 2, 27, "example 1: no example starts at word 15"},
+        {1, 2 * 40, 2, 27, "example 0: 80 bytes long at word 0, past the file's end"},
+        {5, 12, 2, 27, "example 0: its context runs past the example's 30 bytes"},
+        {-1, 0, 2, 20, "example 1: the file ends at word 15"},
+        {-1, 0, 1, 27, "24 bytes after the 1 examples the header counts"},
+        {-1, 0, 3, 27, "example 2: the file ends at word 27"},
+        {3, 3, 2, 27, "example 0: label 3, but the completions are 0..2"},
+        {4, 1, 2, 27, "example 0: 30 bytes long, but its parts add up to 20"},
+        {6, 64, 2, 27, "example 0: token 64 is outside the model's vocabulary of 64"},
+        {1, 2 * 14, 2, 27, "example 0: its completions run past the example's 28 bytes"},
+    };
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++) {
+        uint16_t w[32];
+        memcpy(w, good, sizeof good);
+        if (bin[i].at >= 0) w[bin[i].at] = (uint16_t)bin[i].value;
+        write_eval(tmp("bad_mc.bin"), bin[i].n, w, (size_t)bin[i].words);
+        s = sr_mc_open(tmp("bad_mc.bin"), NULL, 64, &mc);
+        CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), bin[i].want) && contains(sr_errmsg(), "bad_mc.bin"),
+              "corrupt eval file %zu: %s", i, s == SR_OK ? "(read)" : sr_errmsg());
+        if (s == SR_OK) sr_mc_close(&mc);
+    }
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n{\"ctx\": \"a\"\n", "line 2: not a JSON object"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"]}\n", "line 1: the example has a \"label\" that is not an integer"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": \"x\"}\n", "has a \"label\" that is not an integer"},
+        {"{\"ctx\": \"a\", \"endings\": \"b\", \"label\": 0}\n", "needs \"ctx\" (a string), \"endings\" (strings)"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", 5], \"label\": 0}\n", "has endings[1] that is not a string"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\"], \"label\": 0}\n", "line 1: 1 completion; a choice needs 2 or more"},
+        {"{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 2}\n", "line 1: label 2, but the completions are 0..1"},
+        {"{\"ctx\": \"\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n", "line 1: the context is empty"},
+        {"plain text\n", "is neither an llm.c eval file (magic 20240522"},
+        {"", "is neither an llm.c eval file"},
+        {"\n \n", "is neither an llm.c eval file"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_bytes(tmp("bad_mc.jsonl"), bad[i].text, strlen(bad[i].text));
+        s = sr_mc_open(tmp("bad_mc.jsonl"), NULL, 256, &mc);
+        CHECK(s == SR_ERR_FORMAT && contains(sr_errmsg(), bad[i].want) && contains(sr_errmsg(), "bad_mc.jsonl"),
+              "bad HellaSwag line %zu: %s", i, s == SR_OK ? "(read)" : sr_errmsg());
+        if (s == SR_OK) sr_mc_close(&mc);
+    }
+    s = sr_mc_open(tmp("no_such_mc.bin"), NULL, 256, &mc);
+    CHECK(s == SR_ERR_IO && contains(sr_errmsg(), "no_such_mc.bin"), "a missing set: %s", sr_errmsg());
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -738,6 +837,7 @@ int main(void)
     test_records();
     test_eod();
     test_blend();
+    test_mc();
     cleanup();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
