@@ -55,14 +55,19 @@ check "--min-lr above --lr with a decaying schedule exits 2, saying so" sh -c \
 check "--min-lr above --lr with --lr-schedule constant (min-lr unused) runs" [ $? -eq 0 ]
 "$BIN" --lr-schedule linear --lr 0.001 --min-lr 0.002 --steps 0 --quiet >out 2>err
 check "--min-lr above --lr with --steps 0 (no step, no schedule) runs" [ $? -eq 0 ]
+printf '%s\n' '{"ctx": "ab", "endings": ["ba", "aa"], "label": 0}' '{"ctx": "b", "endings": ["a", "b", "ab"], "label": 2}' \
+    > mc.jsonl
 # flags the run would ignore: a warning each, and the run goes on; with what they need, or
 # values that ask for nothing, none
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --eval-every 2 --eval-batches 3 --prompt ab \
     --temperature 0.5 --top-k 3 --top-p 0.9 --sample-every 2 --decay-steps 2 --min-lr 0.001 --lr-schedule constant \
-    --keep-last 2 >out 2>err
+    --keep-last 2 --eval-mc-examples 3 --eval-mc-out mco.jsonl >out 2>err
 rc=$?
-check "eleven flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
-    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 11 ] &&
+check "thirteen flags that do nothing here: exit 0, a warning naming each and what it needs" sh -c \
+    "[ $rc -eq 0 ] && [ \$(grep -c ': warning: --.* has no effect' err) -eq 13 ] &&
+     grep -q 'warning: --eval-every has no effect without --val-data FILE or --eval-mc FILE' err &&
+     grep -q 'warning: --eval-mc-examples has no effect without --eval-mc FILE' err &&
+     grep -q 'warning: --eval-mc-out has no effect without --eval-mc FILE' err &&
      grep -q 'warning: --keep-last has no effect without --save DIR' err &&
      grep -q 'warning: --save-every has no effect without --save DIR' err &&
      grep -q 'warning: --eval-batches has no effect without --val-data FILE' err &&
@@ -73,11 +78,14 @@ check "eleven flags that do nothing here: exit 0, a warning naming each and what
      grep -q 'warning: --min-lr has no effect with --lr-schedule constant' err"
 "$BIN" --data train.txt --steps 1 --quiet --save-every 5 --save ckw0 --val-data val.txt --eval-every 2 \
     --eval-batches 3 --sample 2 --sample-every 2 --prompt ab --temperature 0.5 --top-k 3 --top-p 0.9 --lr-schedule wsd \
-    --decay-steps 2 --min-lr 0.001 --keep-last 2 >out 2>err
+    --decay-steps 2 --min-lr 0.001 --keep-last 2 --eval-mc mc.jsonl --eval-mc-examples 1 --eval-mc-out mco.jsonl \
+    >out 2>err
 rc=$?
 "$BIN" --data train.txt --steps 1 --quiet --save-every 0 --eval-every 0 --decay-steps 0 --min-lr 0 --keep-last 0 >>out 2>>err
+rc2=$?
+"$BIN" --data train.txt --steps 2 --quiet --eval-every 1 --eval-mc mc.jsonl >>out 2>>err
 check "the same flags with what they need, or asking for nothing: no warning" \
-    sh -c "[ $rc -eq 0 ] && [ $? -eq 0 ] && ! grep -q warning err"
+    sh -c "[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $? -eq 0 ] && ! grep -q warning err"
 "$BIN" --data=train.txt --steps=2 --quiet >out 2>err
 check "--name=value form accepted" [ $? -eq 0 ]
 "$BIN" --help >out 2>err
@@ -432,6 +440,13 @@ sampled_every() { [ "$rc" -eq 0 ] &&
     [ "$(wc -c <se1.out)" -eq $((3 * 6 + 2 * 25)) ] && cmp -s <(tail -c 6 se1.out) se0.out &&
     [ -n "$(losses se0.jsonl)" ] && [ "$(losses se0.jsonl)" = "$(losses se1.jsonl)" ]; }
 check "--sample-every 2 over 5 steps: samples after steps 2 and 4, then --sample's; the losses as without" sampled_every
+"$BIN" --data train.txt --steps 1 --eval-mc mc.jsonl --eval-mc-examples -1 >/dev/null 2>err
+rc=$?
+check "--eval-mc-examples -1: a usage error" sh -c "[ $rc -eq 2 ] && grep -q -- '--eval-mc-examples must be >= 0 (got -1)' err"
+"$BIN" --data train.txt --steps 1 --eval-mc no_such.jsonl >/dev/null 2>err
+rc=$?
+check "--eval-mc of a missing file: exit 1 naming it, before training" \
+    sh -c "[ $rc -eq 1 ] && grep -q 'cannot open no_such.jsonl' err && ! grep -q '^step' err"
 "$BIN" --data train.txt --steps 1 --sample 2 --sample-every -1 >/dev/null 2>err
 rc=$?
 check "--sample-every -1: a usage error" sh -c "[ $rc -eq 2 ] && grep -q -- '--sample-every must be >= 0 (got -1)' err"
