@@ -60,6 +60,7 @@ typedef struct run {
     int have_mc;
     sr_tokenizer *tok;          /* --tokenizer (or --init's): text data, prompt, samples */
     FILE *log;
+    FILE *mc_out;               /* --eval-mc-out (rank 0) */
     FILE *batches;              /* --dump-batches */
     long start_step;
     int loaded;                 /* state came from --load */

@@ -626,7 +626,31 @@ static sr_status evaluate(run *r, double *out)
     return SR_OK;
 }
 
-static sr_status fetch_logits(run *r, const sr_exec *e, size_t pos, int npos, float *out);
+/* npos rows of the last stage's logits, from row pos of e's (B, T) grid on,
+ * into out (2 * npos * V floats of room): under tensor parallelism, where
+ * each rank holds V/tp columns, as tp blocks of npos rows of V/tp columns
+ * (rank q's block first holds columns q*V/tp on), as the all-gather leaves
+ * them; one whole row when npos is 1 */
+static sr_status fetch_logits(run *r, const sr_exec *e, size_t pos, int npos, float *out)
+{
+    int Vl = r->prog->vocab / r->grid.tp;
+    size_t n = (size_t)npos * Vl;
+    float *mine = out + (size_t)npos * r->prog->vocab;
+    if (e->logits) {
+        r->be->d2h(mine, e->logits + pos * (size_t)Vl, n * sizeof(float));
+    } else { /* bf16 bits into the upper half of mine's float room, widened in place
+              * upwards (float j never reaches the bits of j + 1 on) */
+        uint16_t *bits = (uint16_t *)(mine + n) - n;
+        r->be->d2h(bits, e->logits_bf16 + pos * (size_t)Vl, n * sizeof(uint16_t));
+        for (size_t j = 0; j < n; j++) {
+            uint32_t u = (uint32_t)bits[j] << 16;
+            memcpy(&mine[j], &u, sizeof u);
+        }
+    }
+    if (r->grid.tp > 1) return sr_comm_allgather(r->grid.tp_comm, mine, out, (int64_t)n, "logits", NULL);
+    memcpy(out, mine, n * sizeof(float));
+    return SR_OK;
+}
 
 /* -log softmax(logits)[target] at row p of npos rows as fetch_logits leaves
  * them (tp blocks of Vl columns), over the nv classes */
@@ -716,10 +740,9 @@ static sr_status mc_eval(run *r, long step)
     if (s == SR_OK && r->pipe) s = sr_comm_allreduce_double(r->grid.pp_comm, loss, (int)nc);
     if (s == SR_OK && r->grid.dp > 1) s = sr_comm_allreduce_double(r->grid.dp_comm, loss, (int)nc);
     if (s == SR_OK && r->rank0) {
-        FILE *f = o->eval_mc_out ? fopen(o->eval_mc_out, "a") : NULL;
-        if (o->eval_mc_out && !f) s = sr_seterr(SR_ERR_IO, "cannot open --eval-mc-out %s for appending", o->eval_mc_out);
+        FILE *f = r->mc_out;
         int right = 0, right_norm = 0, n_cut = 0;
-        for (int x = 0; x < ne && s == SR_OK; x++) {
+        for (int x = 0; x < ne; x++) {
             int64_t a = mc->first[x], n = mc->first[x + 1] - a;
             int best = 0, best_norm = 0;
             for (int c = 1; c < n; c++) { /* the first of equal losses */
@@ -740,7 +763,7 @@ static sr_status mc_eval(run *r, long step)
                 fprintf(f, "]}\n");
             }
         }
-        if (f && fclose(f) != 0 && s == SR_OK) s = sr_seterr(SR_ERR_IO, "cannot write --eval-mc-out %s", o->eval_mc_out);
+        if (f && fflush(f) != 0) s = sr_seterr(SR_ERR_IO, "cannot write --eval-mc-out %s: %s", o->eval_mc_out, strerror(errno));
         if (s == SR_OK) {
             char cuts[96] = "";
             if (n_cut > 0) snprintf(cuts, sizeof cuts, " (%d with contexts cut from the left to fit --seq %d)", n_cut, T);
@@ -1274,32 +1297,6 @@ static int known_eot(const run *r, const char **from)
 
 /* --sample tokens from the model as it is; step >= 0: a sample while training
  * (--sample-every), printed under a line naming the step */
-/* npos rows of the last stage's logits, from row pos of e's (B, T) grid on,
- * into out (2 * npos * V floats of room): under tensor parallelism, where
- * each rank holds V/tp columns, as tp blocks of npos rows of V/tp columns
- * (rank q's block first holds columns q*V/tp on), as the all-gather leaves
- * them; one whole row when npos is 1 */
-static sr_status fetch_logits(run *r, const sr_exec *e, size_t pos, int npos, float *out)
-{
-    int Vl = r->prog->vocab / r->grid.tp;
-    size_t n = (size_t)npos * Vl;
-    float *mine = out + (size_t)npos * r->prog->vocab;
-    if (e->logits) {
-        r->be->d2h(mine, e->logits + pos * (size_t)Vl, n * sizeof(float));
-    } else { /* bf16 bits into the upper half of mine's float room, widened in place
-              * upwards (float j never reaches the bits of j + 1 on) */
-        uint16_t *bits = (uint16_t *)(mine + n) - n;
-        r->be->d2h(bits, e->logits_bf16 + pos * (size_t)Vl, n * sizeof(uint16_t));
-        for (size_t j = 0; j < n; j++) {
-            uint32_t u = (uint32_t)bits[j] << 16;
-            memcpy(&mine[j], &u, sizeof u);
-        }
-    }
-    if (r->grid.tp > 1) return sr_comm_allgather(r->grid.tp_comm, mine, out, (int64_t)n, "logits", NULL);
-    memcpy(out, mine, n * sizeof(float));
-    return SR_OK;
-}
-
 static sr_status sample(run *r, long step)
 {
     const opts *o = &r->o;
@@ -1613,6 +1610,10 @@ static sr_status setup(run *r)
         r->log = fopen(o->log, r->loaded ? "a" : "w"); /* a resumed run continues its log */
         if (!r->log) return sr_seterr(SR_ERR_IO, "cannot open log file %s: %s", o->log, strerror(errno));
     }
+    if (o->eval_mc_out && o->eval_mc && r->rank0) {
+        r->mc_out = fopen(o->eval_mc_out, "a"); /* every evaluation's, resumed runs' too */
+        if (!r->mc_out) return sr_seterr(SR_ERR_IO, "cannot open --eval-mc-out %s: %s", o->eval_mc_out, strerror(errno));
+    }
     char files[48] = "", pass[48] = "";
     const sr_data *td = &r->train;
     if (td->n_parts) snprintf(files, sizeof files, " in %d sources", td->n_parts);
@@ -1641,6 +1642,7 @@ static void cleanup(run *r)
 {
     sr_tok_free(r->tok);
     if (r->log) fclose(r->log);
+    if (r->mc_out) fclose(r->mc_out);
     if (r->batches) fclose(r->batches);
     if (r->have_train) sr_data_close(&r->train);
     if (r->have_val) sr_data_close(&r->val);

@@ -239,6 +239,29 @@ sys.exit(0 if len(a) == len(b) and len(a) > 30 and same >= 0.9 * len(a) else 1)
 PY
 }
 check "bf16 sampling (greedy, 40 tokens): as the host binary's" same_text s_host.txt s_bf16.txt
+# --eval-mc reads the same logits (fetched in rows of up to 32 positions, bf16 ones widened):
+# each completion's summed loss from the fp32 program as the host's, from the bf16 one within 2e-2
+printf '%s\n' '{"ctx": "The cat sat on the", "endings": ["mat and then it slept for a long while", "dog"], "label": 0}' \
+  '{"ctx": "A", "endings": ["b", "rather long ending, its logits fetched in two rows of positions", "c"], "label": 1}' \
+  > mc.jsonl
+mcs="--steps 0 --load sck/step-00000030 --eval-mc mc.jsonl --seq 64 --quiet"
+./tg_host $opts $mcs --eval-mc-out mc_host.jsonl
+./tg_cuda $opts $mcs --eval-mc-out mc_fp32.jsonl
+./tgb_cuda $opts $mcs --eval-mc-out mc_bf16.jsonl
+mc_close() { # mc_close A B TOL: the same examples, each completion's loss within TOL (relative)
+  $py - "$1" "$2" "$3" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+la = [x for r in a for x in r["losses"]]
+lb = [x for r in b for x in r["losses"]]
+worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb)) if la and len(la) == len(lb) else float("inf")
+print("   %d completions, worst relative difference %.2e" % (len(la), worst))
+sys.exit(0 if len(la) == 5 and worst <= float(sys.argv[3]) else 1)
+PY
+}
+check "--eval-mc, fp32: each completion's loss as the host binary's (1e-5)" mc_close mc_host.jsonl mc_fp32.jsonl 1e-5
+check "--eval-mc, bf16 logits: each completion's loss within 2e-2 of the host binary's" \
+  mc_close mc_host.jsonl mc_bf16.jsonl 2e-2
 if command -v mpirun >/dev/null; then
   mpirun --oversubscribe -np 2 ./tg2b_cuda $opts --tp 2 --steps 4 --log c2b.jsonl --comm-stats c2b.stats
   losses c2b.jsonl > c2b.txt
