@@ -417,7 +417,7 @@ static void print_help(const sr_program *prog, const opts *d, const char *argv0)
                "column-parallel input gradient's all-reduce or reduce-scatter after its weight gradient,\n"
                "not during it); SHARDC_CUDA_GEMM=heuristic|tune (tune: each GEMM's cuBLASLt candidates\n"
                "timed at its first call, the fastest kept; not with --tp); SHARDC_CUDNN_LIB=FILE.\n");
-    printf("Stopping early: with --save, a SIGTERM or SIGUSR1 (mpirun passes SIGUSR1 on; Slurm's --signal)\n"
+    printf("Stopping early: with --save, a SIGTERM, SIGUSR1 (mpirun passes SIGUSR1 on; Slurm's --signal) or Ctrl-C\n"
            "ends the run after the step under way, with a checkpoint to resume from (a second one ends it at once).\n");
     printf("Exit status: 0 ok, 1 error, 2 usage error, 3 stopped early (a signal or --time-limit).\n");
 }
@@ -1034,14 +1034,16 @@ static sr_status write_comm_stats(run *r, long steps)
 }
 
 /* -------------------------------------------------------------------------- */
-/* Stopping early: preemption (SIGTERM, Slurm's --signal) and --time-limit     */
+/* Stopping early: preemption (SIGTERM, Slurm's --signal), Ctrl-C (SIGINT) and --time-limit */
 
 enum { RT_STOP_NONE, RT_STOP_SIGNAL, RT_STOP_SIGNAL_ELSEWHERE, RT_STOP_TIME };
 
-/* the first SIGTERM or SIGUSR1 asks for a stop after the step under way (the
- * handler only records it); a second one acts as if none were installed */
+/* the first SIGTERM, SIGUSR1 or SIGINT asks for a stop after the step under
+ * way (the handler only records it); a second one acts as if none were
+ * installed */
 static volatile sig_atomic_t stop_signal;
-static const int stop_signals[2] = {SIGTERM, SIGUSR1};
+enum { N_STOP_SIGNALS = 3 };
+static const int stop_signals[N_STOP_SIGNALS] = {SIGTERM, SIGUSR1, SIGINT};
 
 static void on_stop_signal(int sig)
 {
@@ -1060,19 +1062,24 @@ static int catches_stop_signals(const opts *o)
     return o->save != NULL;
 }
 
-static void catch_stop_signals(struct sigaction old[2])
+static void catch_stop_signals(struct sigaction old[N_STOP_SIGNALS])
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART; /* reads, writes and waits go on after the handler */
-    for (int i = 0; i < 2; i++) sigaction(stop_signals[i], &sa, &old[i]);
+    for (int i = 0; i < N_STOP_SIGNALS; i++) {
+        sigaction(stop_signals[i], NULL, &old[i]);
+        /* an ignored SIGINT stays ignored (a shell's background job, nohup) */
+        if (stop_signals[i] == SIGINT && old[i].sa_handler == SIG_IGN) continue;
+        sigaction(stop_signals[i], &sa, NULL);
+    }
 }
 
-static void release_stop_signals(const struct sigaction old[2])
+static void release_stop_signals(const struct sigaction old[N_STOP_SIGNALS])
 {
-    for (int i = 0; i < 2; i++) sigaction(stop_signals[i], &old[i], NULL);
+    for (int i = 0; i < N_STOP_SIGNALS; i++) sigaction(stop_signals[i], &old[i], NULL);
 }
 
 /* After a step: stop when a rank was signalled, or when one more step and a
@@ -1099,7 +1106,7 @@ static void report_stop(run *r, long end, int saved)
     const opts *o = &r->o;
     char why[96];
     if (r->stopped == RT_STOP_SIGNAL)
-        snprintf(why, sizeof why, "%s", stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
+        snprintf(why, sizeof why, "%s", stop_signal == SIGUSR1 ? "SIGUSR1" : stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
     else if (r->stopped == RT_STOP_SIGNAL_ELSEWHERE) snprintf(why, sizeof why, "a signal to another rank");
     else snprintf(why, sizeof why, "--time-limit %g (one more step would end past it)", (double)o->time_limit);
     if (r->line_open) fputc('\n', stderr);
@@ -1723,7 +1730,7 @@ int sr_main(const sr_program *prog, int argc, char **argv)
     if (s == SR_OK) s = sr_trace_open(&r.trace, r.o.trace, r.grid.rank, r.grid.world);
     if (s == SR_OK) s = rt_agree(&r, setup(&r), "setting up");
     if (s == SR_OK) s = handshake(&r);
-    struct sigaction old_handlers[2];
+    struct sigaction old_handlers[N_STOP_SIGNALS];
     int catching = s == SR_OK && catches_stop_signals(&r.o);
     if (catching) catch_stop_signals(old_handlers);
     if (s == SR_OK) s = train(&r);

@@ -312,6 +312,35 @@ wait $pid
 rc=$?
 check "a second signal ends the run at once, by that signal (rc $rc)" [ $rc -eq 138 -o $rc -eq 143 ]
 check "... with no checkpoint begun" sh -c "[ ! -e cks2/latest ] && ! ls -a cks2 2>/dev/null | grep -q '^\.tmp-'"
+# Ctrl-C: SIGINT stops the same way (job control on, so that the background
+# run does not start with SIGINT ignored, as a script's background jobs do)
+set -m
+# shellcheck disable=SC2086
+"$BIN" $stop --steps 100000 --save cksi --log stop6.log >/dev/null 2>stoperr6 &
+pid=$!
+set +m
+running 3 stop6.log
+kill -INT $pid
+wait $pid
+rc=$?
+n=$(losses stop6.log | wc -l)
+check "SIGINT (Ctrl-C) with --save: exit 3 after the step under way, its checkpoint the latest (rc $rc, $n steps)" \
+    sh -c "[ $rc -eq 3 ] && [ \"\$(cat cksi/latest)\" = step-$(printf %08d "$n") ] &&
+           grep -qx '$BIN: stopped by SIGINT after step $n of 100000: checkpoint cksi/step-$(printf %08d "$n"); resume with --load cksi' stoperr6"
+# a SIGINT ignored from the start (a script's background job, nohup) stays ignored
+# shellcheck disable=SC2086
+"$BIN" $stop --steps 100000 --save cksj --log stop7.log >/dev/null 2>stoperr7 &
+pid=$!
+running 3 stop7.log
+kill -INT $pid
+sleep 0.5
+kill -0 $pid 2>/dev/null
+alive=$?
+kill -TERM $pid
+wait $pid
+rc=$?
+check "an ignored SIGINT stays ignored: the run goes on until SIGTERM stops it (alive $alive, rc $rc)" \
+    sh -c "[ $alive -eq 0 ] && [ $rc -eq 3 ] && grep -q 'stopped by SIGTERM' stoperr7"
 # without --save nothing is caught: SIGTERM ends the run as it always did
 # shellcheck disable=SC2086
 "$BIN" $stop --steps 100000 --log stop4.log >/dev/null 2>&1 &
