@@ -336,5 +336,45 @@ check "text for a 1000-token model without a tokenizer: a note says it is read a
 ./bpe1 --help > help.txt
 check "--help has --tokenizer" grep -q -- "--tokenizer PATH|none" help.txt
 
+# --eval-mc of HellaSwag's JSON Lines through the tokenizer: the scores of the
+# llm.c .bin of the same pieces tokenized one by one (the context, then " " +
+# each ending, as llm.c's hellaswag.py renders them), bit for bit
+$py - <<'PY'
+import json
+ex = [{"ctx": "The model's loss went down", "endings": ["and the data ran out.", "while it trained", "so we stopped"], "label": 1},
+      {"ctx": "Hello", "endings": ["world", "there, model"], "label": 0, "ind": 7}]
+with open("hs.jsonl", "w") as f:
+    for e in ex:
+        f.write(json.dumps(e) + "\n")
+for i, e in enumerate(ex):
+    open(f"hs{i}_c.txt", "w").write(e["ctx"])
+    for k, end in enumerate(e["endings"]):
+        open(f"hs{i}_e{k}.txt", "w").write(" " + end)
+PY
+for f in hs*_*.txt; do "$shardc" tokenize --tokenizer tok -o "${f%.txt}.bin" "$f" 2> /dev/null; done
+$py - <<'PY'
+import json, struct
+def toks(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<3i", b[:12])[2]
+    return list(struct.unpack("<%dH" % n, b[1024:]))
+ex = [json.loads(l) for l in open("hs.jsonl")]
+words = []
+for i, e in enumerate(ex):
+    body = [len(toks(f"hs{i}_c.bin"))] + toks(f"hs{i}_c.bin")
+    for k in range(len(e["endings"])):
+        t = toks(f"hs{i}_e{k}.bin")
+        body += [len(t)] + t
+    words += [65535, 2 * (5 + len(body)), i, e["label"], len(e["endings"])] + body
+open("hs.bin", "wb").write(struct.pack("<256i", 20240522, 1, len(ex), *[0] * 253) + struct.pack("<%dH" % len(words), *words))
+PY
+./bpe1 --load ckpt --steps 0 --seq 32 --batch 4 --eval-mc hs.jsonl --eval-mc-out hs_text.jsonl 2> hs_err.txt
+./bpe1 --load ckpt --steps 0 --seq 32 --batch 4 --eval-mc hs.bin --eval-mc-out hs_bin.jsonl 2> /dev/null
+check "--eval-mc of HellaSwag lines through the tokenizer: the scores of their pieces' tokens (shardc tokenize), bit for bit" \
+  sh -c "[ -s hs_text.jsonl ] && cmp hs_text.jsonl hs_bin.jsonl && grep -q 'step 6: hs.jsonl: acc_norm [0-9.]* ([0-2]/2)' hs_err.txt"
+./bpe1 --load ckpt --steps 0 --seq 32 --batch 4 --tokenizer none --eval-mc hs.jsonl > hs_none.txt 2>&1; rc=$?
+check "--eval-mc of JSON Lines without a tokenizer, for a vocabulary of 1000: exit 2 saying to pass one" \
+  sh -c "[ $rc -eq 2 ] && grep -q 'is text (JSON Lines) for a vocabulary of 1000: pass --tokenizer' hs_none.txt"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
