@@ -21,10 +21,10 @@ static int reserve(void **p, int64_t *cap, int64_t n, size_t sz)
     return 1;
 }
 
-/* the set being built: capacities of mc's arrays */
+/* the set being built: the capacity of each of mc's arrays */
 typedef struct mc_build {
     sr_mc *mc;
-    int64_t cap_ex, cap_comp, cap_tok;
+    int64_t cap_first, cap_label, cap_ctx, cap_ctx_len, cap_comp, cap_comp_len, cap_tok;
 } mc_build;
 
 static sr_status oom(void)
@@ -45,20 +45,12 @@ static sr_status add_tokens(mc_build *b, const int32_t *t, int64_t n)
 static sr_status add_example(mc_build *b, int label, int64_t ctx_at)
 {
     sr_mc *mc = b->mc;
-    int64_t n = mc->n + 2; /* first[] holds one more than the others */
-    if (n > b->cap_ex) {
-        int64_t c = b->cap_ex ? 2 * b->cap_ex : 64;
-        int32_t *l = realloc(mc->label, (size_t)c * sizeof *l);
-        if (l) mc->label = l;
-        int64_t *x = realloc(mc->ctx, (size_t)c * sizeof *x);
-        if (x) mc->ctx = x;
-        int32_t *xl = realloc(mc->ctx_len, (size_t)c * sizeof *xl);
-        if (xl) mc->ctx_len = xl;
-        int64_t *f = realloc(mc->first, (size_t)c * sizeof *f);
-        if (f) mc->first = f;
-        if (!l || !x || !xl || !f) return oom();
-        b->cap_ex = c;
-    }
+    int64_t n = mc->n + 1;
+    if (!reserve((void **)&mc->first, &b->cap_first, n + 1, sizeof *mc->first) ||
+        !reserve((void **)&mc->label, &b->cap_label, n, sizeof *mc->label) ||
+        !reserve((void **)&mc->ctx, &b->cap_ctx, n, sizeof *mc->ctx) ||
+        !reserve((void **)&mc->ctx_len, &b->cap_ctx_len, n, sizeof *mc->ctx_len))
+        return oom();
     if (mc->n == 0) mc->first[0] = 0; /* else first[n] already ends the example before */
     mc->label[mc->n] = label;
     mc->ctx[mc->n] = ctx_at;
@@ -73,11 +65,9 @@ static sr_status add_completion(mc_build *b, int64_t at)
 {
     sr_mc *mc = b->mc;
     int64_t k = mc->first[mc->n];
-    int64_t cap = b->cap_comp;
-    if (!reserve((void **)&mc->comp, &cap, k + 1, sizeof *mc->comp)) return oom();
-    cap = b->cap_comp;
-    if (!reserve((void **)&mc->comp_len, &cap, k + 1, sizeof *mc->comp_len)) return oom();
-    b->cap_comp = cap;
+    if (!reserve((void **)&mc->comp, &b->cap_comp, k + 1, sizeof *mc->comp) ||
+        !reserve((void **)&mc->comp_len, &b->cap_comp_len, k + 1, sizeof *mc->comp_len))
+        return oom();
     mc->comp[k] = at;
     mc->comp_len[k] = (int32_t)(mc->n_tok - at);
     mc->first[mc->n]++;
@@ -262,7 +252,7 @@ sr_status sr_mc_open(const char *path, const sr_tokenizer *tok, int vocab, sr_mc
     memset(mc, 0, sizeof *mc);
     sr_buf f;
     SR_CHECK(sr_buf_read_file(&f, path));
-    mc_build b = {mc, 0, 0, 0};
+    mc_build b = {.mc = mc};
     const char *d = f.data ? f.data : ""; /* NULL for an empty file */
     int32_t magic = 0;
     if (f.len >= 4) memcpy(&magic, d, 4);

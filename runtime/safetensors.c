@@ -541,7 +541,6 @@ static float half_to_float(uint16_t h)
 
 sr_status sr_st_read_f32(const sr_st_file *f, const sr_st_tensor *t, float *out)
 {
-    (void)f;
     const unsigned char *p = t->bytes;
     int64_t n = t->numel;
     int le = host_is_le();

@@ -352,21 +352,16 @@ for i, e in enumerate(ex):
         open(f"hs{i}_e{k}.txt", "w").write(" " + end)
 PY
 for f in hs*_*.txt; do "$shardc" tokenize --tokenizer tok -o "${f%.txt}.bin" "$f" 2> /dev/null; done
-$py - <<'PY'
-import json, struct
+$py - "$src/tests" <<'PY'
+import json, struct, sys
+sys.path.insert(0, sys.argv[1]); import evalfile
 def toks(path):
     b = open(path, "rb").read()
     n = struct.unpack("<3i", b[:12])[2]
     return list(struct.unpack("<%dH" % n, b[1024:]))
 ex = [json.loads(l) for l in open("hs.jsonl")]
-words = []
-for i, e in enumerate(ex):
-    body = [len(toks(f"hs{i}_c.bin"))] + toks(f"hs{i}_c.bin")
-    for k in range(len(e["endings"])):
-        t = toks(f"hs{i}_e{k}.bin")
-        body += [len(t)] + t
-    words += [65535, 2 * (5 + len(body)), i, e["label"], len(e["endings"])] + body
-open("hs.bin", "wb").write(struct.pack("<256i", 20240522, 1, len(ex), *[0] * 253) + struct.pack("<%dH" % len(words), *words))
+evalfile.write("hs.bin", [(e["label"], toks(f"hs{i}_c.bin"), [toks(f"hs{i}_e{k}.bin") for k in range(len(e["endings"]))])
+                          for i, e in enumerate(ex)])
 PY
 ./bpe1 --load ckpt --steps 0 --seq 32 --batch 4 --eval-mc hs.jsonl --eval-mc-out hs_text.jsonl 2> hs_err.txt
 ./bpe1 --load ckpt --steps 0 --seq 32 --batch 4 --eval-mc hs.bin --eval-mc-out hs_bin.jsonl 2> /dev/null

@@ -223,21 +223,19 @@ PY
 # ranks, a padded vocabulary's padding left out, the last pipeline stage's
 # sums shared); HellaSwag's JSON Lines as its bytes and the llm.c .bin of
 # the same tokens give the same scores
-$py - <<'PY'
-import json, random, struct
+$py - "$src/tests" <<'PY'
+import json, random, sys
+sys.path.insert(0, sys.argv[1]); import evalfile
 random.seed(3)
 words = "the a cat dog sat ran on to mat park and then saw bird it where".split()
-ex, stream = [], []
+ex = []
 for i in range(11):
     ctx = " ".join(random.choice(words) for _ in range(random.randint(2, 14)))
     ends = [" ".join(random.choice(words) for _ in range(random.randint(1, 6))) for _ in range(2 + i % 3)]
     ex.append({"ctx": ctx, "endings": ends, "label": str(i % len(ends)) if i == 4 else i % len(ends)})
-    body = [len(ctx)] + list(ctx.encode())
-    for e in ends:
-        body += [len(e) + 1] + list((" " + e).encode())
-    stream += [65535, 2 * (5 + len(body)), i, i % len(ends), len(ends)] + body
 open("mc.jsonl", "w").write("".join(json.dumps(e) + "\n" for e in ex))
-open("mc.bin", "wb").write(struct.pack("<256i", 20240522, 1, len(ex), *([0] * 253)) + struct.pack(f"<{len(stream)}H", *stream))
+evalfile.write("mc.bin", [(int(e["label"]), list(e["ctx"].encode()), [list((" " + x).encode()) for x in e["endings"]])
+                          for e in ex])
 PY
 # same_mc A B TOL: two --eval-mc-out files score the same examples alike
 same_mc() { $py - "$1" "$2" "$3" <<'PY'

@@ -23,13 +23,14 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import st  # noqa: E402
+import evalfile  # noqa: E402  (tests/evalfile.py)
 
 PREFIX = "transformer."
 LN_EPS = 1e-5
 TOKEN_MAGIC = 20240520
 TOKEN_VERSION = 1
-MC_MAGIC, MC_VERSION = 20240522, 1
 
 
 # ----------------------------------------------------------------------------- config / names
@@ -297,47 +298,17 @@ def cmd_records(a):
 def cmd_mcset(a):
     """n examples of random tokens: a context of 1 to 3*seq/4 tokens (some
     cut to fit, one of exactly 1), 2 to 5 completions of 1 to seq/2 tokens
-    (one of exactly seq), laid out as llm.c's data_common.write_evalfile
-    does (written here from its documented layout)."""
+    (one of exactly seq), in llm.c's eval file format (tests/evalfile.py)."""
     rng = np.random.default_rng(a.seed)
-    words = []
+    examples = []
     for i in range(a.n):
         nc = int(rng.integers(2, 6))
         ctx = rng.integers(0, a.vocab, size=1 if i == 1 else int(rng.integers(1, 3 * a.seq // 4 + 1)))
         comps = [rng.integers(0, a.vocab, size=int(rng.integers(1, a.seq // 2 + 1))) for _ in range(nc)]
         if i == 2:
             comps[0] = rng.integers(0, a.vocab, size=a.seq)  # the longest that fits: one context token
-        ex = [len(ctx)] + ctx.tolist()
-        for c in comps:
-            ex += [len(c)] + c.tolist()
-        head = [65535, 2 * (5 + len(ex)), i, int(rng.integers(0, nc)), nc]
-        words += head + ex
-    header = np.zeros(256, dtype="<i4")
-    header[0], header[1], header[2] = MC_MAGIC, MC_VERSION, a.n
-    with open(a.out, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(words, dtype="<u2").tobytes())
-
-
-def read_mcset(path):
-    """[(label, context, [completion, ...])] of an llm.c eval file."""
-    raw = open(path, "rb").read()
-    header = np.frombuffer(raw[:1024], dtype="<i4")
-    if header[0] != MC_MAGIC or header[1] != MC_VERSION:
-        raise SystemExit(f"{path}: bad eval file header {header[:3]}")
-    w = np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64)
-    out, at = [], 0
-    for _ in range(int(header[2])):
-        assert w[at] == 65535
-        end, label, nc = at + w[at + 1] // 2, int(w[at + 3]), int(w[at + 4])
-        q, parts = at + 5, []
-        for _ in range(nc + 1):
-            parts.append(w[q + 1:q + 1 + w[q]])
-            q += 1 + w[q]
-        assert q == end
-        out.append((label, parts[0], parts[1:]))
-        at = end
-    return out
+        examples.append((int(rng.integers(0, nc)), ctx.tolist(), [c.tolist() for c in comps]))
+    evalfile.write(a.out, examples)
 
 
 def cmd_mc(a):
@@ -347,10 +318,10 @@ def cmd_mc(a):
     params = load_params(a.init, cfg)
     res = []
     with torch.no_grad():
-        for label, ctx, comps in read_mcset(a.mc):
+        for label, ctx, comps in evalfile.read(a.mc):
             losses = []
             for c in comps:
-                toks = torch.tensor(np.concatenate([ctx, c])[-(a.seq + 1):])
+                toks = torch.tensor(np.array(ctx + c)[-(a.seq + 1):])
                 logits = forward(params, toks[None, :-1], cfg)[0]
                 tgt = toks[1:].clone()
                 tgt[:len(toks) - 1 - len(c)] = -100

@@ -76,7 +76,7 @@ $py "$ref/gpt2_ref.py" mcset --out mc.bin --n 24 --vocab 64 --seq 16 --seed 5
 $py "$ref/gpt2_ref.py" mc --config tiny.json --init tiny.init.safetensors --mc mc.bin --seq 16 --out mc.ref.json
 ./tiny.bin --init tiny.init.safetensors --steps 0 --batch 4 --seq 16 --eval-mc mc.bin --eval-mc-out mc.ours.jsonl \
     --log mc.log.jsonl --threads 1 2> mc.err
-if $py - mc.ref.json mc.ours.jsonl mc.log.jsonl mc.err mc.bin "$ref" <<'PY'
+if $py - mc.ref.json mc.ours.jsonl mc.log.jsonl mc.err mc.bin "$src/tests" <<'PY'
 import json, re, sys
 ref = json.load(open(sys.argv[1]))
 ours = [json.loads(l) for l in open(sys.argv[2])]
@@ -93,8 +93,8 @@ assert worst <= 1e-5
 assert all(o["tokens"] == r["tokens"] and o["label"] == r["label"] for o, r in zip(ours, ref))
 assert abs(log[0]["mc_acc"] - acc / 24) < 1e-8 and abs(log[0]["mc_acc_norm"] - acc_norm / 24) < 1e-8, log[0]
 assert f"acc_norm {acc_norm / 24:.4f} ({acc_norm}/24), acc {acc / 24:.4f} ({acc}/24)" in err, err
-sys.path.insert(0, sys.argv[6]); import gpt2_ref
-cut = sum(len(ctx) + max(map(len, comps)) - 1 > 16 for _, ctx, comps in gpt2_ref.read_mcset(sys.argv[5]))
+sys.path.insert(0, sys.argv[6]); import evalfile
+cut = sum(len(ctx) + max(map(len, comps)) - 1 > 16 for _, ctx, comps in evalfile.read(sys.argv[5]))
 assert cut > 0 and f"({cut} with contexts cut from the left to fit --seq 16)" in err, (cut, err)
 PY
 then echo "ok   --eval-mc: every completion's loss as PyTorch's, and the accuracies its losses give"
